@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// defaultExecImage is the image exec uses when given none.
+const defaultExecImage = "debian:stable-slim"
+
+// multiFlag collects a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// copySpec is one --upload HOST:CTR or --download CTR:HOST.
+type copySpec struct{ host, ctr string }
+
+// parseUpload splits HOST:CTR at the last ":/" (container paths are absolute).
+func parseUpload(v string) (copySpec, error) {
+	i := strings.LastIndex(v, ":/")
+	if i <= 0 {
+		return copySpec{}, fmt.Errorf("--upload %q: want HOST_PATH:/CONTAINER_PATH", v)
+	}
+	return copySpec{host: v[:i], ctr: v[i+1:]}, nil
+}
+
+// parseDownload splits CTR:HOST at the first ":".
+func parseDownload(v string) (copySpec, error) {
+	i := strings.Index(v, ":")
+	if i <= 0 || !strings.HasPrefix(v, "/") || i == len(v)-1 {
+		return copySpec{}, fmt.Errorf("--download %q: want /CONTAINER_PATH:HOST_PATH", v)
+	}
+	return copySpec{ctr: v[:i], host: v[i+1:]}, nil
+}
+
+// sandboxFlags are the flags every command that starts a sandbox shares.
+type sandboxFlags struct {
+	image     string
+	network   string
+	keepalive time.Duration
+	env       multiFlag
+	uploads   multiFlag
+	downloads multiFlag
+}
+
+func (f *sandboxFlags) register(fs *flag.FlagSet, defaultImage string) {
+	fs.StringVar(&f.image, "image", defaultImage, "image to run")
+	fs.StringVar(&f.network, "network", "", "network mode: none (default), bridge, host or a network name")
+	fs.DurationVar(&f.keepalive, "keepalive", 0, "idle time after which a left-behind sandbox removes itself (default from config, 1h)")
+	fs.Var(&f.env, "env", "KEY=VALUE in the sandbox (repeatable)")
+	fs.Var(&f.uploads, "upload", "HOST:CTR copy a host file or directory in before running (repeatable)")
+	fs.Var(&f.downloads, "download", "CTR:HOST copy a container file or directory out afterwards (repeatable)")
+}
+
+func (f *sandboxFlags) options(cfg sandboxagent.Config) (sandboxagent.SandboxOptions, []copySpec, []copySpec, error) {
+	opts := sandboxagent.SandboxOptions{Image: f.image, Config: cfg, Network: f.network, Keepalive: f.keepalive, Env: map[string]string{}}
+	for _, kv := range f.env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return opts, nil, nil, fmt.Errorf("--env %q: want KEY=VALUE", kv)
+		}
+		opts.Env[k] = v
+	}
+	var ups, downs []copySpec
+	for _, u := range f.uploads {
+		c, err := parseUpload(u)
+		if err != nil {
+			return opts, nil, nil, err
+		}
+		ups = append(ups, c)
+	}
+	for _, d := range f.downloads {
+		c, err := parseDownload(d)
+		if err != nil {
+			return opts, nil, nil, err
+		}
+		downs = append(downs, c)
+	}
+	return opts, ups, downs, nil
+}
+
+// download performs the --download copies, reporting skipped entries.
+func (a *app) download(ctx context.Context, sb *sandboxagent.Sandbox, downs []copySpec) error {
+	var errs []error
+	for _, d := range downs {
+		rep, err := sb.Download(ctx, d.ctr, d.host)
+		for _, s := range rep.Skipped {
+			fmt.Fprintf(a.stderr, "sandbox-agent: download %s: skipped %s: %s\n", d.ctr, s.Name, s.Reason)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func runExec(ctx context.Context, a *app, args []string) int {
+	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(a.stderr, "usage: sandbox-agent exec [flags] -- CMD [ARG...]\n\nRuns CMD in a throw-away sandbox and exits with its exit code (124 on timeout,\n125 when sandbox-agent itself fails).\n\nflags:")
+		fs.PrintDefaults()
+	}
+	var sf sandboxFlags
+	sf.register(fs, defaultExecImage)
+	timeout := fs.Duration("timeout", 0, "kill CMD's process tree after this long (default: timeout_exec)")
+	workdir := fs.String("workdir", "", "working directory of CMD")
+	user := fs.String("user", "", "user to run CMD as (default: the image's)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitError
+	}
+	cmd := fs.Args()
+	if len(cmd) == 0 {
+		return a.fail(errors.New("exec: no command given (usage: sandbox-agent exec [flags] -- CMD [ARG...])"))
+	}
+	opts, ups, downs, err := sf.options(a.cfg)
+	if err != nil {
+		return a.fail(fmt.Errorf("exec: %w", err))
+	}
+	rt, err := a.runtime(ctx)
+	if err != nil {
+		return a.fail(err)
+	}
+	sb, err := sandboxagent.NewSandbox(ctx, rt, opts)
+	if err != nil {
+		return a.fail(err)
+	}
+	defer sb.Close()
+	for _, u := range ups {
+		if err := sb.Upload(ctx, u.host, u.ctr); err != nil {
+			return a.fail(err)
+		}
+	}
+	res, err := sb.Exec(ctx, sandboxagent.ExecRequest{
+		Cmd: cmd, WorkDir: *workdir, User: *user, Timeout: *timeout,
+		Stdin: nil, Stdout: a.stdout, Stderr: a.stderr,
+	})
+	if err != nil && !res.TimedOut {
+		return a.fail(err)
+	}
+	if res.TimedOut {
+		if ctx.Err() != nil {
+			fmt.Fprintln(a.stderr, "sandbox-agent: interrupted; command killed")
+		} else {
+			fmt.Fprintln(a.stderr, "sandbox-agent: command timed out; its processes were killed")
+		}
+	}
+	// Downloads run even after a failure or timeout: partial results are
+	// often what one wants to look at. They use a fresh context so an
+	// interrupt does not also lose them.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeouts.Copy)
+	defer cancel()
+	if err := a.download(dctx, sb, downs); err != nil {
+		return a.fail(err)
+	}
+	if err := sb.Close(); err != nil {
+		fmt.Fprintf(a.stderr, "sandbox-agent: %v\n", err)
+	}
+	return res.ExitCode
+}
+
+func runGC(ctx context.Context, a *app, args []string) int {
+	fs := flag.NewFlagSet("gc", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	all := fs.Bool("all", false, "remove every sandbox of ours, even ones whose owner still runs")
+	dry := fs.Bool("dry-run", false, "only report")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitError
+	}
+	rt, err := a.runtime(ctx)
+	if err != nil {
+		return a.fail(err)
+	}
+	res, err := sandboxagent.GC(ctx, rt, sandboxagent.GCOptions{All: *all, DryRun: *dry})
+	verb := "removed"
+	if *dry {
+		verb = "would remove"
+	}
+	for _, e := range res.Removed {
+		fmt.Fprintf(a.stdout, "%s %s %s (%s)\n", verb, shortID(e.ID), e.Name, e.Reason)
+	}
+	for _, e := range res.Kept {
+		fmt.Fprintf(a.stdout, "kept %s %s (%s)\n", shortID(e.ID), e.Name, e.Reason)
+	}
+	if err != nil {
+		return a.fail(err)
+	}
+	return exitOK
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// version is set at release time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func runVersion(ctx context.Context, a *app, args []string) int {
+	fmt.Fprintf(a.stdout, "sandbox-agent %s\n", version)
+	rt, err := a.runtime(ctx)
+	if err != nil {
+		return a.fail(err)
+	}
+	info, err := rt.Info(ctx)
+	if err != nil {
+		fmt.Fprintf(a.stdout, "engine: unavailable (%v)\n", err)
+		return exitOK
+	}
+	fmt.Fprintf(a.stdout, "engine: %s %s (API %s)\n", info.Name, info.Version, info.APIVersion)
+	return exitOK
+}

@@ -1,0 +1,123 @@
+// Command sandbox-agent runs coding-agent CLIs and commands in throw-away
+// sandboxes. It only parses flags and wires the library together.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/runtime/docker"
+)
+
+// Exit codes of sandbox-agent itself. exec passes the command's own exit
+// code through, so ours sit where docker run puts its own (125).
+const (
+	exitOK    = 0
+	exitError = 125 // sandbox-agent failed: usage, engine, image, I/O
+)
+
+// app carries what every subcommand needs: the configuration loaded once,
+// the standard streams, and a lazily connected engine.
+type app struct {
+	cfg    sandboxagent.Config
+	stdout io.Writer
+	stderr io.Writer
+	rt     *docker.Runtime
+}
+
+// runtime connects to the engine on first use.
+func (a *app) runtime(ctx context.Context) (*docker.Runtime, error) {
+	if a.rt != nil {
+		return a.rt, nil
+	}
+	rt, err := docker.New(ctx, docker.Options{Host: a.cfg.DockerHost})
+	if err != nil {
+		return nil, err
+	}
+	a.rt = rt
+	return rt, nil
+}
+
+// fail prints a sandbox-agent error and returns its exit code.
+func (a *app) fail(err error) int {
+	fmt.Fprintf(a.stderr, "sandbox-agent: %v\n", err)
+	return exitError
+}
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, a *app, args []string) int
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"exec":       {"run a command in a throw-away sandbox", runExec},
+		"gc":         {"remove sandboxes left behind", runGC},
+		"version":    {"print versions", runVersion},
+		"images":     {"list, resolve and build the agent images", runImages},
+		"fake-model": {"serve the scripted fake model", runFakeModel},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: sandbox-agent COMMAND [ARGS...]\n\ncommands:")
+	cmds := commands()
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-11s %s\n", n, cmds[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'sandbox-agent COMMAND -h' for a command's flags.")
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	a := &app{stdout: stdout, stderr: stderr}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return exitError
+		}
+		return exitOK
+	}
+	cmd, ok := commands()[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "sandbox-agent: unknown command %q\n", args[0])
+		usage(stderr)
+		return exitError
+	}
+	cfg, err := sandboxagent.LoadConfig(configPath(getenv), getenv)
+	if err != nil {
+		return a.fail(err)
+	}
+	a.cfg = cfg
+	defer func() {
+		if a.rt != nil {
+			a.rt.Close()
+		}
+	}()
+	return cmd.run(ctx, a, args[1:])
+}
+
+// configPath is $SANDBOX_AGENT_CONFIG when set, else the default location.
+func configPath(getenv func(string) string) string {
+	if p := getenv("SANDBOX_AGENT_CONFIG"); p != "" {
+		return p
+	}
+	return sandboxagent.DefaultConfigPath()
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,247 @@
+package sandboxagent
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+)
+
+// ExecRequest is one command in a sandbox.
+type ExecRequest struct {
+	Cmd     []string          // argv; required
+	Env     map[string]string // added to the sandbox's environment
+	WorkDir string            // default: the sandbox's
+	User    string            // default: the sandbox's
+	Stdin   io.Reader         // nil: the command reads EOF
+	// Stdout and Stderr, when set, receive output as it is produced (in
+	// addition to the capture in ExecResult).
+	Stdout io.Writer
+	Stderr io.Writer
+	// Timeout; zero uses the exec timeout category (Config.Timeouts.Exec).
+	Timeout time.Duration
+	// MaxOutputBytes caps each captured stream; zero uses the config.
+	MaxOutputBytes int64
+}
+
+// ExecResult is what a command did. A non-zero exit code is not an error.
+type ExecResult struct {
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+	// TimedOut: the timeout (or the caller's context) ended the command;
+	// its whole process tree was killed and ExitCode is 124.
+	TimedOut bool
+	// Truncated: a stream exceeded MaxOutputBytes; the rest was dropped
+	// from the capture (streaming writers still saw it).
+	Truncated bool
+	Duration  time.Duration
+}
+
+// ExitCodeTimeout is the exit code reported for a command that timed out,
+// as coreutils timeout does.
+const ExitCodeTimeout = 124
+
+// execTagVar marks every process of one exec (the variable is inherited by
+// all descendants), so a timeout can find and kill the whole tree even
+// when members left the process group.
+const execTagVar = "SANDBOX_AGENT_EXEC_ID"
+
+// killScript terminates every process carrying $1 in its environment:
+// SIGTERM, up to $2 hundredths of a second of grace, then SIGKILL until
+// none is left (a forking tree may need a few rounds). One grep scans all
+// of /proc per round: forks are slow in containers. /proc/uptime has two
+// decimals, so "12.34" read as 1234 counts hundredths.
+const killScript = `tag="` + execTagVar + `=$1"; grace=$2
+pids() {
+  for f in $(grep -lzxF -e "$tag" /proc/[0-9]*/environ 2>/dev/null); do
+    f=${f#/proc/}; printf '%s ' "${f%/environ}"
+  done
+}
+p=$(pids); [ -z "$p" ] && exit 0
+kill -TERM $p 2>/dev/null
+read -r up _ < /proc/uptime; t0=${up%.*}${up#*.}
+while :; do
+  sleep 0.1
+  p=$(pids); [ -z "$p" ] && exit 0
+  read -r up _ < /proc/uptime; now=${up%.*}${up#*.}
+  [ $((now - t0)) -ge "$grace" ] && break
+done
+n=0
+while [ "$n" -lt 100 ]; do
+  kill -KILL $p 2>/dev/null
+  sleep 0.05
+  p=$(pids); [ -z "$p" ] && exit 0
+  n=$((n+1))
+done
+exit 1`
+
+// killGrace is how long a timed-out command gets between SIGTERM and
+// SIGKILL.
+const killGrace = time.Second
+
+// cappedBuffer keeps the first max bytes written and counts the rest.
+type cappedBuffer struct {
+	buf       bytes.Buffer
+	max       int64
+	truncated bool
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	room := c.max - int64(c.buf.Len())
+	if room <= 0 {
+		if len(p) > 0 {
+			c.truncated = true
+		}
+		return len(p), nil
+	}
+	if int64(len(p)) > room {
+		c.buf.Write(p[:room])
+		c.truncated = true
+		return len(p), nil
+	}
+	return c.buf.Write(p)
+}
+
+// teeWriter writes to the capture and to an optional live writer; a failing
+// live writer is dropped so the command's output is still captured.
+type teeWriter struct {
+	capture *cappedBuffer
+	live    io.Writer
+}
+
+func (t *teeWriter) Write(p []byte) (int, error) {
+	t.capture.Write(p)
+	if t.live != nil {
+		if _, err := t.live.Write(p); err != nil {
+			t.live = nil
+		}
+	}
+	return len(p), nil
+}
+
+func newTag() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Exec runs a command. On timeout (or when ctx is done) the command's whole
+// process tree is killed and the result has ExitCode 124, TimedOut and the
+// output produced so far; the sandbox stays usable. A timeout returns a nil
+// error; a cancelled ctx returns the result and ctx.Err().
+func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	if s.isClosed() {
+		return ExecResult{}, ErrClosed
+	}
+	if len(req.Cmd) == 0 {
+		return ExecResult{}, fmt.Errorf("%w: empty command", ErrInvalidArgument)
+	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = s.cfg.Timeouts.Exec
+	}
+	maxOut := req.MaxOutputBytes
+	if maxOut <= 0 {
+		maxOut = s.cfg.MaxOutputBytes
+	}
+	tag := newTag()
+	env := make([]string, 0, len(req.Env)+1)
+	for k, v := range req.Env {
+		if k == "" || k == execTagVar || bytes.ContainsAny([]byte(k), "=\x00") {
+			return ExecResult{}, fmt.Errorf("%w: environment variable name %q", ErrInvalidArgument, k)
+		}
+		env = append(env, k+"="+v)
+	}
+	env = append(env, execTagVar+"="+tag)
+	user := req.User
+	if user == "" {
+		user = s.user
+	}
+	stdout := &cappedBuffer{max: maxOut}
+	stderr := &cappedBuffer{max: maxOut}
+
+	// The exec itself runs detached from ctx: on timeout we must kill the
+	// tree first and then collect what it printed, not just hang up.
+	execCtx, detach := context.WithCancel(context.WithoutCancel(ctx))
+	defer detach()
+	type outcome struct {
+		code int
+		err  error
+	}
+	done := make(chan outcome, 1)
+	start := time.Now()
+	go func() {
+		code, err := s.rt.Exec(execCtx, s.id, RuntimeExec{
+			Cmd: req.Cmd, Env: env, User: user, WorkDir: req.WorkDir, Stdin: req.Stdin,
+			Stdout: &teeWriter{capture: stdout, live: req.Stdout},
+			Stderr: &teeWriter{capture: stderr, live: req.Stderr},
+		})
+		done <- outcome{code, err}
+	}()
+	result := func(code int) ExecResult {
+		return ExecResult{
+			ExitCode: code, Stdout: stdout.buf.Bytes(), Stderr: stderr.buf.Bytes(),
+			Truncated: stdout.truncated || stderr.truncated, Duration: time.Since(start),
+		}
+	}
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var cause error
+	select {
+	case o := <-done:
+		if o.err != nil {
+			return result(-1), fmt.Errorf("exec %q: %w", req.Cmd[0], o.err)
+		}
+		return result(o.code), nil
+	case <-timer.C:
+	case <-ctx.Done():
+		cause = ctx.Err()
+	}
+
+	killErr := s.killTree(tag, user)
+	// The stream ends once every holder of its pipes is dead; give it a
+	// moment to deliver the last output, then hang up regardless.
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		detach()
+		<-done
+	}
+	res := result(ExitCodeTimeout)
+	res.TimedOut = true
+	if killErr != nil {
+		return res, fmt.Errorf("exec %q timed out and its processes could not all be killed: %w", req.Cmd[0], killErr)
+	}
+	return res, cause
+}
+
+// killTree kills every process of one exec, as the same user (reading
+// another user's /proc/PID/environ needs privileges the sandbox lacks).
+func (s *Sandbox) killTree(tag, user string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	code, err := s.rt.Exec(ctx, s.id, RuntimeExec{
+		Cmd:    []string{"/bin/sh", "-c", killScript, "sandbox-agent-kill", tag, strconv.Itoa(int(killGrace / (10 * time.Millisecond)))},
+		User:   user,
+		Stdout: &out, Stderr: &out,
+	})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("kill script exited %d: %s", code, bytes.TrimSpace(out.Bytes()))
+	}
+	return nil
+}
+
+// Run is the driver primitive: run argv, capture output, default timeout.
+func (s *Sandbox) Run(ctx context.Context, cmd ...string) (ExecResult, error) {
+	return s.Exec(ctx, ExecRequest{Cmd: cmd})
+}

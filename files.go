@@ -1,0 +1,260 @@
+package sandboxagent
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/safetar"
+)
+
+// DownloadReport says what a download wrote and what it skipped.
+type DownloadReport struct {
+	// Path is where the download landed on the host.
+	Path    string
+	Files   int
+	Dirs    int
+	Bytes   int64
+	Skipped []safetar.Skipped
+}
+
+// cleanContainerPath validates an absolute container path.
+func cleanContainerPath(p string) (string, error) {
+	if p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("%w: container path must be absolute: %q", ErrInvalidArgument, p)
+	}
+	p = path.Clean(p)
+	if p == "/" {
+		return "", fmt.Errorf("%w: container path must not be /", ErrInvalidArgument)
+	}
+	return p, nil
+}
+
+func (s *Sandbox) copyCtx(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if s.isClosed() {
+		return nil, nil, ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeouts.Copy)
+	return ctx, cancel, nil
+}
+
+// copyIn puts a tar whose top entry is base(dst) into dir(dst), creating
+// the parent directory when it is missing.
+func (s *Sandbox) copyIn(ctx context.Context, dst string, body func() io.Reader) error {
+	dir := path.Dir(dst)
+	err := s.rt.CopyTo(ctx, s.id, dir, body())
+	if errors.Is(err, ErrPathNotFound) {
+		res, xerr := s.Exec(ctx, ExecRequest{Cmd: []string{"mkdir", "-p", "--", dir}})
+		if xerr != nil {
+			return xerr
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("create %s in sandbox: %s", dir, bytes.TrimSpace(res.Stderr))
+		}
+		err = s.rt.CopyTo(ctx, s.id, dir, body())
+	}
+	return err
+}
+
+// Upload copies a host file or directory to the container path dst (the
+// path the copy will have, not its parent). Host symlinks are copied as
+// symlinks.
+func (s *Sandbox) Upload(ctx context.Context, src, dst string) error {
+	dst, err := cleanContainerPath(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(src); err != nil {
+		return fmt.Errorf("%w: upload source: %w", ErrInvalidArgument, err)
+	}
+	ctx, cancel, err := s.copyCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	// Packing streams through a pipe, so a large tree is never held in
+	// memory; a retry after mkdir packs again.
+	var mu sync.Mutex
+	var packErr error
+	body := func() io.Reader {
+		pr, pw := io.Pipe()
+		go func() {
+			err := safetar.Pack(ctx, pw, src, path.Base(dst))
+			if err != nil {
+				mu.Lock()
+				packErr = err
+				mu.Unlock()
+			}
+			pw.CloseWithError(err)
+		}()
+		return pr
+	}
+	if err := s.copyIn(ctx, dst, body); err != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		if packErr != nil {
+			err = packErr
+		}
+		return fmt.Errorf("upload %s to %s: %w", src, dst, err)
+	}
+	return nil
+}
+
+// WriteFile writes data to a container file (parents created as needed).
+func (s *Sandbox) WriteFile(ctx context.Context, name string, data []byte, mode fs.FileMode) error {
+	name, err := cleanContainerPath(name)
+	if err != nil {
+		return err
+	}
+	ctx, cancel, err := s.copyCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	body := func() io.Reader { return tarOneFile("", path.Base(name), data, mode) }
+	if err := s.copyIn(ctx, name, body); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// tarOneFile is an in-memory tar holding dir/ (when dir is not empty) and
+// dir/name.
+func tarOneFile(dir, name string, data []byte, mode fs.FileMode) io.Reader {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	now := time.Now()
+	if dir != "" {
+		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o755, ModTime: now})
+		name = dir + "/" + name
+	}
+	if mode == 0 {
+		mode = 0o644
+	}
+	_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(mode.Perm()), Size: int64(len(data)), ModTime: now})
+	_, _ = tw.Write(data)
+	_ = tw.Close()
+	return &buf
+}
+
+// ReadFile returns the contents of one regular container file, at most
+// max bytes (zero: the download byte cap).
+func (s *Sandbox) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
+	name, err := cleanContainerPath(name)
+	if err != nil {
+		return nil, err
+	}
+	if max <= 0 {
+		max = s.cfg.MaxDownloadBytes
+	}
+	ctx, cancel, err := s.copyCtx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	rc, err := s.rt.CopyFrom(ctx, s.id, name)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	hdr, err := tr.Next()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w: %w", name, ErrUnsafeArchive, err)
+	}
+	if hdr.Typeflag != tar.TypeReg {
+		return nil, fmt.Errorf("read %s: %w: not a regular file", name, ErrInvalidArgument)
+	}
+	if hdr.Size > max {
+		return nil, fmt.Errorf("read %s: %w: %d bytes, cap %d", name, ErrLimitExceeded, hdr.Size, max)
+	}
+	data, err := io.ReadAll(io.LimitReader(tr, hdr.Size))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if int64(len(data)) != hdr.Size {
+		return nil, fmt.Errorf("read %s: %w: truncated archive", name, ErrUnsafeArchive)
+	}
+	return data, nil
+}
+
+// Download copies a container file or directory to the host. dst is the
+// path the copy gets; when dst is an existing directory the copy goes
+// inside it under the source's base name. The archive is treated as
+// hostile (see package safetar for the policy): it is extracted into a
+// fresh staging directory beside the destination and renamed into place,
+// so a failed download leaves nothing behind. An existing regular file at
+// the destination is replaced; an existing directory is not merged into.
+func (s *Sandbox) Download(ctx context.Context, src, dst string) (DownloadReport, error) {
+	src, err := cleanContainerPath(src)
+	if err != nil {
+		return DownloadReport{}, err
+	}
+	if dst == "" {
+		return DownloadReport{}, fmt.Errorf("%w: empty download destination", ErrInvalidArgument)
+	}
+	final := filepath.Clean(dst)
+	if fi, err := os.Stat(final); err == nil && fi.IsDir() {
+		final = filepath.Join(final, path.Base(src))
+	}
+	if fi, err := os.Lstat(final); err == nil && fi.IsDir() {
+		return DownloadReport{}, fmt.Errorf("download %s: %w: %s is a directory", src, ErrDestinationExists, final)
+	}
+	parent := filepath.Dir(final)
+	if fi, err := os.Stat(parent); err != nil || !fi.IsDir() {
+		return DownloadReport{}, fmt.Errorf("%w: download destination's parent %s is not a directory", ErrInvalidArgument, parent)
+	}
+
+	ctx, cancel, err := s.copyCtx(ctx)
+	if err != nil {
+		return DownloadReport{}, err
+	}
+	defer cancel()
+	rc, err := s.rt.CopyFrom(ctx, s.id, src)
+	if err != nil {
+		return DownloadReport{}, fmt.Errorf("download %s: %w", src, err)
+	}
+	defer rc.Close()
+
+	staging, err := os.MkdirTemp(parent, ".sandbox-agent-download-")
+	if err != nil {
+		return DownloadReport{}, fmt.Errorf("download %s: staging: %w", src, err)
+	}
+	defer os.RemoveAll(staging)
+	top := path.Base(src)
+	rep, err := safetar.Extract(ctx, rc, staging, top, safetar.Limits{
+		MaxBytes: s.cfg.MaxDownloadBytes, MaxEntries: s.cfg.MaxDownloadEntries, MaxDepth: s.cfg.MaxDownloadDepth,
+	})
+	report := DownloadReport{Path: final, Files: rep.Files, Dirs: rep.Dirs, Bytes: rep.Bytes, Skipped: rep.Skipped}
+	if err != nil {
+		return report, fmt.Errorf("download %s: %w", src, archiveErr(err))
+	}
+	if _, err := os.Lstat(filepath.Join(staging, top)); err != nil {
+		return report, fmt.Errorf("download %s: %w: nothing to copy (the source is a symlink or special file; skipped)", src, ErrUnsafeArchive)
+	}
+	if err := os.Rename(filepath.Join(staging, top), final); err != nil {
+		return report, fmt.Errorf("download %s: publish: %w", src, err)
+	}
+	return report, nil
+}
+
+// archiveErr adds our sentinels to safetar's rejections.
+func archiveErr(err error) error {
+	switch {
+	case errors.Is(err, safetar.ErrLimit):
+		return fmt.Errorf("%w: %w", ErrLimitExceeded, err)
+	case errors.Is(err, safetar.ErrUnsafe), errors.Is(err, safetar.ErrTruncated):
+		return fmt.Errorf("%w: %w", ErrUnsafeArchive, err)
+	}
+	return err
+}

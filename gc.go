@@ -1,0 +1,90 @@
+package sandboxagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// GCOptions selects which leftovers GC removes.
+type GCOptions struct {
+	// All removes every sandbox of ours, including ones whose owner is
+	// still running. Without it GC removes sandboxes that stopped, and
+	// running ones whose owner process on this host is gone.
+	All bool
+	// DryRun reports without removing.
+	DryRun bool
+}
+
+// GCResult lists what GC removed (or would remove) and why.
+type GCResult struct {
+	Removed []GCEntry
+	Kept    []GCEntry
+}
+
+// GCEntry is one sandbox container GC looked at.
+type GCEntry struct {
+	ID, Name, Reason string
+}
+
+// GC removes sandbox containers left behind, found by our label. It never
+// touches a container without LabelManaged=true.
+func GC(ctx context.Context, rt Runtime, opts GCOptions) (GCResult, error) {
+	list, err := rt.List(ctx, map[string]string{LabelManaged: "true"})
+	if err != nil {
+		return GCResult{}, fmt.Errorf("gc: %w", err)
+	}
+	host, _ := os.Hostname()
+	var res GCResult
+	var errs []error
+	for _, c := range list {
+		if c.Labels[LabelManaged] != "true" { // never trust the engine's filter alone
+			continue
+		}
+		e := GCEntry{ID: c.ID, Name: c.Name}
+		sameHost := c.Labels[LabelHost] == host
+		switch {
+		case opts.All:
+			e.Reason = "--all"
+		case sameHost && processAlive(c.Labels[LabelPID]):
+			e.Reason = "owner process " + c.Labels[LabelPID] + " is alive"
+			res.Kept = append(res.Kept, e)
+			continue
+		case sameHost:
+			e.Reason = "owner process " + c.Labels[LabelPID] + " is gone"
+		case c.Status == "created" && time.Since(c.Created) < 10*time.Minute:
+			// Possibly being started right now by its owner elsewhere.
+			e.Reason = "being created on host " + c.Labels[LabelHost]
+			res.Kept = append(res.Kept, e)
+			continue
+		case !c.Running:
+			e.Reason = "not running (" + c.Status + ")"
+		default:
+			e.Reason = "running, owned by host " + c.Labels[LabelHost]
+			res.Kept = append(res.Kept, e)
+			continue
+		}
+		if !opts.DryRun {
+			if err := rt.Remove(ctx, c.ID); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		res.Removed = append(res.Removed, e)
+	}
+	return res, errors.Join(errs...)
+}
+
+// processAlive reports whether pid names a live process on this host.
+func processAlive(pid string) bool {
+	n, err := strconv.Atoi(pid)
+	if err != nil || n <= 0 {
+		return false
+	}
+	err = syscall.Kill(n, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

@@ -1,0 +1,112 @@
+package sandboxagent
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Runtime is what a Sandbox needs from a container engine. runtime/docker
+// implements it over the Docker Engine API (Podman's compatible API works
+// through the same implementation); callers may plug in their own.
+//
+// Implementations report a missing image with ErrImageNotFound, an
+// unreachable engine with ErrEngineUnavailable and a missing container with
+// ErrContainerNotFound (wrapped, so errors.Is works).
+type Runtime interface {
+	// Info pings the engine and describes it.
+	Info(ctx context.Context) (EngineInfo, error)
+	// Create creates (does not start) a container and returns its id.
+	Create(ctx context.Context, spec ContainerSpec) (string, error)
+	Start(ctx context.Context, id string) error
+	Inspect(ctx context.Context, id string) (ContainerState, error)
+	// Exec runs a command in a running container, streaming its output to
+	// the request's writers until the command's output closes. It returns
+	// the exit code. When ctx is done it detaches (the process keeps
+	// running: engines have no exec kill) and returns ctx.Err().
+	Exec(ctx context.Context, id string, req RuntimeExec) (int, error)
+	// CopyTo extracts an uncompressed tar stream into dir (which must exist).
+	CopyTo(ctx context.Context, id, dir string, tar io.Reader) error
+	// CopyFrom returns a tar stream of path. Everything in it is hostile.
+	CopyFrom(ctx context.Context, id, path string) (io.ReadCloser, error)
+	Kill(ctx context.Context, id string) error
+	// Remove force-removes a container; a missing container is not an error.
+	Remove(ctx context.Context, id string) error
+	// List returns containers (running or not) carrying all the labels.
+	List(ctx context.Context, labels map[string]string) ([]ContainerState, error)
+}
+
+// EngineInfo describes the engine a Runtime talks to.
+type EngineInfo struct {
+	Name       string // "docker" or "podman"
+	Version    string
+	APIVersion string
+	Rootless   bool
+}
+
+// ContainerSpec is what Create needs. Zero values are not defaults here:
+// the Sandbox fills every field from its (hardened) options.
+type ContainerSpec struct {
+	Name       string
+	Image      string
+	Cmd        []string
+	Env        []string // KEY=VALUE
+	User       string
+	WorkDir    string
+	Labels     map[string]string
+	AutoRemove bool
+
+	Privileged     bool
+	CapDrop        []string
+	CapAdd         []string
+	SecurityOpt    []string
+	ReadonlyRootfs bool
+	Init           bool
+	PidsLimit      int64
+	MemoryBytes    int64
+	MemorySwap     int64
+	NanoCPUs       int64
+	NetworkMode    string
+	Tmpfs          map[string]string
+	Runtime        string // OCI runtime, e.g. "runsc"; empty = engine default
+	ExtraHosts     []string
+}
+
+// ContainerState is what Inspect and List report.
+type ContainerState struct {
+	ID        string
+	Name      string
+	Image     string
+	Labels    map[string]string
+	Running   bool
+	Status    string // engine's word: created, running, exited, ...
+	ExitCode  int
+	OOMKilled bool
+	Created   time.Time
+
+	// Hardening as the engine recorded it, so the Sandbox can check that
+	// every setting stuck (old engines silently drop unknown fields).
+	Privileged     bool
+	CapDrop        []string
+	CapAdd         []string
+	SecurityOpt    []string
+	ReadonlyRootfs bool
+	Init           bool
+	PidsLimit      int64
+	MemoryBytes    int64
+	MemorySwap     int64
+	NanoCPUs       int64
+	NetworkMode    string
+	User           string
+}
+
+// RuntimeExec is one command for Runtime.Exec.
+type RuntimeExec struct {
+	Cmd     []string
+	Env     []string // KEY=VALUE
+	User    string
+	WorkDir string
+	Stdin   io.Reader // nil: no stdin (the command sees EOF)
+	Stdout  io.Writer
+	Stderr  io.Writer
+}

@@ -1,0 +1,338 @@
+// Package docker implements sandboxagent.Runtime over the Docker Engine API
+// with the official client module (no docker CLI subprocesses). Podman's
+// Docker-compatible API service works through the same code.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// Options configures the connection. The zero value uses DOCKER_HOST (and
+// the other DOCKER_* variables) or the default local socket.
+type Options struct {
+	// Host overrides DOCKER_HOST, e.g. unix:///run/podman/podman.sock.
+	Host string
+}
+
+// Runtime talks to one engine. It is safe for concurrent use.
+type Runtime struct {
+	cli *client.Client
+}
+
+var _ sandboxagent.Runtime = (*Runtime)(nil)
+
+// New connects lazily: the first call negotiates the API version, so New
+// itself does not fail on a dead engine (Info does, with
+// ErrEngineUnavailable).
+func New(ctx context.Context, opts Options) (*Runtime, error) {
+	copts := []client.Opt{client.FromEnv}
+	if opts.Host != "" {
+		copts = append(copts, client.WithHost(opts.Host))
+	}
+	cli, err := client.New(copts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w: %w", sandboxagent.ErrEngineUnavailable, err)
+	}
+	return &Runtime{cli: cli}, nil
+}
+
+// Client exposes the underlying Engine API client for calls outside the
+// sandboxagent.Runtime port (image builds, say).
+func (r *Runtime) Client() *client.Client { return r.cli }
+
+// Close releases the connection pool.
+func (r *Runtime) Close() error { return r.cli.Close() }
+
+// classify maps engine errors onto the sentinel errors callers branch on.
+// notFound is the sentinel a 404 means for this call.
+func classify(op string, err error, notFound error) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %w", op, err)
+	case client.IsErrConnectionFailed(err):
+		return fmt.Errorf("%s: %w: %w", op, sandboxagent.ErrEngineUnavailable, err)
+	case notFound != nil && cerrdefs.IsNotFound(err):
+		return fmt.Errorf("%s: %w: %w", op, notFound, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// Info pings the engine and reports what it is.
+func (r *Runtime) Info(ctx context.Context) (sandboxagent.EngineInfo, error) {
+	v, err := r.cli.ServerVersion(ctx, client.ServerVersionOptions{})
+	if err != nil {
+		return sandboxagent.EngineInfo{}, classify("engine version", err, nil)
+	}
+	info := sandboxagent.EngineInfo{Name: "docker", Version: v.Version, APIVersion: r.cli.ClientVersion()}
+	for _, c := range v.Components {
+		if strings.EqualFold(c.Name, "podman engine") {
+			info.Name = "podman"
+		}
+	}
+	if strings.Contains(strings.ToLower(v.Platform.Name), "podman") {
+		info.Name = "podman"
+	}
+	return info, nil
+}
+
+// Create creates a container from spec without starting it.
+func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (string, error) {
+	init := spec.Init
+	pids := spec.PidsLimit
+	hc := &container.HostConfig{
+		AutoRemove:     spec.AutoRemove,
+		Privileged:     spec.Privileged,
+		CapDrop:        spec.CapDrop,
+		CapAdd:         spec.CapAdd,
+		SecurityOpt:    spec.SecurityOpt,
+		ReadonlyRootfs: spec.ReadonlyRootfs,
+		Init:           &init,
+		NetworkMode:    container.NetworkMode(spec.NetworkMode),
+		Tmpfs:          spec.Tmpfs,
+		Runtime:        spec.Runtime,
+		ExtraHosts:     spec.ExtraHosts,
+		Resources: container.Resources{
+			PidsLimit:  &pids,
+			Memory:     spec.MemoryBytes,
+			MemorySwap: spec.MemorySwap,
+			NanoCPUs:   spec.NanoCPUs,
+		},
+	}
+	res, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: spec.Name,
+		Config: &container.Config{
+			Image:      spec.Image,
+			Cmd:        spec.Cmd,
+			Env:        spec.Env,
+			User:       spec.User,
+			WorkingDir: spec.WorkDir,
+			Labels:     spec.Labels,
+		},
+		HostConfig: hc,
+	})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return "", fmt.Errorf("create container: %w: %s: %w", sandboxagent.ErrImageNotFound, spec.Image, err)
+		}
+		return "", classify("create container", err, nil)
+	}
+	return res.ID, nil
+}
+
+// Start starts a created container.
+func (r *Runtime) Start(ctx context.Context, id string) error {
+	_, err := r.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
+	return classify("start container", err, sandboxagent.ErrContainerNotFound)
+}
+
+// Inspect reports a container's state and recorded hardening.
+func (r *Runtime) Inspect(ctx context.Context, id string) (sandboxagent.ContainerState, error) {
+	res, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return sandboxagent.ContainerState{}, classify("inspect container", err, sandboxagent.ErrContainerNotFound)
+	}
+	c := res.Container
+	st := sandboxagent.ContainerState{ID: c.ID, Name: strings.TrimPrefix(c.Name, "/"), Image: c.Image}
+	if t, err := time.Parse(time.RFC3339Nano, c.Created); err == nil {
+		st.Created = t
+	}
+	if c.Config != nil {
+		st.Labels = c.Config.Labels
+		st.User = c.Config.User
+		st.Image = c.Config.Image
+	}
+	if s := c.State; s != nil {
+		st.Running = s.Running
+		st.Status = string(s.Status)
+		st.ExitCode = s.ExitCode
+		st.OOMKilled = s.OOMKilled
+	}
+	if h := c.HostConfig; h != nil {
+		st.Privileged = h.Privileged
+		st.CapDrop = h.CapDrop
+		st.CapAdd = h.CapAdd
+		st.SecurityOpt = h.SecurityOpt
+		st.ReadonlyRootfs = h.ReadonlyRootfs
+		st.Init = h.Init != nil && *h.Init
+		if h.PidsLimit != nil {
+			st.PidsLimit = *h.PidsLimit
+		}
+		st.MemoryBytes = h.Memory
+		st.MemorySwap = h.MemorySwap
+		st.NanoCPUs = h.NanoCPUs
+		st.NetworkMode = string(h.NetworkMode)
+	}
+	return st, nil
+}
+
+// Exec runs one command and streams its demultiplexed output. The exit
+// code comes from ExecInspect after the stream ends (the stream may end a
+// moment before the engine records the exit).
+func (r *Runtime) Exec(ctx context.Context, id string, req sandboxagent.RuntimeExec) (int, error) {
+	cr, err := r.cli.ExecCreate(ctx, id, client.ExecCreateOptions{
+		User:         req.User,
+		AttachStdin:  req.Stdin != nil,
+		AttachStdout: true,
+		AttachStderr: true,
+		Env:          req.Env,
+		WorkingDir:   req.WorkDir,
+		Cmd:          req.Cmd,
+	})
+	if err != nil {
+		return -1, classify("exec create", err, sandboxagent.ErrContainerNotFound)
+	}
+	att, err := r.cli.ExecAttach(ctx, cr.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return -1, classify("exec start", err, sandboxagent.ErrContainerNotFound)
+	}
+	defer att.Close()
+	// The engine ignores ctx once the connection is hijacked: closing it is
+	// the only way to stop waiting.
+	stop := context.AfterFunc(ctx, att.Close)
+	defer stop()
+	if req.Stdin != nil {
+		go func() {
+			_, _ = io.Copy(att.Conn, req.Stdin)
+			_ = att.CloseWrite()
+		}()
+	}
+	stdout, stderr := req.Stdout, req.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	// Demultiplex by our own choice (no TTY), never by Content-Type: API
+	// 1.41 engines label multiplexed streams as raw.
+	_, copyErr := stdcopy.StdCopy(stdout, stderr, att.Reader)
+	if ctx.Err() != nil {
+		return -1, ctx.Err()
+	}
+	if copyErr != nil && !errors.Is(copyErr, io.EOF) {
+		return -1, fmt.Errorf("exec stream: %w", copyErr)
+	}
+	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+		ins, err := r.cli.ExecInspect(ctx, cr.ID, client.ExecInspectOptions{})
+		if err != nil {
+			return -1, classify("exec inspect", err, sandboxagent.ErrContainerNotFound)
+		}
+		if !ins.Running {
+			return ins.ExitCode, nil
+		}
+		select {
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+}
+
+// CopyTo extracts an uncompressed tar into dir inside the container.
+func (r *Runtime) CopyTo(ctx context.Context, id, dir string, tar io.Reader) error {
+	_, err := r.cli.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: dir, Content: tar})
+	return classify("copy to container "+dir, err, sandboxagent.ErrPathNotFound)
+}
+
+// CopyFrom streams a tar of path out of the container.
+func (r *Runtime) CopyFrom(ctx context.Context, id, path string) (io.ReadCloser, error) {
+	res, err := r.cli.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: path})
+	if err != nil {
+		return nil, classify("copy from container "+path, err, sandboxagent.ErrPathNotFound)
+	}
+	return res.Content, nil
+}
+
+// Kill sends SIGKILL to the container's main process.
+func (r *Runtime) Kill(ctx context.Context, id string) error {
+	_, err := r.cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"})
+	if err != nil && isGone(err) {
+		return nil
+	}
+	return classify("kill container", err, sandboxagent.ErrContainerNotFound)
+}
+
+// Remove force-removes the container and its anonymous volumes, and
+// returns once it is gone. A container that is already gone (or being
+// auto-removed) is not an error.
+func (r *Runtime) Remove(ctx context.Context, id string) error {
+	_, err := r.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !isGone(err) {
+		return classify("remove container", err, nil)
+	}
+	// An auto-remove already in progress finishes on its own; wait for it
+	// so callers never see a half-removed container.
+	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 200*time.Millisecond) {
+		_, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return classify("remove container", err, nil)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("remove container %s: %w", id, ctx.Err())
+		case <-time.After(delay):
+		}
+	}
+}
+
+// isGone reports an error that means the container no longer exists or is
+// already on its way out.
+func isGone(err error) bool {
+	if cerrdefs.IsNotFound(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "is already in progress") || strings.Contains(msg, "is not running") ||
+		strings.Contains(msg, "No such container")
+}
+
+// List returns every container (running or not) carrying all labels.
+func (r *Runtime) List(ctx context.Context, labels map[string]string) ([]sandboxagent.ContainerState, error) {
+	f := make(client.Filters)
+	for k, v := range labels {
+		if v == "" {
+			f.Add("label", k)
+		} else {
+			f.Add("label", k+"="+v)
+		}
+	}
+	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, classify("list containers", err, nil)
+	}
+	out := make([]sandboxagent.ContainerState, 0, len(res.Items))
+	for _, c := range res.Items {
+		name := ""
+		if len(c.Names) > 0 {
+			name = strings.TrimPrefix(c.Names[0], "/")
+		}
+		out = append(out, sandboxagent.ContainerState{
+			ID:      c.ID,
+			Name:    name,
+			Image:   c.Image,
+			Labels:  c.Labels,
+			Running: c.State == container.StateRunning,
+			Status:  string(c.State),
+			Created: time.Unix(c.Created, 0),
+		})
+	}
+	return out, nil
+}

@@ -1,0 +1,392 @@
+package sandboxagent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Labels every sandbox container carries. gc finds leftovers by them.
+const (
+	LabelManaged   = "sandbox-agent.managed" // "true"
+	LabelCreated   = "sandbox-agent.created" // RFC 3339
+	LabelKeepalive = "sandbox-agent.keepalive"
+	LabelHost      = "sandbox-agent.host"
+	LabelPID       = "sandbox-agent.pid"
+)
+
+// DefaultCaps is the documented minimum of capabilities a sandbox keeps
+// (everything else is dropped): enough for root inside the container to
+// own and fix files, switch to an unprivileged user and signal its own
+// processes. Raw sockets, mknod, chroot, setfcap, net_bind_service and
+// audit_write — in Docker's default set — are dropped.
+var DefaultCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"}
+
+// Resource defaults of a sandbox.
+const (
+	DefaultMemoryBytes = 4 << 30
+	DefaultPidsLimit   = 1024
+	DefaultCPUs        = 2.0
+	DefaultNetwork     = "none"
+)
+
+// SandboxOptions describes one sandbox. The zero value of every hardening
+// field is the hardened choice; loosening is an explicit field.
+type SandboxOptions struct {
+	// Image is required: the image the container runs.
+	Image string
+	// Config supplies timeouts, keepalive and caps; zero fields take the
+	// built-in defaults.
+	Config Config
+
+	Name    string            // container name; default sandbox-agent-<random>
+	Env     map[string]string // environment of the container and every exec
+	User    string            // default: the image's user
+	WorkDir string            // default: the image's working directory
+	Labels  map[string]string // extra labels (ours are always added)
+	// Keepalive overrides Config.Keepalive for this sandbox.
+	Keepalive time.Duration
+
+	// Network is the Docker network mode: "none" (default), "bridge",
+	// "host" or a network name. Agents need one to reach their model.
+	Network    string
+	ExtraHosts []string // host:ip entries for /etc/hosts
+
+	MemoryBytes int64   // default DefaultMemoryBytes; swap is always equal (no swap)
+	CPUs        float64 // default DefaultCPUs
+	PidsLimit   int64   // default DefaultPidsLimit
+	// Caps are the capabilities kept after dropping ALL; nil means
+	// DefaultCaps, an empty non-nil slice means none.
+	Caps []string
+	// ReadonlyRootfs makes the root filesystem read-only (uploads and
+	// downloads through the engine then fail on it; mount tmpfs for
+	// scratch space).
+	ReadonlyRootfs bool
+	Tmpfs          map[string]string
+	// OCIRuntime selects another OCI runtime, e.g. "runsc" (gVisor).
+	OCIRuntime string
+	// Loosening, each explicit.
+	Privileged         bool
+	AllowNewPrivileges bool
+	NoInit             bool
+
+	// TrustCACert is a host PEM bundle installed into the sandbox before
+	// it starts, with NODE_EXTRA_CA_CERTS and SSL_CERT_FILE pointing at it
+	// (for TLS-intercepting proxies).
+	TrustCACert string
+}
+
+// caPath is where TrustCACert lands inside the container.
+const caPath = "/sandbox-agent/ca.pem"
+
+// Sandbox is one running container. Close destroys it; if the host
+// process dies first, the container removes itself after Keepalive idle.
+type Sandbox struct {
+	rt   Runtime
+	id   string
+	name string
+	cfg  Config
+	user string
+
+	closeOnce sync.Once
+	closeErr  error
+	closed    chan struct{}
+}
+
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Timeouts.Start <= 0 {
+		c.Timeouts.Start = d.Timeouts.Start
+	}
+	if c.Timeouts.Exec <= 0 {
+		c.Timeouts.Exec = d.Timeouts.Exec
+	}
+	if c.Timeouts.Ask <= 0 {
+		c.Timeouts.Ask = d.Timeouts.Ask
+	}
+	if c.Timeouts.Copy <= 0 {
+		c.Timeouts.Copy = d.Timeouts.Copy
+	}
+	if c.Keepalive <= 0 {
+		c.Keepalive = d.Keepalive
+	}
+	if c.MaxDownloadBytes <= 0 {
+		c.MaxDownloadBytes = d.MaxDownloadBytes
+	}
+	if c.MaxDownloadEntries <= 0 {
+		c.MaxDownloadEntries = d.MaxDownloadEntries
+	}
+	if c.MaxDownloadDepth <= 0 {
+		c.MaxDownloadDepth = d.MaxDownloadDepth
+	}
+	if c.MaxOutputBytes <= 0 {
+		c.MaxOutputBytes = d.MaxOutputBytes
+	}
+	if c.MaxConcurrentStarts <= 0 {
+		c.MaxConcurrentStarts = d.MaxConcurrentStarts
+	}
+	return c
+}
+
+// keepaliveScript is the container's main process: it exits (and the
+// container removes itself) once no other process has run for $1 seconds,
+// checking every $2 seconds. It forks nothing but sleep, so a long idle
+// sandbox costs almost nothing. The process count at start (init + this
+// shell) is the idle baseline; anything above it is a running command.
+const keepaliveScript = `ka=$1; iv=$2
+set -- /proc/[0-9]*; base=$#
+read -r up _ < /proc/uptime; last=${up%.*}
+while :; do
+  sleep "$iv"
+  read -r up _ < /proc/uptime; now=${up%.*}
+  set -- /proc/[0-9]*
+  if [ $# -gt "$base" ]; then last=$now; fi
+  if [ $((now - last)) -ge "$ka" ]; then exit 0; fi
+done`
+
+func newName() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "sandbox-agent-" + hex.EncodeToString(b)
+}
+
+// NewSandbox creates, checks and starts a hardened container. It fails
+// with ErrImageNotFound, ErrEngineUnavailable or a *HardeningError; on any
+// failure nothing is left behind.
+func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox, error) {
+	if rt == nil {
+		return nil, fmt.Errorf("%w: nil Runtime", ErrInvalidArgument)
+	}
+	if opts.Image == "" {
+		return nil, fmt.Errorf("%w: no image given", ErrInvalidArgument)
+	}
+	cfg := opts.Config.withDefaults()
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Start)
+	defer cancel()
+
+	spec, err := containerSpec(opts, cfg)
+	if err != nil {
+		return nil, err
+	}
+	id, err := rt.Create(ctx, spec)
+	if err != nil {
+		return nil, startErr(ctx, err)
+	}
+	s := &Sandbox{rt: rt, id: id, name: spec.Name, cfg: cfg, user: opts.User, closed: make(chan struct{})}
+	fail := func(err error) (*Sandbox, error) {
+		_ = s.Close()
+		return nil, startErr(ctx, err)
+	}
+	st, err := rt.Inspect(ctx, id)
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkHardening(spec, st); err != nil {
+		return fail(err)
+	}
+	if opts.TrustCACert != "" {
+		pem, err := os.ReadFile(opts.TrustCACert)
+		if err != nil {
+			return fail(fmt.Errorf("%w: trust CA cert: %w", ErrInvalidArgument, err))
+		}
+		if err := rt.CopyTo(ctx, id, "/", tarOneFile(path.Dir(caPath)[1:], path.Base(caPath), pem, 0o644)); err != nil {
+			return fail(fmt.Errorf("install CA cert: %w", err))
+		}
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// startErr turns a start-deadline expiry into ErrTimeout.
+func startErr(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
+		return fmt.Errorf("start sandbox: %w (timeout_start): %w", ErrTimeout, err)
+	}
+	return fmt.Errorf("start sandbox: %w", err)
+}
+
+func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
+	keepalive := opts.Keepalive
+	if keepalive <= 0 {
+		keepalive = cfg.Keepalive
+	}
+	kaSecs := int64(keepalive.Round(time.Second) / time.Second)
+	if kaSecs < 1 {
+		kaSecs = 1
+	}
+	interval := min(max(kaSecs/10, 1), 5)
+
+	name := opts.Name
+	if name == "" {
+		name = newName()
+	}
+	env := make([]string, 0, len(opts.Env)+2)
+	for k, v := range opts.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return ContainerSpec{}, fmt.Errorf("%w: environment variable name %q", ErrInvalidArgument, k)
+		}
+		env = append(env, k+"="+v)
+	}
+	if opts.TrustCACert != "" {
+		env = append(env, "NODE_EXTRA_CA_CERTS="+caPath, "SSL_CERT_FILE="+caPath)
+	}
+	sort.Strings(env)
+
+	host, _ := os.Hostname()
+	labels := map[string]string{}
+	for k, v := range opts.Labels {
+		labels[k] = v
+	}
+	labels[LabelManaged] = "true"
+	labels[LabelCreated] = time.Now().UTC().Format(time.RFC3339)
+	labels[LabelKeepalive] = strconv.FormatInt(kaSecs, 10)
+	labels[LabelHost] = host
+	labels[LabelPID] = strconv.Itoa(os.Getpid())
+
+	caps := opts.Caps
+	if caps == nil {
+		caps = DefaultCaps
+	}
+	mem := opts.MemoryBytes
+	if mem <= 0 {
+		mem = DefaultMemoryBytes
+	}
+	cpus := opts.CPUs
+	if cpus <= 0 {
+		cpus = DefaultCPUs
+	}
+	pids := opts.PidsLimit
+	if pids <= 0 {
+		pids = DefaultPidsLimit
+	}
+	network := opts.Network
+	if network == "" {
+		network = DefaultNetwork
+	}
+	var secOpt []string
+	if !opts.AllowNewPrivileges {
+		secOpt = []string{"no-new-privileges:true"}
+	}
+	return ContainerSpec{
+		Name:           name,
+		Image:          opts.Image,
+		Cmd:            []string{"/bin/sh", "-c", keepaliveScript, "sandbox-agent-keepalive", strconv.FormatInt(kaSecs, 10), strconv.FormatInt(interval, 10)},
+		Env:            env,
+		User:           opts.User,
+		WorkDir:        opts.WorkDir,
+		Labels:         labels,
+		AutoRemove:     true,
+		Privileged:     opts.Privileged,
+		CapDrop:        []string{"ALL"},
+		CapAdd:         caps,
+		SecurityOpt:    secOpt,
+		ReadonlyRootfs: opts.ReadonlyRootfs,
+		Init:           !opts.NoInit,
+		PidsLimit:      pids,
+		MemoryBytes:    mem,
+		MemorySwap:     mem,
+		NanoCPUs:       int64(cpus * 1e9),
+		NetworkMode:    network,
+		Tmpfs:          opts.Tmpfs,
+		Runtime:        opts.OCIRuntime,
+		ExtraHosts:     opts.ExtraHosts,
+	}, nil
+}
+
+// normCaps upper-cases and strips CAP_ so engine spellings compare.
+func normCaps(in []string) string {
+	out := make([]string, 0, len(in))
+	for _, c := range in {
+		out = append(out, strings.TrimPrefix(strings.ToUpper(c), "CAP_"))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}
+
+// checkHardening compares what the engine recorded with what was asked:
+// older engines silently drop fields they do not know.
+func checkHardening(want ContainerSpec, got ContainerState) error {
+	type check struct {
+		setting   string
+		want, got string
+	}
+	checks := []check{
+		{"privileged", strconv.FormatBool(want.Privileged), strconv.FormatBool(got.Privileged)},
+		{"cap_drop", normCaps(want.CapDrop), normCaps(got.CapDrop)},
+		{"cap_add", normCaps(want.CapAdd), normCaps(got.CapAdd)},
+		{"readonly_rootfs", strconv.FormatBool(want.ReadonlyRootfs), strconv.FormatBool(got.ReadonlyRootfs)},
+		{"init", strconv.FormatBool(want.Init), strconv.FormatBool(got.Init)},
+		{"pids_limit", strconv.FormatInt(want.PidsLimit, 10), strconv.FormatInt(got.PidsLimit, 10)},
+		{"memory", strconv.FormatInt(want.MemoryBytes, 10), strconv.FormatInt(got.MemoryBytes, 10)},
+		{"memory_swap", strconv.FormatInt(want.MemorySwap, 10), strconv.FormatInt(got.MemorySwap, 10)},
+		{"nano_cpus", strconv.FormatInt(want.NanoCPUs, 10), strconv.FormatInt(got.NanoCPUs, 10)},
+		{"network_mode", want.NetworkMode, got.NetworkMode},
+	}
+	nnp := func(opts []string) string {
+		for _, o := range opts {
+			if o == "no-new-privileges" || o == "no-new-privileges:true" || o == "no-new-privileges=true" {
+				return "true"
+			}
+		}
+		return "false"
+	}
+	checks = append(checks, check{"no_new_privileges", nnp(want.SecurityOpt), nnp(got.SecurityOpt)})
+	for _, c := range checks {
+		if c.want != c.got {
+			return &HardeningError{Setting: c.setting, Want: c.want, Got: c.got}
+		}
+	}
+	return nil
+}
+
+// ID is the container id.
+func (s *Sandbox) ID() string { return s.id }
+
+// Name is the container name.
+func (s *Sandbox) Name() string { return s.name }
+
+// Runtime is the engine the sandbox runs on.
+func (s *Sandbox) Runtime() Runtime { return s.rt }
+
+// Config is the configuration the sandbox uses (defaults filled in).
+func (s *Sandbox) Config() Config { return s.cfg }
+
+// Inspect reports the container's current state.
+func (s *Sandbox) Inspect(ctx context.Context) (ContainerState, error) {
+	return s.rt.Inspect(ctx, s.id)
+}
+
+func (s *Sandbox) isClosed() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close destroys the container. It is idempotent and succeeds when the
+// container already died or removed itself.
+func (s *Sandbox) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.rt.Remove(ctx, s.id); err != nil {
+			s.closeErr = fmt.Errorf("close sandbox %s: %w", s.name, err)
+		}
+	})
+	return s.closeErr
+}
