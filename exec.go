@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// ExecRequest is one command in a sandbox.
+// ExecRequest is one command for Sandbox.Run.
 type ExecRequest struct {
 	Cmd     []string          // argv; required
 	Env     map[string]string // added to the sandbox's environment
@@ -130,11 +130,11 @@ func newTag() string {
 	return hex.EncodeToString(b)
 }
 
-// Exec runs a command. On timeout (or when ctx is done) the command's whole
+// Run runs a command; it is the primitive drivers use. On timeout (or when ctx is done) the command's whole
 // process tree is killed and the result has ExitCode 124, TimedOut and the
 // output produced so far; the sandbox stays usable. A timeout returns a nil
 // error; a cancelled ctx returns the result and ctx.Err().
-func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
+func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) {
 	if s.isClosed() {
 		return ExecResult{}, ErrClosed
 	}
@@ -241,7 +241,8 @@ func (s *Sandbox) killTree(tag, user string) error {
 	return nil
 }
 
-// Run is the driver primitive: run argv, capture output, default timeout.
-func (s *Sandbox) Run(ctx context.Context, cmd ...string) (ExecResult, error) {
-	return s.Exec(ctx, ExecRequest{Cmd: cmd})
+// Exec runs argv with the defaults of Run (exec timeout category, output
+// captured).
+func (s *Sandbox) Exec(ctx context.Context, argv []string) (ExecResult, error) {
+	return s.Run(ctx, ExecRequest{Cmd: argv})
 }

@@ -54,7 +54,7 @@ func (s *Sandbox) copyIn(ctx context.Context, dst string, body func() io.Reader)
 	dir := path.Dir(dst)
 	err := s.rt.CopyTo(ctx, s.id, dir, body())
 	if errors.Is(err, ErrPathNotFound) {
-		res, xerr := s.Exec(ctx, ExecRequest{Cmd: []string{"mkdir", "-p", "--", dir}})
+		res, xerr := s.Run(ctx, ExecRequest{Cmd: []string{"mkdir", "-p", "--", dir}})
 		if xerr != nil {
 			return xerr
 		}

@@ -91,11 +91,12 @@ const caPath = "/sandbox-agent/ca.pem"
 // Sandbox is one running container. Close destroys it; if the host
 // process dies first, the container removes itself after Keepalive idle.
 type Sandbox struct {
-	rt   Runtime
-	id   string
-	name string
-	cfg  Config
-	user string
+	rt      Runtime
+	id      string
+	name    string
+	cfg     Config
+	user    string
+	workdir string
 
 	closeOnce sync.Once
 	closeErr  error
@@ -182,7 +183,7 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	if err != nil {
 		return nil, startErr(ctx, err)
 	}
-	s := &Sandbox{rt: rt, id: id, name: spec.Name, cfg: cfg, user: opts.User, closed: make(chan struct{})}
+	s := &Sandbox{rt: rt, id: id, name: spec.Name, cfg: cfg, user: opts.User, workdir: opts.WorkDir, closed: make(chan struct{})}
 	fail := func(err error) (*Sandbox, error) {
 		_ = s.Close()
 		return nil, startErr(ctx, err)
@@ -359,6 +360,9 @@ func (s *Sandbox) Name() string { return s.name }
 
 // Runtime is the engine the sandbox runs on.
 func (s *Sandbox) Runtime() Runtime { return s.rt }
+
+// workDir is the working directory asked for ("" = the image's).
+func (s *Sandbox) workDir() string { return s.workdir }
 
 // Config is the configuration the sandbox uses (defaults filled in).
 func (s *Sandbox) Config() Config { return s.cfg }

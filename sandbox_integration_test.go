@@ -52,7 +52,7 @@ func TestIntegrationExec(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := sb.Exec(ctx, tt.req)
+			res, err := sb.Run(ctx, tt.req)
 			if err != nil {
 				t.Fatalf("Exec: %v", err)
 			}
@@ -89,7 +89,7 @@ func TestIntegrationExecStreams(t *testing.T) {
 	live := &lockedBuffer{ch: make(chan string, 16)}
 	done := make(chan sandboxagent.ExecResult, 1)
 	go func() {
-		res, err := sb.Exec(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", "echo first; sleep 3; echo second"}, Stdout: live})
+		res, err := sb.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", "echo first; sleep 3; echo second"}, Stdout: live})
 		if err != nil {
 			t.Error(err)
 		}
@@ -118,7 +118,7 @@ func TestIntegrationExecOutputCap(t *testing.T) {
 	t.Parallel()
 	rt := testenv.Runtime(t)
 	sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{})
-	res, err := sb.Exec(ctxT(t), sandboxagent.ExecRequest{
+	res, err := sb.Run(ctxT(t), sandboxagent.ExecRequest{
 		Cmd: []string{"sh", "-c", "head -c 100000 /dev/zero | tr '\\0' a; echo"}, MaxOutputBytes: 1000,
 	})
 	if err != nil {
@@ -133,7 +133,7 @@ func TestIntegrationExecOutputCap(t *testing.T) {
 // exactly cmdline (the keepalive loop runs sleeps of its own).
 func survivors(t *testing.T, ctx context.Context, sb *sandboxagent.Sandbox, cmdline string) string {
 	t.Helper()
-	res, err := sb.Exec(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c",
+	res, err := sb.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c",
 		`for d in /proc/[0-9]*; do c=$(tr '\0' ' ' < $d/cmdline 2>/dev/null) && [ "$c" = "$1 " ] && echo "${d#/proc/}: $c"; done; true`, "x", cmdline}})
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func TestIntegrationExecTimeoutKillsTree(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			start := time.Now()
-			res, err := sb.Exec(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", tt.script}, Timeout: 2 * time.Second})
+			res, err := sb.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", tt.script}, Timeout: 2 * time.Second})
 			if err != nil {
 				t.Fatalf("Exec: %v", err)
 			}
@@ -176,7 +176,7 @@ func TestIntegrationExecTimeoutKillsTree(t *testing.T) {
 		})
 	}
 	// The sandbox stays usable.
-	res, err := sb.Run(ctx, "echo", "still here")
+	res, err := sb.Exec(ctx, []string{"echo", "still here"})
 	if err != nil || string(res.Stdout) != "still here\n" {
 		t.Fatalf("after timeout: %q %v", res.Stdout, err)
 	}
@@ -188,7 +188,7 @@ func TestIntegrationExecContextCancel(t *testing.T) {
 	sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{})
 	ctx, cancel := context.WithCancel(ctxT(t))
 	time.AfterFunc(time.Second, cancel)
-	res, err := sb.Exec(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", "echo x; sleep 100 & sleep 100"}})
+	res, err := sb.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", "echo x; sleep 100 & sleep 100"}})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
@@ -217,7 +217,7 @@ func TestIntegrationHardening(t *testing.T) {
 		t.Fatalf("labels: %v", st.Labels)
 	}
 	// What the kernel says, from inside.
-	res, err := sb.Run(ctx, "sh", "-c", "grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status")
+	res, err := sb.Exec(ctx, []string{"sh", "-c", "grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestIntegrationHardening(t *testing.T) {
 		}
 	}
 	// No network by default.
-	res, err = sb.Run(ctx, "sh", "-c", "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '")
+	res, err = sb.Exec(ctx, []string{"sh", "-c", "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestIntegrationFiles(t *testing.T) {
 	if err := sb.Upload(ctx, filepath.Join(src, "proj"), "/work/proj"); err != nil {
 		t.Fatal(err)
 	}
-	res, err := sb.Run(ctx, "sh", "-c", "/work/proj/sub/run.sh && cat /work/proj/a.txt && echo B > /work/proj/b.txt")
+	res, err := sb.Exec(ctx, []string{"sh", "-c", "/work/proj/sub/run.sh && cat /work/proj/a.txt && echo B > /work/proj/b.txt"})
 	if err != nil || string(res.Stdout) != "ran\nA" {
 		t.Fatalf("in sandbox: %q %q %v", res.Stdout, res.Stderr, err)
 	}
@@ -315,8 +315,8 @@ func TestIntegrationDownloadHostileSymlinks(t *testing.T) {
 	rt := testenv.Runtime(t)
 	sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{})
 	ctx := ctxT(t)
-	res, err := sb.Run(ctx, "sh", "-c", `set -e; mkdir -p /out/sub; echo ok > /out/real.txt
-ln -s / /out/root; ln -s /etc/passwd /out/passwd; ln -s .. /out/up; ln -s ../../../../etc /out/sub/etc; mkfifo /out/fifo`)
+	res, err := sb.Exec(ctx, []string{"sh", "-c", `set -e; mkdir -p /out/sub; echo ok > /out/real.txt
+ln -s / /out/root; ln -s /etc/passwd /out/passwd; ln -s .. /out/up; ln -s ../../../../etc /out/sub/etc; mkfifo /out/fifo`})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("plant: %v %s", err, res.Stderr)
 	}
@@ -389,7 +389,7 @@ func TestIntegrationCloseIdempotent(t *testing.T) {
 	if err := sb.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := sb.Run(ctx, "true"); !errors.Is(err, sandboxagent.ErrClosed) {
+	if _, err := sb.Exec(ctx, []string{"true"}); !errors.Is(err, sandboxagent.ErrClosed) {
 		t.Fatalf("Run after Close: %v", err)
 	}
 	if _, err := rt.Inspect(ctx, sb.ID()); !errors.Is(err, sandboxagent.ErrContainerNotFound) {
@@ -435,16 +435,16 @@ func TestIntegrationKeepalive(t *testing.T) {
 	ctx := ctxT(t)
 	sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{Keepalive: 3 * time.Second})
 	// A running command keeps the sandbox alive past its keepalive.
-	res, err := sb.Run(ctx, "sleep", "6")
+	res, err := sb.Exec(ctx, []string{"sleep", "6"})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("long command: %+v %v", res, err)
 	}
-	if _, err := sb.Run(ctx, "true"); err != nil {
+	if _, err := sb.Exec(ctx, []string{"true"}); err != nil {
 		t.Fatalf("sandbox died while a command was running: %v", err)
 	}
 	// Idle, it removes itself.
 	waitGone(t, rt, sb.ID(), 12*time.Second)
-	if _, err := sb.Run(ctx, "true"); !errors.Is(err, sandboxagent.ErrContainerNotFound) {
+	if _, err := sb.Exec(ctx, []string{"true"}); !errors.Is(err, sandboxagent.ErrContainerNotFound) {
 		t.Fatalf("exec in a dead sandbox: %v", err)
 	}
 }

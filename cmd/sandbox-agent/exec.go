@@ -142,7 +142,7 @@ func runExec(ctx context.Context, a *app, args []string) int {
 			return a.fail(err)
 		}
 	}
-	res, err := sb.Exec(ctx, sandboxagent.ExecRequest{
+	res, err := sb.Run(ctx, sandboxagent.ExecRequest{
 		Cmd: cmd, WorkDir: *workdir, User: *user, Timeout: *timeout,
 		Stdin: nil, Stdout: a.stdout, Stderr: a.stderr,
 	})

@@ -26,6 +26,7 @@ const (
 // the standard streams, and a lazily connected engine.
 type app struct {
 	cfg    sandboxagent.Config
+	getenv func(string) string
 	stdout io.Writer
 	stderr io.Writer
 	rt     *docker.Runtime
@@ -58,6 +59,7 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"exec":       {"run a command in a throw-away sandbox", runExec},
+		"ask":        {"run one agent turn in a throw-away sandbox", runAsk},
 		"gc":         {"remove sandboxes left behind", runGC},
 		"version":    {"print versions", runVersion},
 		"images":     {"list, resolve and build the agent images", runImages},
@@ -80,7 +82,7 @@ func usage(w io.Writer) {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	a := &app{stdout: stdout, stderr: stderr}
+	a := &app{stdout: stdout, stderr: stderr, getenv: getenv}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stdout)
 		if len(args) == 0 {

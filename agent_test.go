@@ -1,0 +1,266 @@
+package sandboxagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeDriver speaks a toy JSON-lines protocol:
+// {"session":"s1"} {"text":"hi"} {"fail":"msg"}.
+type fakeDriver struct {
+	key   string
+	turns []Turn
+}
+
+func (d *fakeDriver) Name() string               { return "claude" } // any name versions.json knows
+func (d *fakeDriver) Image() string              { return "" }
+func (d *fakeDriver) Capabilities() Capabilities { return Capabilities{Continue: true} }
+func (d *fakeDriver) Secrets() []string          { return []string{d.key} }
+func (d *fakeDriver) Setup(ctx context.Context, c ContainerOps) error {
+	return c.WriteFile(ctx, "/home/agent/.config/fake.json", []byte(`{}`), 0o600)
+}
+func (d *fakeDriver) Command(t Turn) (Invocation, error) {
+	d.turns = append(d.turns, t)
+	return Invocation{Cmd: []string{"fakecli", t.Prompt}, Env: map[string]string{"KEY": d.key}}, nil
+}
+func (d *fakeDriver) NewParser(Turn) Parser { return &fakeParser{} }
+func (d *fakeDriver) Fork(context.Context, ContainerOps, string) (string, error) {
+	return "", ErrUnsupported
+}
+func (d *fakeDriver) InstallSkill(context.Context, ContainerOps, Skill) error { return ErrUnsupported }
+func (d *fakeDriver) InstallRules(context.Context, ContainerOps, string) error {
+	return ErrUnsupported
+}
+func (d *fakeDriver) ListSessions(context.Context, ContainerOps) ([]SessionInfo, error) {
+	return nil, ErrUnsupported
+}
+func (d *fakeDriver) DeleteSession(context.Context, ContainerOps, string) error {
+	return ErrUnsupported
+}
+func (d *fakeDriver) DumpSession(context.Context, ContainerOps, string) (SessionDump, error) {
+	return SessionDump{}, ErrUnsupported
+}
+func (d *fakeDriver) LoadSession(context.Context, ContainerOps, SessionDump) (string, error) {
+	return "", ErrUnsupported
+}
+
+type fakeParser struct {
+	reply, session, fail string
+}
+
+func (p *fakeParser) Parse(line []byte) []Event {
+	var m map[string]string
+	if err := json.Unmarshal(line, &m); err != nil {
+		return []Event{{Kind: KindRaw, Payload: Payload{Raw: string(line)}}}
+	}
+	switch {
+	case m["session"] != "":
+		p.session = m["session"]
+		return []Event{{Kind: KindSession, SessionID: m["session"]}}
+	case m["text"] != "":
+		p.reply = m["text"]
+		return []Event{{Kind: KindText, Payload: Payload{Text: m["text"]}}}
+	case m["fail"] != "":
+		p.fail = m["fail"]
+		return []Event{{Kind: KindError, Payload: Payload{Text: m["fail"], IsError: true}}}
+	}
+	return nil
+}
+
+func (p *fakeParser) Finish(code int, stderr []byte) (TurnOutcome, error) {
+	if p.fail != "" || code != 0 {
+		return TurnOutcome{SessionID: p.session}, &DriverError{Message: p.fail, ExitCode: code, Status: 401}
+	}
+	return TurnOutcome{Reply: p.reply, SessionID: p.session}, nil
+}
+
+// cliRuntime is a fakeRuntime whose "CLI" prints scripted stdout.
+func cliRuntime(out func(prompt string) (stdout, stderr string, code int)) *fakeRuntime {
+	f := &fakeRuntime{}
+	f.exec = func(ctx context.Context, req RuntimeExec) (int, error) {
+		if req.Cmd[0] != "fakecli" {
+			return 0, nil // kill script and the like
+		}
+		stdout, stderr, code := out(req.Cmd[1])
+		if code == -1 { // hang until killed
+			<-ctx.Done()
+			return -1, ctx.Err()
+		}
+		io.WriteString(req.Stdout, stdout)
+		io.WriteString(req.Stderr, stderr)
+		return code, nil
+	}
+	return f
+}
+
+func startFake(t *testing.T, rt Runtime, drv Driver, mod func(*Config)) (*Agent, string) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.AuditRoot = filepath.Join(t.TempDir(), "audit")
+	if mod != nil {
+		mod(&cfg)
+	}
+	a, err := Start(context.Background(), rt, drv, WithConfig(cfg), WithModel("m1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a, cfg.AuditRoot
+}
+
+func TestAgentTurnsEventsAndAudit(t *testing.T) {
+	const key = "sk-secret-0123456789"
+	rt := cliRuntime(func(prompt string) (string, string, int) {
+		return `{"session":"s1"}` + "\n" + `not json ` + key + "\n" + `{"text":"reply to ` + prompt + `"}` + "\n", "", 0
+	})
+	drv := &fakeDriver{key: key}
+	a, root := startFake(t, rt, drv, nil)
+
+	var streamed []Event
+	res, err := a.Stream(context.Background(), "one", func(e Event) { streamed = append(streamed, e) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reply != "reply to one" || res.SessionID != "s1" || a.SessionID() != "s1" {
+		t.Fatalf("res %+v", res)
+	}
+	kinds := []string{}
+	for _, e := range res.Events {
+		kinds = append(kinds, string(e.Kind)+":"+itoa(e.Line))
+		if e.Turn != 1 || e.SessionID != "s1" || e.Time.IsZero() {
+			t.Errorf("event not completed: %+v", e)
+		}
+	}
+	if got := strings.Join(kinds, " "); got != "session:1 raw:2 text:3 done:0" {
+		t.Errorf("events %s", got)
+	}
+	if len(streamed) != len(res.Events) {
+		t.Errorf("streamed %d of %d", len(streamed), len(res.Events))
+	}
+	reply, err := a.Ask(context.Background(), "two")
+	if err != nil || reply != "reply to two" {
+		t.Fatalf("turn 2: %q %v", reply, err)
+	}
+	if len(drv.turns) != 2 || drv.turns[0].SessionID != "" || drv.turns[1].SessionID != "s1" || drv.turns[1].Model != "m1" {
+		t.Errorf("turns %+v", drv.turns)
+	}
+
+	dir := res.AuditDir
+	if filepath.Dir(filepath.Dir(dir)) != root || filepath.Base(dir) != "s1" {
+		t.Fatalf("audit dir %s", dir)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "session.jsonl"))
+	if strings.Count(string(raw), "\n") != 6 || strings.Contains(string(raw), key) || !strings.Contains(string(raw), "not json [REDACTED]") {
+		t.Errorf("session.jsonl %q", raw)
+	}
+	evs, _ := os.ReadFile(filepath.Join(dir, "events.jsonl"))
+	var lines []int
+	for _, l := range strings.Split(strings.TrimSpace(string(evs)), "\n") {
+		var e Event
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, e.Line)
+	}
+	if got := jsonInts(lines); got != "[1,2,3,0,4,5,6,0]" {
+		t.Errorf("event lines %s", got)
+	}
+	var st sessionStatus
+	b, _ := os.ReadFile(filepath.Join(dir, "status.json"))
+	if err := json.Unmarshal(b, &st); err != nil || len(st.Turns) != 2 || st.Turns[1].FirstLine != 4 || st.Turns[1].LastLine != 6 || st.Driver != "claude" {
+		t.Errorf("status %s (%v)", b, err)
+	}
+	if strings.Contains(string(evs)+string(b), key) {
+		t.Error("key in audit")
+	}
+}
+
+func jsonInts(v []int) string { b, _ := json.Marshal(v); return string(b) }
+
+func TestAgentErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		out   func(string) (string, string, int)
+		check func(t *testing.T, err error)
+	}{
+		{"driver error", func(string) (string, string, int) {
+			return `{"session":"s"}` + "\n" + `{"fail":"bad key sk-secret-0123456789"}` + "\n", "boom sk-secret-0123456789", 1
+		}, func(t *testing.T, err error) {
+			var de *DriverError
+			if !errors.As(err, &de) || de.Status != 401 || de.Driver != "claude" || strings.Contains(de.Error()+de.Stderr, "sk-secret") || de.Stderr != "boom [REDACTED]" {
+				t.Errorf("err %#v", err)
+			}
+		}},
+		{"cli missing", func(string) (string, string, int) { return "", "fakecli: not found", 127 }, func(t *testing.T, err error) {
+			if !errors.Is(err, ErrCLIMissing) {
+				t.Errorf("err %v", err)
+			}
+		}},
+		{"no output", func(string) (string, string, int) { return "", "", 0 }, func(t *testing.T, err error) {
+			var de *DriverError
+			if !errors.As(err, &de) || !strings.Contains(de.Message, "printed nothing") {
+				t.Errorf("err %v", err)
+			}
+		}},
+		{"timeout", func(string) (string, string, int) { return "", "", -1 }, func(t *testing.T, err error) {
+			if !errors.Is(err, ErrTimeout) {
+				t.Errorf("err %v", err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, _ := startFake(t, cliRuntime(tt.out), &fakeDriver{key: "sk-secret-0123456789"}, func(c *Config) { c.Timeouts.Ask = 100 * time.Millisecond })
+			res, err := a.Stream(context.Background(), "p", nil)
+			tt.check(t, err)
+			last := res.Events[len(res.Events)-1]
+			if last.Kind != KindDone || !last.Payload.IsError {
+				t.Errorf("last event %+v", last)
+			}
+		})
+	}
+}
+
+func TestAgentAuditOffAndFailing(t *testing.T) {
+	out := func(string) (string, string, int) { return `{"session":"s1"}` + "\n" + `{"text":"ok"}` + "\n", "", 0 }
+	a, root := startFake(t, cliRuntime(out), &fakeDriver{key: "k-12345"}, func(c *Config) { c.AuditEnabled = false })
+	res, err := a.Stream(context.Background(), "p", nil)
+	if err != nil || res.AuditDir != "" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("audit written while off: %v", err)
+	}
+	// An unwritable root is a warning, not a failed turn.
+	blocker := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(blocker, nil, 0o600)
+	a, _ = startFake(t, cliRuntime(out), &fakeDriver{key: "k-12345"}, func(c *Config) { c.AuditRoot = filepath.Join(blocker, "sub") })
+	if reply, err := a.Ask(context.Background(), "p"); err != nil || reply != "ok" {
+		t.Fatalf("turn failed on audit error: %q %v", reply, err)
+	}
+}
+
+func TestLineSplitter(t *testing.T) {
+	var got []string
+	l := &lineSplitter{max: 5, fn: func(b []byte, cut bool) {
+		s := string(b)
+		if cut {
+			s += "~"
+		}
+		got = append(got, s)
+	}}
+	for _, w := range []string{"ab", "c\nde", "\n\n0123456789\nxy"} {
+		l.Write([]byte(w))
+	}
+	l.flush()
+	if strings.Join(got, "|") != "abc|de||01234~|xy" {
+		t.Errorf("got %q", got)
+	}
+}

@@ -1,0 +1,122 @@
+package audit
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLogAppendsAndRedacts(t *testing.T) {
+	root := t.TempDir()
+	day := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	secret := "sk-very-secret-key"
+	l, err := Open(root, day, "ses_123", []string{secret, "ab"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Raw([]byte(`{"line":1,"key":"` + secret + `"}`))
+	l.Event(map[string]any{"kind": "text", "payload": map[string]string{"text": "about " + secret}})
+	l.Status(map[string]any{"turns": 1, "env": "KEY=" + secret})
+	l.Close()
+	// A second turn appends to the same folder.
+	l, err = Open(root, day, "ses_123", []string{secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Raw([]byte(`{"line":2}`))
+	l.Status(map[string]any{"turns": 2})
+	l.Close()
+
+	dir := filepath.Join(root, "20261129", "ses_123")
+	if l.Dir() != dir {
+		t.Fatalf("dir %s", l.Dir())
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "session.jsonl"))
+	if string(raw) != `{"line":1,"key":"[REDACTED]"}`+"\n"+`{"line":2}`+"\n" {
+		t.Errorf("session.jsonl = %q", raw)
+	}
+	status, _ := os.ReadFile(filepath.Join(dir, "status.json"))
+	if !strings.Contains(string(status), `"turns": 2`) {
+		t.Errorf("status.json = %s", status)
+	}
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if d.IsDir() {
+			return nil
+		}
+		b, _ := os.ReadFile(p)
+		if strings.Contains(string(b), secret) {
+			t.Errorf("%s contains the secret", p)
+		}
+		if strings.HasPrefix(d.Name(), ".status-") {
+			t.Errorf("temp file left: %s", p)
+		}
+		return nil
+	})
+	// The short "secret" was not applied.
+	ev, _ := os.ReadFile(filepath.Join(dir, "events.jsonl"))
+	sc := bufio.NewScanner(strings.NewReader(string(ev)))
+	n := 0
+	for sc.Scan() {
+		n++
+	}
+	if n != 1 || !strings.Contains(string(ev), "about [REDACTED]") {
+		t.Errorf("events.jsonl = %q", ev)
+	}
+}
+
+func TestFolderNameIsSafe(t *testing.T) {
+	tests := []struct {
+		id   string
+		same bool
+	}{
+		{"ses_abc123", true},
+		{"01a22689-2083-7030-b84e-8a1641694d77", true},
+		{"../../etc", false},
+		{"a/b", false},
+		{"..", false},
+		{"", false},
+		{".hidden", false},
+		{strings.Repeat("a", 200), false},
+		{"a..b", false},
+	}
+	for _, tt := range tests {
+		got := FolderName(tt.id)
+		if (got == tt.id) != tt.same {
+			t.Errorf("FolderName(%q) = %q", tt.id, got)
+		}
+		if strings.ContainsAny(got, `/\`) || got == ".." || got == "." || got == "" {
+			t.Errorf("FolderName(%q) = %q is unsafe", tt.id, got)
+		}
+	}
+}
+
+func TestPrune(t *testing.T) {
+	root := t.TempDir()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for _, d := range []string{"20261129", "20261122", "20261121", "20250101", "notadate", "2026112"} {
+		os.MkdirAll(filepath.Join(root, d, "s"), 0o700)
+	}
+	if err := Prune(root, 7, now); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	ents, _ := os.ReadDir(root)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if got := strings.Join(left, ","); got != "2026112,20261122,20261129,notadate" {
+		t.Errorf("left %s", got)
+	}
+	if err := Prune(root, 0, now.AddDate(5, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 4 {
+		t.Errorf("retention 0 deleted something")
+	}
+	if err := Prune(filepath.Join(root, "missing"), 7, now); err != nil {
+		t.Errorf("missing root: %v", err)
+	}
+}

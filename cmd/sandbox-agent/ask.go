@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+)
+
+// exitAgentFailed: the agent CLI reported a failure (a DriverError).
+const exitAgentFailed = 1
+
+// agentFlags are the flags of commands that start an agent.
+type agentFlags struct {
+	sandboxFlags
+	model     string
+	fake      string
+	provider  string
+	keyEnv    string
+	timeout   time.Duration
+	noAudit   bool
+	auditRoot string
+}
+
+func (f *agentFlags) register(fs *flag.FlagSet) {
+	f.sandboxFlags.register(fs, "")
+	fs.StringVar(&f.model, "model", "", "model, in the CLI's naming (default: the driver's)")
+	fs.StringVar(&f.fake, "fake-model", "", "serve this fake-model script on 127.0.0.1 and point the CLI at it (no key, no network)")
+	fs.StringVar(&f.provider, "provider", "zhipuai-coding-plan", "opencode: the provider to use")
+	fs.StringVar(&f.keyEnv, "key-env", "", "environment variable holding the API key (default: ZHIPUAI_CODING_TOKEN for opencode, GATEWAY_KEY for the others)")
+	fs.DurationVar(&f.timeout, "timeout", 0, "turn timeout (default: timeout_ask)")
+	fs.BoolVar(&f.noAudit, "no-audit", false, "do not write the audit trail")
+	fs.StringVar(&f.auditRoot, "audit-root", "", "audit root folder (default: audit_root)")
+}
+
+// fakeKey is a fresh random key for one fake-model run, so a test of the
+// audit's redaction has something real to look for.
+func fakeKey() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return "sk-fake-" + hex.EncodeToString(b)
+}
+
+// startAgent resolves the endpoint (fake model, provider or gateway),
+// builds the driver and starts the agent. The returned stop func shuts
+// the fake model down.
+func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, getenv func(string) string) (*sandboxagent.Agent, func(), error) {
+	stop := func() {}
+	cfg := a.cfg
+	if f.timeout > 0 {
+		cfg.Timeouts.Ask = f.timeout
+	}
+	if f.auditRoot != "" {
+		cfg.AuditRoot = f.auditRoot
+	}
+	if f.noAudit {
+		cfg.AuditEnabled = false
+	}
+	opts, _, _, err := f.sandboxFlags.options(cfg)
+	if err != nil {
+		return nil, stop, err
+	}
+	var ep endpoint
+	network := f.network
+	switch {
+	case f.fake != "":
+		script, err := fakemodel.LoadScript(f.fake)
+		if err != nil {
+			return nil, stop, err
+		}
+		ep.APIKey = fakeKey()
+		script.ExpectKey = ep.APIKey
+		srv, err := fakemodel.New(script, fakemodel.Options{})
+		if err != nil {
+			return nil, stop, err
+		}
+		if err := srv.Start("127.0.0.1:0"); err != nil {
+			return nil, stop, err
+		}
+		stop = func() { srv.Close() }
+		ep.BaseURL = srv.URL() + "/v1"
+		ep.Provider = "sandbox"
+		if network == "" {
+			network = "host" // the fake listens on the host's loopback only
+		}
+	case name == "opencode":
+		ep.Provider = f.provider
+		env := f.keyEnv
+		if env == "" {
+			env = "ZHIPUAI_CODING_TOKEN"
+		}
+		if ep.APIKey = getenv(env); ep.APIKey == "" {
+			return nil, stop, fmt.Errorf("no API key: set %s (or use --fake-model SCRIPT for a run without a key)", env)
+		}
+	default:
+		ep.BaseURL = cfg.GatewayURL
+		ep.APIKey = cfg.GatewayKey
+		if f.keyEnv != "" {
+			ep.APIKey = getenv(f.keyEnv)
+		}
+	}
+	drv, err := newDriver(name, ep)
+	if err != nil {
+		return nil, stop, err
+	}
+	rt, err := a.runtime(ctx)
+	if err != nil {
+		return nil, stop, err
+	}
+	agentOpts := []sandboxagent.AgentOption{
+		sandboxagent.WithConfig(cfg), sandboxagent.WithModel(f.model), sandboxagent.WithImage(f.image),
+		sandboxagent.WithNetwork(network),
+		sandboxagent.WithSandbox(func(so *sandboxagent.SandboxOptions) {
+			for k, v := range opts.Env {
+				if so.Env == nil {
+					so.Env = map[string]string{}
+				}
+				so.Env[k] = v
+			}
+			if f.keepalive > 0 {
+				so.Keepalive = f.keepalive
+			}
+		}),
+	}
+	ag, err := sandboxagent.Start(ctx, rt, drv, agentOpts...)
+	if err != nil {
+		stop()
+		return nil, func() {}, err
+	}
+	return ag, stop, nil
+}
+
+// resultLine is the last line of ask --json.
+type resultLine struct {
+	Kind      string `json:"kind"` // "result"
+	Reply     string `json:"reply"`
+	SessionID string `json:"session_id,omitempty"`
+	ExitCode  int    `json:"exit_code"`
+	Error     string `json:"error,omitempty"`
+	AuditDir  string `json:"audit_dir,omitempty"`
+}
+
+func runAsk(ctx context.Context, a *app, args []string) int {
+	fs := flag.NewFlagSet("ask", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(a.stderr, "usage: sandbox-agent ask --driver NAME [flags] PROMPT\n\nRuns one turn of an agent CLI in a throw-away sandbox and prints the reply.\nExit codes: 0 ok, 1 the agent CLI failed, 124 timeout, 125 sandbox-agent failed.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	driver := fs.String("driver", "opencode", "agent CLI: "+strings.Join(driverNames(), ", "))
+	asJSON := fs.Bool("json", false, "print events as JSON lines, then a result line")
+	var af agentFlags
+	af.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitError
+	}
+	prompt := strings.Join(fs.Args(), " ")
+	if strings.TrimSpace(prompt) == "" {
+		return a.fail(errors.New("ask: no prompt given"))
+	}
+	_, ups, downs, err := af.sandboxFlags.options(a.cfg)
+	if err != nil {
+		return a.fail(fmt.Errorf("ask: %w", err))
+	}
+	ag, stop, err := a.startAgent(ctx, *driver, &af, a.getenv)
+	defer stop()
+	if err != nil {
+		return a.fail(err)
+	}
+	defer ag.Close()
+	for _, u := range ups {
+		if err := ag.Container().Upload(ctx, u.host, u.ctr); err != nil {
+			return a.fail(err)
+		}
+	}
+	var onEvent func(sandboxagent.Event)
+	enc := json.NewEncoder(a.stdout)
+	if *asJSON {
+		onEvent = func(e sandboxagent.Event) { _ = enc.Encode(e) }
+	}
+	res, turnErr := ag.Stream(ctx, prompt, onEvent)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeouts.Copy)
+	defer cancel()
+	dlErr := a.download(dctx, ag.Container(), downs)
+	if *asJSON {
+		rl := resultLine{Kind: "result", Reply: res.Reply, SessionID: res.SessionID, ExitCode: res.ExitCode, AuditDir: res.AuditDir}
+		if turnErr != nil {
+			rl.Error = turnErr.Error()
+		}
+		_ = enc.Encode(rl)
+	} else if turnErr == nil {
+		fmt.Fprintln(a.stdout, res.Reply)
+	}
+	if turnErr != nil {
+		fmt.Fprintf(a.stderr, "sandbox-agent: %v\n", turnErr)
+		var de *sandboxagent.DriverError
+		if errors.As(turnErr, &de) && de.Stderr != "" {
+			fmt.Fprintf(a.stderr, "%s stderr:\n%s\n", de.Driver, indent(de.Stderr))
+		}
+	}
+	if dlErr != nil {
+		return a.fail(dlErr)
+	}
+	switch {
+	case turnErr == nil:
+		return exitOK
+	case errors.Is(turnErr, sandboxagent.ErrTimeout):
+		return sandboxagent.ExitCodeTimeout
+	case isAgentFailure(turnErr):
+		return exitAgentFailed
+	default:
+		return exitError
+	}
+}
+
+func isAgentFailure(err error) bool {
+	var de *sandboxagent.DriverError
+	return errors.As(err, &de) || errors.Is(err, sandboxagent.ErrCLIMissing)
+}
+
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if len(s) > 4000 {
+		s = "…" + s[len(s)-4000:]
+	}
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}

@@ -1,0 +1,90 @@
+//go:build integration
+
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+)
+
+func cliEnv() map[string]string {
+	return map[string]string{"DOCKER_HOST": os.Getenv("DOCKER_HOST")}
+}
+
+func TestIntegrationCLIExec(t *testing.T) {
+	testenv.Runtime(t)
+	img := testenv.Image()
+	t.Run("exit code passes through", func(t *testing.T) {
+		code, stdout, stderr := runCLI(t, cliEnv(), "exec", "--image", img, "--", "sh", "-c", "echo hi; exit 3")
+		if code != 3 || stdout != "hi\n" {
+			t.Fatalf("exit %d stdout %q stderr %q", code, stdout, stderr)
+		}
+	})
+	t.Run("timeout is 124 and quick", func(t *testing.T) {
+		start := time.Now()
+		code, _, stderr := runCLI(t, cliEnv(), "exec", "--image", img, "--timeout", "2s", "--", "sh", "-c", "sleep 100 & sleep 100")
+		if code != 124 {
+			t.Fatalf("exit %d, want 124 (stderr %q)", code, stderr)
+		}
+		if d := time.Since(start); d > 15*time.Second {
+			t.Errorf("took %v", d)
+		}
+		if !strings.Contains(stderr, "timed out") {
+			t.Errorf("stderr %q", stderr)
+		}
+	})
+	t.Run("missing image is our error", func(t *testing.T) {
+		code, _, stderr := runCLI(t, cliEnv(), "exec", "--image", "sandbox-agent-test/none:1", "--", "true")
+		if code != exitError || !strings.Contains(stderr, "image not found") {
+			t.Fatalf("exit %d stderr %q", code, stderr)
+		}
+	})
+	t.Run("upload, env, workdir, download with planted symlinks", func(t *testing.T) {
+		dir := t.TempDir()
+		in := filepath.Join(dir, "in.txt")
+		os.WriteFile(in, []byte("payload"), 0o644)
+		out := filepath.Join(dir, "dest")
+		os.Mkdir(out, 0o755)
+		code, stdout, stderr := runCLI(t, cliEnv(), "exec", "--image", img, "--env", "GREETING=hello",
+			"--workdir", "/tmp", "--upload", in+":/data/in.txt", "--download", "/tmp/out:"+out, "--",
+			"sh", "-c", `mkdir out && cp /data/in.txt out/copy.txt && echo "$GREETING" > out/g.txt && ln -s / out/root && ln -s /etc/passwd out/passwd && ln -s .. out/up && pwd`)
+		if code != 0 || stdout != "/tmp\n" {
+			t.Fatalf("exit %d stdout %q stderr %q", code, stdout, stderr)
+		}
+		if b, _ := os.ReadFile(filepath.Join(out, "out", "copy.txt")); string(b) != "payload" {
+			t.Errorf("copy.txt = %q", b)
+		}
+		if b, _ := os.ReadFile(filepath.Join(out, "out", "g.txt")); string(b) != "hello\n" {
+			t.Errorf("g.txt = %q", b)
+		}
+		for _, n := range []string{"out/root", "out/passwd", "out/up"} {
+			if !strings.Contains(stderr, "skipped "+n) {
+				t.Errorf("stderr does not report %s skipped: %q", n, stderr)
+			}
+			if _, err := os.Lstat(filepath.Join(out, n)); err == nil {
+				t.Errorf("%s was written", n)
+			}
+		}
+		ents, _ := os.ReadDir(dir)
+		if len(ents) != 2 {
+			t.Errorf("extra entries beside the destination: %v", ents)
+		}
+	})
+}
+
+func TestIntegrationCLIGC(t *testing.T) {
+	testenv.Runtime(t)
+	code, stdout, stderr := runCLI(t, cliEnv(), "gc", "--dry-run")
+	if code != 0 {
+		t.Fatalf("exit %d stdout %q stderr %q", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI(t, cliEnv(), "version")
+	if code != 0 || !strings.Contains(stdout, "engine: ") {
+		t.Fatalf("version: %d %q", code, stdout)
+	}
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// runCLI runs the command in-process with an empty environment (plus env).
+func runCLI(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	getenv := func(k string) string {
+		if k == "SANDBOX_AGENT_CONFIG" && env[k] == "" {
+			return "/nonexistent/sandbox-agent-test-config.json"
+		}
+		return env[k]
+	}
+	code := run(context.Background(), args, &out, &errb, getenv)
+	return code, out.String(), errb.String()
+}
+
+func TestUsageAndErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		wantCode int
+		wantErr  string
+	}{
+		{"no args", nil, nil, exitError, ""},
+		{"help", nil, []string{"--help"}, exitOK, ""},
+		{"unknown command", nil, []string{"frobnicate"}, exitError, `unknown command "frobnicate"`},
+		{"exec without command", nil, []string{"exec"}, exitError, "no command given"},
+		{"exec bad env flag", nil, []string{"exec", "--env", "NOEQUALS", "--", "true"}, exitError, "want KEY=VALUE"},
+		{"exec bad upload", nil, []string{"exec", "--upload", "relative", "--", "true"}, exitError, "HOST_PATH:/CONTAINER_PATH"},
+		{"exec bad download", nil, []string{"exec", "--download", "rel:x", "--", "true"}, exitError, "/CONTAINER_PATH:HOST_PATH"},
+		{"exec unknown flag", nil, []string{"exec", "--nope", "--", "true"}, exitError, "flag provided but not defined"},
+		{"bad config env", map[string]string{"SANDBOX_AGENT_TIMEOUT_EXEC": "soon"}, []string{"gc"}, exitError, `config key "timeout_exec"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, tt.env, tt.args...)
+			if code != tt.wantCode {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tt.wantCode, stderr)
+			}
+			if !strings.Contains(stderr, tt.wantErr) {
+				t.Errorf("stderr %q does not contain %q", stderr, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseCopySpecs(t *testing.T) {
+	up := []struct {
+		in, host, ctr string
+		ok            bool
+	}{
+		{"./a:/tmp/a", "./a", "/tmp/a", true},
+		{"C:/x:/tmp/x", "C:/x", "/tmp/x", true},
+		{"with:colon/f:/tmp/f", "with:colon/f", "/tmp/f", true},
+		{"noctr", "", "", false},
+		{":/tmp/x", "", "", false},
+	}
+	for _, tt := range up {
+		c, err := parseUpload(tt.in)
+		if (err == nil) != tt.ok || (tt.ok && (c.host != tt.host || c.ctr != tt.ctr)) {
+			t.Errorf("parseUpload(%q) = %+v, %v", tt.in, c, err)
+		}
+	}
+	down := []struct {
+		in, ctr, host string
+		ok            bool
+	}{
+		{"/tmp/out.txt:./out.txt", "/tmp/out.txt", "./out.txt", true},
+		{"/tmp/d:/abs/host:with:colons", "/tmp/d", "/abs/host:with:colons", true},
+		{"tmp/x:y", "", "", false},
+		{"/tmp/x:", "", "", false},
+		{"/tmp/x", "", "", false},
+	}
+	for _, tt := range down {
+		c, err := parseDownload(tt.in)
+		if (err == nil) != tt.ok || (tt.ok && (c.host != tt.host || c.ctr != tt.ctr)) {
+			t.Errorf("parseDownload(%q) = %+v, %v", tt.in, c, err)
+		}
+	}
+}

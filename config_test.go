@@ -1,0 +1,131 @@
+package sandboxagent
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadConfigPrecedence(t *testing.T) {
+	file := writeConfig(t, `{"timeout_exec": "90s", "timeout_ask": 120, "keepalive": "2h", "audit": false, "image_name": "from-file/x", "max_download_bytes": 1000}`)
+	tests := []struct {
+		name  string
+		path  string
+		env   map[string]string
+		check func(t *testing.T, c Config)
+	}{
+		{"defaults", "", nil, func(t *testing.T, c Config) {
+			d := DefaultConfig()
+			if c.Timeouts != d.Timeouts || c.Keepalive != time.Hour || !c.AuditEnabled || c.AuditRetentionDays != 7 {
+				t.Errorf("got %+v", c)
+			}
+		}},
+		{"missing file is fine", filepath.Join(t.TempDir(), "nope.json"), nil, func(t *testing.T, c Config) {
+			if c.Timeouts.Exec != DefaultConfig().Timeouts.Exec {
+				t.Errorf("got %v", c.Timeouts.Exec)
+			}
+		}},
+		{"file over defaults", file, nil, func(t *testing.T, c Config) {
+			if c.Timeouts.Exec != 90*time.Second || c.Timeouts.Ask != 120*time.Second || c.Keepalive != 2*time.Hour ||
+				c.AuditEnabled || c.ImageName != "from-file/x" || c.MaxDownloadBytes != 1000 {
+				t.Errorf("got %+v", c)
+			}
+			if c.Timeouts.Start != DefaultConfig().Timeouts.Start {
+				t.Errorf("unset key changed: %v", c.Timeouts.Start)
+			}
+		}},
+		{"env over file", file, map[string]string{"SANDBOX_AGENT_TIMEOUT_EXEC": "5m", "SANDBOX_AGENT_IMAGE_NAME": "reg.example/x", "GATEWAY_URL": "http://127.0.0.1:9"}, func(t *testing.T, c Config) {
+			if c.Timeouts.Exec != 5*time.Minute || c.ImageName != "reg.example/x" || c.GatewayURL != "http://127.0.0.1:9" {
+				t.Errorf("got %+v", c)
+			}
+			if c.Keepalive != 2*time.Hour {
+				t.Errorf("file value lost: %v", c.Keepalive)
+			}
+		}},
+		{"SSL_CERT_FILE is the CA default", "", map[string]string{"SSL_CERT_FILE": "/etc/ca.pem"}, func(t *testing.T, c Config) {
+			if c.CACertFile != "/etc/ca.pem" {
+				t.Errorf("got %q", c.CACertFile)
+			}
+		}},
+		{"retention zero allowed", "", map[string]string{"SANDBOX_AGENT_AUDIT_RETENTION_DAYS": "0"}, func(t *testing.T, c Config) {
+			if c.AuditRetentionDays != 0 {
+				t.Errorf("got %d", c.AuditRetentionDays)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := LoadConfig(tt.path, envMap(tt.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		file      string
+		env       map[string]string
+		wantKey   string
+		wantInMsg string
+	}{
+		{"bad env duration", "", map[string]string{"SANDBOX_AGENT_TIMEOUT_EXEC": "soon"}, "timeout_exec", "SANDBOX_AGENT_TIMEOUT_EXEC"},
+		{"negative duration", "", map[string]string{"SANDBOX_AGENT_KEEPALIVE": "-5s"}, "keepalive", "must be positive"},
+		{"bad bool", "", map[string]string{"SANDBOX_AGENT_AUDIT": "maybe"}, "audit", "not a boolean"},
+		{"bad int", `{"max_download_entries": "many"}`, nil, "max_download_entries", "config.json"},
+		{"negative retention", `{"audit_retention_days": -1}`, nil, "audit_retention_days", "at least 0"},
+		{"unknown key", `{"timeout_exce": "1s"}`, nil, "timeout_exce", "unknown key"},
+		{"not an object", `[1,2]`, nil, "", "not a JSON object"},
+		{"object value", `{"timeout_exec": {"s": 1}}`, nil, "timeout_exec", "want a string"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := ""
+			if tt.file != "" {
+				path = writeConfig(t, tt.file)
+			}
+			_, err := LoadConfig(path, envMap(tt.env))
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %v, want *ConfigError", err)
+			}
+			if ce.Key != tt.wantKey {
+				t.Errorf("key = %q, want %q", ce.Key, tt.wantKey)
+			}
+			if !strings.Contains(err.Error(), tt.wantInMsg) {
+				t.Errorf("%q does not mention %q", err, tt.wantInMsg)
+			}
+		})
+	}
+}
+
+func TestConfigKeysDocumented(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range ConfigKeys() {
+		if !strings.Contains(string(readme), "`"+k[0]+"`") || !strings.Contains(string(readme), "`"+k[1]+"`") {
+			t.Errorf("README does not document config key %s / %s", k[0], k[1])
+		}
+	}
+}

@@ -1,0 +1,179 @@
+package sandboxagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+)
+
+// ContainerOps are the only three primitives a Driver may use to touch the
+// container. *Sandbox implements them; unit tests fake just these.
+type ContainerOps interface {
+	Run(ctx context.Context, req ExecRequest) (ExecResult, error)
+	ReadFile(ctx context.Context, name string, max int64) ([]byte, error)
+	WriteFile(ctx context.Context, name string, data []byte, mode fs.FileMode) error
+}
+
+// Driver adapts one agent CLI. Drivers live in subpackages (driver/claude,
+// driver/codex, ...) and are configured by their own Options (provider,
+// base URL, key).
+type Driver interface {
+	// Name is the CLI's name as in versions.json: "claude", "codex", ...
+	Name() string
+	// Image is the driver's default image; "" means the built-in one
+	// derived from versions.json.
+	Image() string
+	// Capabilities says which optional behaviours the driver supports;
+	// callers (and the conformance suite) read it instead of guessing.
+	Capabilities() Capabilities
+	// Secrets are values (API keys) that must never reach logs or the
+	// audit trail; the agent redacts them.
+	Secrets() []string
+
+	// Setup installs the CLI's configuration (provider, base URL, key
+	// reference, settings) in a fresh sandbox, once, before the first turn.
+	Setup(ctx context.Context, c ContainerOps) error
+	// Command builds the command line of one headless, fully autonomous
+	// turn.
+	Command(t Turn) (Invocation, error)
+	// NewParser returns a parser for one turn's output.
+	NewParser(t Turn) Parser
+
+	// Fork copies a session into a new, isolated one and returns its id.
+	Fork(ctx context.Context, c ContainerOps, sessionID string) (string, error)
+	// InstallSkill puts a skill where the CLI reads skills.
+	InstallSkill(ctx context.Context, c ContainerOps, s Skill) error
+	// InstallRules puts instruction text where the CLI reads rules.
+	InstallRules(ctx context.Context, c ContainerOps, rules string) error
+	ListSessions(ctx context.Context, c ContainerOps) ([]SessionInfo, error)
+	DeleteSession(ctx context.Context, c ContainerOps, id string) error
+	// DumpSession captures a session as a portable value; LoadSession
+	// installs one (in another container) and returns its id there.
+	DumpSession(ctx context.Context, c ContainerOps, id string) (SessionDump, error)
+	LoadSession(ctx context.Context, c ContainerOps, d SessionDump) (string, error)
+}
+
+// Capabilities of a driver.
+type Capabilities struct {
+	Continue bool // a later turn continues the session
+	Fork     bool
+	Skills   bool
+	Rules    bool
+	Sessions bool // list, delete, dump, load
+	Thinking bool // reports reasoning text when the backend returns it
+	Usage    bool // reports token usage
+	// Deltas: text arrives in fragments while the model writes.
+	Deltas bool
+}
+
+// Turn is what a driver needs to build and parse one turn.
+type Turn struct {
+	Prompt string
+	Model  string
+	// SessionID is the session to continue; empty starts a new one.
+	SessionID string
+	// WorkDir is where the CLI runs (the sandbox's working directory when
+	// empty).
+	WorkDir string
+}
+
+// Invocation is the process the agent runs for one turn.
+type Invocation struct {
+	Cmd     []string
+	Env     map[string]string
+	WorkDir string
+	// Stdin is fed to the process and then closed; nil gives it EOF at
+	// once (several CLIs block on an open stdin).
+	Stdin []byte
+}
+
+// Parser turns one turn's raw output into normalized events.
+type Parser interface {
+	// Parse handles one stdout line (without its newline). It must never
+	// drop information silently: a line it does not understand becomes a
+	// KindRaw event. Line, Turn and Time are filled in by the agent.
+	Parse(line []byte) []Event
+	// Finish is called after the process exited, with its exit code and
+	// stderr. It returns the turn's outcome; a failure the CLI reported is
+	// a *DriverError.
+	Finish(exitCode int, stderr []byte) (TurnOutcome, error)
+}
+
+// TurnOutcome is what a parser extracted from a finished turn.
+type TurnOutcome struct {
+	Reply     string
+	SessionID string
+}
+
+// Skill is a folder with a SKILL.md and any other files.
+type Skill struct {
+	Name  string
+	Files map[string][]byte // relative path → content; must hold "SKILL.md"
+}
+
+// Validate checks a skill's name and files.
+func (s Skill) Validate() error {
+	if s.Name == "" || strings.ContainsAny(s.Name, "/\\\x00") || s.Name == "." || s.Name == ".." {
+		return fmt.Errorf("%w: skill name %q", ErrInvalidArgument, s.Name)
+	}
+	if _, ok := s.Files["SKILL.md"]; !ok {
+		return fmt.Errorf("%w: skill %q has no SKILL.md", ErrInvalidArgument, s.Name)
+	}
+	for p := range s.Files {
+		if !fs.ValidPath(p) {
+			return fmt.Errorf("%w: skill %q file path %q", ErrInvalidArgument, s.Name, p)
+		}
+	}
+	return nil
+}
+
+// SessionInfo describes one session a CLI keeps.
+type SessionInfo struct {
+	ID      string `json:"id"`
+	Title   string `json:"title,omitempty"`
+	Path    string `json:"path,omitempty"`
+	Updated string `json:"updated,omitempty"`
+}
+
+// SessionDump is a portable copy of a session: the CLI's own files (or
+// export), as the driver understands them.
+type SessionDump struct {
+	Driver    string            `json:"driver"`
+	SessionID string            `json:"session_id"`
+	Files     map[string][]byte `json:"files"` // driver-defined names
+	Meta      map[string]string `json:"meta,omitempty"`
+}
+
+// DriverError is a failure the CLI itself reported: a rejected key, an API
+// error, a crash. Callers branch on it with errors.As.
+type DriverError struct {
+	Driver   string
+	Message  string // what the CLI said, in one line
+	ExitCode int
+	Stderr   string // the CLI's stderr (capped), for diagnosis
+	// Status is the HTTP status of the API error, when the CLI reported one.
+	Status int
+}
+
+func (e *DriverError) Error() string {
+	msg := fmt.Sprintf("%s: %s", e.Driver, e.Message)
+	if e.Status != 0 {
+		msg += fmt.Sprintf(" (HTTP %d)", e.Status)
+	}
+	if e.ExitCode != 0 {
+		msg += fmt.Sprintf(" (exit %d)", e.ExitCode)
+	}
+	return msg
+}
+
+// Errors of agents.
+var (
+	// ErrUnsupported: the driver does not support this (see Capabilities).
+	ErrUnsupported = errors.New("not supported by this driver")
+	// ErrNoOutput: the CLI exited without printing anything usable.
+	ErrNoOutput = errors.New("agent CLI printed nothing")
+	// ErrCLIMissing: the CLI is not installed in the image.
+	ErrCLIMissing = errors.New("agent CLI not found in the image")
+)

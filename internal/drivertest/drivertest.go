@@ -1,0 +1,110 @@
+// Package drivertest runs real agent CLIs in their real images against the
+// fake model, for the drivers' end-to-end tests (build tag integration).
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+)
+
+// Key is the API key tests give drivers; the fake expects it, so a test
+// can also give a wrong one and see a 401.
+const Key = "sk-sandbox-agent-test-key-0123456789"
+
+// FakeModel starts the fake model on host loopback with script (whose
+// expect_key is set to Key when empty) and stops it at cleanup.
+func FakeModel(t testing.TB, script fakemodel.Script) *fakemodel.Server {
+	t.Helper()
+	if script.ExpectKey == "" {
+		script.ExpectKey = Key
+	}
+	srv, err := fakemodel.New(script, fakemodel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv
+}
+
+// ShellThenDone is the script "call the shell tool with command, then
+// answer DONE".
+func ShellThenDone(command string) fakemodel.Script {
+	return fakemodel.Script{Responses: []fakemodel.Step{
+		{Tool: fakemodel.ToolShell, Command: command},
+		{Text: "DONE"},
+	}}
+}
+
+// Unauthorized is a script whose every request fails with 401.
+func Unauthorized() fakemodel.Script {
+	return fakemodel.Script{Responses: []fakemodel.Step{{Error: 401, Message: "invalid api key"}}}
+}
+
+// AuditRoot is a fresh audit root for one test.
+func AuditRoot(t testing.TB) string { return filepath.Join(t.TempDir(), "audit") }
+
+// StartAgent starts drv's CLI in its image with host networking (so it
+// reaches the fake model on 127.0.0.1) and the audit under auditRoot. A
+// missing image fails in CI and skips elsewhere.
+func StartAgent(t testing.TB, drv sandboxagent.Driver, auditRoot string, opts ...sandboxagent.AgentOption) *sandboxagent.Agent {
+	t.Helper()
+	rt := testenv.Runtime(t)
+	cfg := testenv.Config()
+	cfg.AuditRoot = auditRoot
+	cfg.Timeouts.Ask = 2 * time.Minute
+	all := append([]sandboxagent.AgentOption{sandboxagent.WithConfig(cfg), sandboxagent.WithNetwork("host")}, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	a, err := sandboxagent.Start(ctx, rt, drv, all...)
+	if errors.Is(err, sandboxagent.ErrImageNotFound) {
+		testenv.Unavailable(t, "image for %s missing (build it with .ci/build_docker.sh %s): %v", drv.Name(), drv.Name(), err)
+	}
+	if err != nil {
+		t.Fatalf("Start %s: %v", drv.Name(), err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+// AuditFiles checks that dir holds the three audit files with one event
+// per event and one raw line per stdout line, and that secret appears in
+// none of them. It returns the raw line count.
+func AuditFiles(t testing.TB, dir, secret string) int {
+	t.Helper()
+	if dir == "" {
+		t.Fatal("no audit folder")
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatalf("audit: %v", err)
+		}
+		if secret != "" && strings.Contains(string(b), secret) {
+			t.Errorf("audit %s contains the API key", name)
+		}
+		return string(b)
+	}
+	raw := read("session.jsonl")
+	read("events.jsonl")
+	read("status.json")
+	return strings.Count(raw, "\n")
+}
+
+// Ctx is a context bounded for one end-to-end turn.
+func Ctx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,287 @@
+package sandboxagent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeRuntime records calls; exec behaviour is scripted per test.
+type fakeRuntime struct {
+	mu      sync.Mutex
+	created []ContainerSpec
+	removed []string
+	execs   []RuntimeExec
+	inspect func(spec ContainerSpec) ContainerState
+	exec    func(ctx context.Context, req RuntimeExec) (int, error)
+	list    []ContainerState
+}
+
+func (f *fakeRuntime) Info(context.Context) (EngineInfo, error) { return EngineInfo{Name: "fake"}, nil }
+func (f *fakeRuntime) Create(_ context.Context, spec ContainerSpec) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.created = append(f.created, spec)
+	return "cid", nil
+}
+func (f *fakeRuntime) Start(context.Context, string) error { return nil }
+func (f *fakeRuntime) Inspect(context.Context, string) (ContainerState, error) {
+	f.mu.Lock()
+	spec := f.created[len(f.created)-1]
+	f.mu.Unlock()
+	if f.inspect != nil {
+		return f.inspect(spec), nil
+	}
+	return recorded(spec), nil
+}
+func (f *fakeRuntime) Exec(ctx context.Context, _ string, req RuntimeExec) (int, error) {
+	f.mu.Lock()
+	f.execs = append(f.execs, req)
+	f.mu.Unlock()
+	return f.exec(ctx, req)
+}
+func (f *fakeRuntime) CopyTo(context.Context, string, string, io.Reader) error { return nil }
+func (f *fakeRuntime) CopyFrom(context.Context, string, string) (io.ReadCloser, error) {
+	return nil, ErrPathNotFound
+}
+func (f *fakeRuntime) Kill(context.Context, string) error { return nil }
+func (f *fakeRuntime) Remove(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.removed = append(f.removed, id)
+	return nil
+}
+func (f *fakeRuntime) List(context.Context, map[string]string) ([]ContainerState, error) {
+	return f.list, nil
+}
+
+// recorded is what a faithful engine reports for spec.
+func recorded(s ContainerSpec) ContainerState {
+	return ContainerState{
+		Running: true, Privileged: s.Privileged, CapDrop: s.CapDrop, CapAdd: s.CapAdd, SecurityOpt: s.SecurityOpt,
+		ReadonlyRootfs: s.ReadonlyRootfs, Init: s.Init, PidsLimit: s.PidsLimit, MemoryBytes: s.MemoryBytes,
+		MemorySwap: s.MemorySwap, NanoCPUs: s.NanoCPUs, NetworkMode: s.NetworkMode, Labels: s.Labels,
+	}
+}
+
+func TestContainerSpecDefaultsAreHardened(t *testing.T) {
+	spec, err := containerSpec(SandboxOptions{Image: "img"}, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Privileged || !spec.Init || !spec.AutoRemove || spec.NetworkMode != "none" ||
+		spec.PidsLimit != DefaultPidsLimit || spec.MemoryBytes != DefaultMemoryBytes || spec.MemorySwap != spec.MemoryBytes ||
+		spec.NanoCPUs != int64(DefaultCPUs*1e9) {
+		t.Errorf("spec not hardened: %+v", spec)
+	}
+	if strings.Join(spec.CapDrop, ",") != "ALL" || normCaps(spec.CapAdd) != normCaps(DefaultCaps) {
+		t.Errorf("caps: drop %v add %v", spec.CapDrop, spec.CapAdd)
+	}
+	if len(spec.SecurityOpt) != 1 || spec.SecurityOpt[0] != "no-new-privileges:true" {
+		t.Errorf("security opts %v", spec.SecurityOpt)
+	}
+	for _, l := range []string{LabelManaged, LabelCreated, LabelKeepalive, LabelHost, LabelPID} {
+		if spec.Labels[l] == "" {
+			t.Errorf("label %s missing", l)
+		}
+	}
+	if spec.Labels[LabelKeepalive] != "3600" || spec.Cmd[len(spec.Cmd)-2] != "3600" || spec.Cmd[len(spec.Cmd)-1] != "5" {
+		t.Errorf("keepalive: label %s cmd %v", spec.Labels[LabelKeepalive], spec.Cmd[len(spec.Cmd)-2:])
+	}
+	if !strings.HasPrefix(spec.Name, "sandbox-agent-") || len(spec.Name) != len("sandbox-agent-")+16 {
+		t.Errorf("name %q", spec.Name)
+	}
+}
+
+func TestContainerSpecLoosening(t *testing.T) {
+	spec, err := containerSpec(SandboxOptions{
+		Image: "img", Privileged: true, AllowNewPrivileges: true, NoInit: true, Caps: []string{},
+		Network: "host", CPUs: 0.5, MemoryBytes: 1 << 20, PidsLimit: 10, Keepalive: 3 * time.Second,
+		Env: map[string]string{"A": "1"}, TrustCACert: "/x.pem",
+	}, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !spec.Privileged || spec.Init || len(spec.SecurityOpt) != 0 || len(spec.CapAdd) != 0 || spec.NetworkMode != "host" ||
+		spec.NanoCPUs != 5e8 || spec.PidsLimit != 10 || spec.MemorySwap != 1<<20 || spec.Labels[LabelKeepalive] != "3" {
+		t.Errorf("spec %+v", spec)
+	}
+	if strings.Join(spec.Env, " ") != "A=1 NODE_EXTRA_CA_CERTS="+caPath+" SSL_CERT_FILE="+caPath {
+		t.Errorf("env %v", spec.Env)
+	}
+	if _, err := containerSpec(SandboxOptions{Image: "img", Env: map[string]string{"A=B": "1"}}, DefaultConfig()); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("bad env name: %v", err)
+	}
+}
+
+func TestNewSandboxRejectsSettingThatDidNotStick(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(*ContainerState)
+		setting string
+	}{
+		{"privileged", func(s *ContainerState) { s.Privileged = true }, "privileged"},
+		{"caps", func(s *ContainerState) { s.CapDrop = nil }, "cap_drop"},
+		{"extra cap", func(s *ContainerState) { s.CapAdd = append(s.CapAdd, "SYS_ADMIN") }, "cap_add"},
+		{"nnp", func(s *ContainerState) { s.SecurityOpt = nil }, "no_new_privileges"},
+		{"pids", func(s *ContainerState) { s.PidsLimit = 0 }, "pids_limit"},
+		{"memory", func(s *ContainerState) { s.MemoryBytes = 0 }, "memory"},
+		{"swap", func(s *ContainerState) { s.MemorySwap = -1 }, "memory_swap"},
+		{"cpus", func(s *ContainerState) { s.NanoCPUs = 0 }, "nano_cpus"},
+		{"init", func(s *ContainerState) { s.Init = false }, "init"},
+		{"network", func(s *ContainerState) { s.NetworkMode = "bridge" }, "network_mode"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &fakeRuntime{inspect: func(spec ContainerSpec) ContainerState {
+				st := recorded(spec)
+				tt.mutate(&st)
+				return st
+			}}
+			_, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img"})
+			var he *HardeningError
+			if !errors.As(err, &he) || !errors.Is(err, ErrHardening) || he.Setting != tt.setting {
+				t.Fatalf("err = %v, want HardeningError on %s", err, tt.setting)
+			}
+			if len(f.removed) != 1 {
+				t.Errorf("container not removed after failed start: %v", f.removed)
+			}
+		})
+	}
+	// Engines spell capabilities differently; that is not a failure.
+	f := &fakeRuntime{inspect: func(spec ContainerSpec) ContainerState {
+		st := recorded(spec)
+		st.CapAdd = []string{"CAP_SETUID", "cap_chown", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID"}
+		return st
+	}}
+	if _, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img"}); err != nil {
+		t.Fatalf("CAP_ spelling: %v", err)
+	}
+}
+
+func TestExecTimeoutKillsTaggedTree(t *testing.T) {
+	f := &fakeRuntime{}
+	release := make(chan struct{})
+	var tag string
+	f.exec = func(ctx context.Context, req RuntimeExec) (int, error) {
+		if req.Cmd[0] == "/bin/sh" && req.Cmd[3] == "sandbox-agent-kill" {
+			if req.Cmd[4] != tag {
+				t.Errorf("kill script got tag %q, command had %q", req.Cmd[4], tag)
+			}
+			close(release)
+			return 0, nil
+		}
+		for _, e := range req.Env {
+			if v, ok := strings.CutPrefix(e, execTagVar+"="); ok {
+				tag = v
+			}
+		}
+		io.WriteString(req.Stdout, "partial")
+		select {
+		case <-release: // killed: the stream ends
+			return 137, nil
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		}
+	}
+	sb, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sb.Run(context.Background(), ExecRequest{Cmd: []string{"sleep", "100"}, Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.TimedOut || res.ExitCode != ExitCodeTimeout || string(res.Stdout) != "partial" || tag == "" {
+		t.Fatalf("res %+v tag %q", res, tag)
+	}
+}
+
+func TestExecValidation(t *testing.T) {
+	f := &fakeRuntime{exec: func(context.Context, RuntimeExec) (int, error) { return 0, nil }}
+	sb, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Run(context.Background(), ExecRequest{}); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("empty cmd: %v", err)
+	}
+	if _, err := sb.Run(context.Background(), ExecRequest{Cmd: []string{"x"}, Env: map[string]string{execTagVar: "spoof"}}); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("spoofed tag: %v", err)
+	}
+	for _, p := range []string{"", "relative", "/"} {
+		if _, err := sb.Download(context.Background(), p, t.TempDir()); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("download %q: %v", p, err)
+		}
+	}
+	sb.Close()
+	if _, err := sb.Exec(context.Background(), []string{"true"}); !errors.Is(err, ErrClosed) {
+		t.Errorf("after close: %v", err)
+	}
+	if err := sb.Close(); err != nil || len(f.removed) != 1 {
+		t.Errorf("second close: %v, removed %v", err, f.removed)
+	}
+}
+
+func TestCappedBuffer(t *testing.T) {
+	tests := []struct {
+		max    int64
+		writes []string
+		want   string
+		trunc  bool
+	}{
+		{10, []string{"abc", "def"}, "abcdef", false},
+		{4, []string{"abc", "def"}, "abcd", true},
+		{3, []string{"abc", ""}, "abc", false},
+		{3, []string{"abc", "d"}, "abc", true},
+	}
+	for _, tt := range tests {
+		c := &cappedBuffer{max: tt.max}
+		for _, w := range tt.writes {
+			if n, err := c.Write([]byte(w)); n != len(w) || err != nil {
+				t.Fatalf("Write = %d, %v", n, err)
+			}
+		}
+		if c.buf.String() != tt.want || c.truncated != tt.trunc {
+			t.Errorf("max %d %v: got %q %v", tt.max, tt.writes, c.buf.String(), c.truncated)
+		}
+	}
+}
+
+func TestGCPolicy(t *testing.T) {
+	host := hostname()
+	now := time.Now()
+	f := &fakeRuntime{list: []ContainerState{
+		{ID: "mine-alive", Running: true, Labels: map[string]string{LabelManaged: "true", LabelHost: host, LabelPID: itoa(osGetpid())}},
+		{ID: "mine-dead-owner", Running: true, Labels: map[string]string{LabelManaged: "true", LabelHost: host, LabelPID: "999999999"}},
+		{ID: "other-host-exited", Status: "exited", Labels: map[string]string{LabelManaged: "true", LabelHost: "elsewhere"}},
+		{ID: "other-host-running", Running: true, Labels: map[string]string{LabelManaged: "true", LabelHost: "elsewhere"}},
+		{ID: "other-host-creating", Status: "created", Created: now, Labels: map[string]string{LabelManaged: "true", LabelHost: "elsewhere"}},
+		{ID: "foreign", Running: true, Labels: map[string]string{LabelManaged: "false"}},
+	}}
+	res, err := GC(context.Background(), f, GCOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(f.removed, ","); got != "mine-dead-owner,other-host-exited" {
+		t.Errorf("removed %s", got)
+	}
+	if len(res.Kept) != 3 {
+		t.Errorf("kept %+v", res.Kept)
+	}
+	f.removed = nil
+	if _, err := GC(context.Background(), f, GCOptions{All: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(f.removed, ","); strings.Contains(got, "foreign") || len(f.removed) != 5 {
+		t.Errorf("--all removed %s", got)
+	}
+	f.removed = nil
+	if _, err := GC(context.Background(), f, GCOptions{All: true, DryRun: true}); err != nil || len(f.removed) != 0 {
+		t.Errorf("dry run removed %v (%v)", f.removed, err)
+	}
+}
