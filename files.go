@@ -26,6 +26,8 @@ type DownloadReport struct {
 	Dirs    int
 	Bytes   int64
 	Skipped []safetar.Skipped
+	// SkippedOmitted counts skipped entries beyond the listed ones.
+	SkippedOmitted int
 }
 
 // cleanContainerPath validates an absolute container path.
@@ -235,7 +237,7 @@ func (s *Sandbox) Download(ctx context.Context, src, dst string) (DownloadReport
 	rep, err := safetar.Extract(ctx, rc, staging, top, safetar.Limits{
 		MaxBytes: s.cfg.MaxDownloadBytes, MaxEntries: s.cfg.MaxDownloadEntries, MaxDepth: s.cfg.MaxDownloadDepth,
 	})
-	report := DownloadReport{Path: final, Files: rep.Files, Dirs: rep.Dirs, Bytes: rep.Bytes, Skipped: rep.Skipped}
+	report := DownloadReport{Path: final, Files: rep.Files, Dirs: rep.Dirs, Bytes: rep.Bytes, Skipped: rep.Skipped, SkippedOmitted: rep.SkippedOmitted}
 	if err != nil {
 		return report, fmt.Errorf("download %s: %w", src, archiveErr(err))
 	}
