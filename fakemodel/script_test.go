@@ -108,3 +108,19 @@ func TestNewValidates(t *testing.T) {
 		t.Errorf("New with invalid script: %v", err)
 	}
 }
+
+func TestResetRestartsScript(t *testing.T) {
+	srv, err := New(Script{Responses: []Step{{Error: 401, Message: "bad"}}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Reset(Script{Responses: []Step{{Tool: "bogus"}}}); err == nil {
+		t.Fatal("invalid script accepted")
+	}
+	if err := srv.Reset(Script{Responses: []Step{{Text: "a"}, {Text: "b"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if srv.Remaining() != 2 {
+		t.Fatalf("remaining %d", srv.Remaining())
+	}
+}

@@ -199,6 +199,21 @@ func (s *Server) Requests() []Request {
 	return out
 }
 
+// Reset replaces the script and starts it from its first step, for a test
+// moving on to its next scenario against the same running CLI. Recorded
+// requests are kept.
+func (s *Server) Reset(script Script) error {
+	if err := script.Validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.script = script
+	s.next = 0
+	s.sticky = -1
+	return nil
+}
+
 // Remaining is the number of script steps not consumed yet.
 func (s *Server) Remaining() int {
 	s.mu.Lock()

@@ -52,7 +52,7 @@ func fakeKey() string {
 // startAgent resolves the endpoint (fake model, provider or gateway),
 // builds the driver and starts the agent. The returned stop func shuts
 // the fake model down.
-func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, getenv func(string) string) (*sandboxagent.Agent, func(), error) {
+func (a *app) startAgent(ctx context.Context, name string, f *agentFlags) (*sandboxagent.Agent, func(), error) {
 	stop := func() {}
 	cfg := a.cfg
 	if f.timeout > 0 {
@@ -91,20 +91,9 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, getenv
 		if network == "" {
 			network = "host" // the fake listens on the host's loopback only
 		}
-	case name == "opencode":
-		ep.Provider = f.provider
-		env := f.keyEnv
-		if env == "" {
-			env = "ZHIPUAI_CODING_TOKEN"
-		}
-		if ep.APIKey = getenv(env); ep.APIKey == "" {
-			return nil, stop, fmt.Errorf("no API key: set %s (or use --fake-model SCRIPT for a run without a key)", env)
-		}
 	default:
-		ep.BaseURL = cfg.GatewayURL
-		ep.APIKey = cfg.GatewayKey
-		if f.keyEnv != "" {
-			ep.APIKey = getenv(f.keyEnv)
+		if ep, err = a.realEndpoint(name, f.provider, f.keyEnv); err != nil {
+			return nil, stop, err
 		}
 	}
 	drv, err := newDriver(name, ep)
@@ -173,7 +162,7 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(fmt.Errorf("ask: %w", err))
 	}
-	ag, stop, err := a.startAgent(ctx, *driver, &af, a.getenv)
+	ag, stop, err := a.startAgent(ctx, *driver, &af)
 	defer stop()
 	if err != nil {
 		return a.fail(err)

@@ -6,22 +6,21 @@ import (
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
 )
 
 // endpoint is where a driver's CLI finds its model.
-type endpoint struct {
-	BaseURL  string // "" = the provider's own endpoint
-	APIKey   string
-	Provider string // opencode only
-}
+type endpoint = smoke.Endpoint
 
 // driverFactories builds each driver from an endpoint. The cmd package is
 // the only place that knows every driver.
-var driverFactories = map[string]func(endpoint) sandboxagent.Driver{}
+func driverFactories() map[string]func(endpoint) sandboxagent.Driver {
+	return map[string]func(endpoint) sandboxagent.Driver{}
+}
 
 func driverNames() []string {
-	names := make([]string, 0, len(driverFactories))
-	for n := range driverFactories {
+	var names []string
+	for n := range driverFactories() {
 		names = append(names, n)
 	}
 	sort.Strings(names)
@@ -29,9 +28,30 @@ func driverNames() []string {
 }
 
 func newDriver(name string, ep endpoint) (sandboxagent.Driver, error) {
-	f, ok := driverFactories[name]
+	f, ok := driverFactories()[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown driver %q (have: %s)", name, strings.Join(driverNames(), ", "))
 	}
 	return f(ep), nil
+}
+
+// realEndpoint is the endpoint of a run against real models: opencode goes
+// to its provider with the key from keyEnv (default ZHIPUAI_CODING_TOKEN);
+// the other CLIs go through the gateway.
+func (a *app) realEndpoint(name, provider, keyEnv string) (endpoint, error) {
+	if name == "opencode" {
+		if keyEnv == "" {
+			keyEnv = "ZHIPUAI_CODING_TOKEN"
+		}
+		key := a.getenv(keyEnv)
+		if key == "" {
+			return endpoint{}, fmt.Errorf("no API key for opencode: set %s (or use --fake-model)", keyEnv)
+		}
+		return endpoint{Provider: provider, APIKey: key}, nil
+	}
+	ep := endpoint{BaseURL: a.cfg.GatewayURL, APIKey: a.cfg.GatewayKey}
+	if keyEnv != "" {
+		ep.APIKey = a.getenv(keyEnv)
+	}
+	return ep, nil
 }

@@ -60,6 +60,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"exec":       {"run a command in a throw-away sandbox", runExec},
 		"ask":        {"run one agent turn in a throw-away sandbox", runAsk},
+		"smoke":      {"run the main behaviours end to end, per driver", runSmoke},
 		"gc":         {"remove sandboxes left behind", runGC},
 		"version":    {"print versions", runVersion},
 		"images":     {"list, resolve and build the agent images", runImages},

@@ -1,0 +1,122 @@
+package sandboxagent
+
+import (
+	"context"
+	"fmt"
+)
+
+// The session operations below hold the agent's turn lock: they never run
+// while a turn does. Each fails with ErrUnsupported when the driver's
+// Capabilities say so.
+
+func (a *Agent) unsupported(what string, ok bool) error {
+	if ok {
+		return nil
+	}
+	return fmt.Errorf("%s: %s: %w", a.drv.Name(), what, ErrUnsupported)
+}
+
+// Fork copies the current session (or the one named) into a new, isolated
+// session and returns its id. The agent keeps continuing the session it
+// was on; SetSession(forkID) switches to the fork.
+func (a *Agent) Fork(ctx context.Context, sessionID string) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.unsupported("fork", a.drv.Capabilities().Fork); err != nil {
+		return "", err
+	}
+	if sessionID == "" {
+		sessionID = a.session
+	}
+	if sessionID == "" {
+		return "", fmt.Errorf("%w: no session to fork yet", ErrInvalidArgument)
+	}
+	return a.drv.Fork(ctx, a.sb, sessionID)
+}
+
+// InstallSkill installs a skill where the CLI reads skills; later turns
+// see it.
+func (a *Agent) InstallSkill(ctx context.Context, s Skill) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.unsupported("skills", a.drv.Capabilities().Skills); err != nil {
+		return err
+	}
+	return a.drv.InstallSkill(ctx, a.sb, s)
+}
+
+// InstallRules installs instruction text where the CLI reads rules.
+func (a *Agent) InstallRules(ctx context.Context, rules string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.unsupported("rules", a.drv.Capabilities().Rules); err != nil {
+		return err
+	}
+	return a.drv.InstallRules(ctx, a.sb, rules)
+}
+
+// ListSessions lists the CLI's sessions in this sandbox.
+func (a *Agent) ListSessions(ctx context.Context) ([]SessionInfo, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.unsupported("list sessions", a.drv.Capabilities().Sessions); err != nil {
+		return nil, err
+	}
+	return a.drv.ListSessions(ctx, a.sb)
+}
+
+// DeleteSession deletes a session; the CLI can no longer resume it. If it
+// was the current session, the next turn starts a new one.
+func (a *Agent) DeleteSession(ctx context.Context, id string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.unsupported("delete session", a.drv.Capabilities().Sessions); err != nil {
+		return err
+	}
+	if err := a.drv.DeleteSession(ctx, a.sb, id); err != nil {
+		return err
+	}
+	if a.session == id {
+		a.session = ""
+	}
+	return nil
+}
+
+// DumpSession captures a session (the current one when id is "") as a
+// portable value, e.g. to LoadSession it into another agent's container.
+func (a *Agent) DumpSession(ctx context.Context, id string) (SessionDump, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.unsupported("dump session", a.drv.Capabilities().Sessions); err != nil {
+		return SessionDump{}, err
+	}
+	if id == "" {
+		id = a.session
+	}
+	if id == "" {
+		return SessionDump{}, fmt.Errorf("%w: no session to dump yet", ErrInvalidArgument)
+	}
+	return a.drv.DumpSession(ctx, a.sb, id)
+}
+
+// LoadSession installs a dumped session in this agent's container and
+// makes it the current session, so the next turn continues it.
+func (a *Agent) LoadSession(ctx context.Context, d SessionDump) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.unsupported("load session", a.drv.Capabilities().Sessions); err != nil {
+		return "", err
+	}
+	if d.Driver != "" && d.Driver != a.drv.Name() {
+		return "", fmt.Errorf("%w: a %s session cannot be loaded into %s", ErrInvalidArgument, d.Driver, a.drv.Name())
+	}
+	id, err := a.drv.LoadSession(ctx, a.sb, d)
+	if err != nil {
+		return "", err
+	}
+	a.session = id
+	return id, nil
+}
