@@ -85,6 +85,10 @@ func (p *fakeParser) Finish(code int, stderr []byte) (TurnOutcome, error) {
 func cliRuntime(out func(prompt string) (stdout, stderr string, code int)) *fakeRuntime {
 	f := &fakeRuntime{}
 	f.exec = func(ctx context.Context, req RuntimeExec) (int, error) {
+		if req.Cmd[0] == "sh" && strings.Contains(req.Cmd[2], "id -u") {
+			io.WriteString(req.Stdout, "1000\n1000\n")
+			return 0, nil
+		}
 		if req.Cmd[0] != "fakecli" {
 			return 0, nil // kill script and the like
 		}

@@ -84,6 +84,10 @@ func (s *Sandbox) Upload(ctx context.Context, src, dst string) error {
 		return err
 	}
 	defer cancel()
+	owner, err := s.fileOwner(ctx)
+	if err != nil {
+		return err
+	}
 	// Packing streams through a pipe, so a large tree is never held in
 	// memory; a retry after mkdir packs again.
 	var mu sync.Mutex
@@ -91,7 +95,7 @@ func (s *Sandbox) Upload(ctx context.Context, src, dst string) error {
 	body := func() io.Reader {
 		pr, pw := io.Pipe()
 		go func() {
-			err := safetar.Pack(ctx, pw, src, path.Base(dst))
+			err := safetar.Pack(ctx, pw, src, path.Base(dst), owner)
 			if err != nil {
 				mu.Lock()
 				packErr = err
@@ -123,27 +127,52 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, data []byte, mode 
 		return err
 	}
 	defer cancel()
-	body := func() io.Reader { return tarOneFile("", path.Base(name), data, mode) }
+	owner, err := s.fileOwner(ctx)
+	if err != nil {
+		return err
+	}
+	body := func() io.Reader { return tarOneFile("", path.Base(name), data, mode, owner) }
 	if err := s.copyIn(ctx, name, body); err != nil {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
 	return nil
 }
 
+// fileOwner is the numeric uid and gid of the sandbox's user, looked up
+// once: engines extract uploads with the archive's ids, and files must
+// belong to the user the CLI runs as so it can rewrite them.
+func (s *Sandbox) fileOwner(ctx context.Context) (safetar.Owner, error) {
+	s.ownerMu.Lock()
+	defer s.ownerMu.Unlock()
+	if s.owner != nil {
+		return *s.owner, nil
+	}
+	res, err := s.Run(ctx, ExecRequest{Cmd: []string{"sh", "-c", "id -u; id -g"}})
+	if err != nil {
+		return safetar.Owner{}, fmt.Errorf("look up the sandbox user: %w", err)
+	}
+	var o safetar.Owner
+	if _, err := fmt.Sscan(string(res.Stdout), &o.UID, &o.GID); err != nil || res.ExitCode != 0 {
+		return safetar.Owner{}, fmt.Errorf("look up the sandbox user: id printed %q (exit %d)", res.Stdout, res.ExitCode)
+	}
+	s.owner = &o
+	return o, nil
+}
+
 // tarOneFile is an in-memory tar holding dir/ (when dir is not empty) and
-// dir/name.
-func tarOneFile(dir, name string, data []byte, mode fs.FileMode) io.Reader {
+// dir/name, owned by owner.
+func tarOneFile(dir, name string, data []byte, mode fs.FileMode, owner safetar.Owner) io.Reader {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	now := time.Now()
 	if dir != "" {
-		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o755, ModTime: now})
+		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o755, ModTime: now, Uid: owner.UID, Gid: owner.GID})
 		name = dir + "/" + name
 	}
 	if mode == 0 {
 		mode = 0o644
 	}
-	_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(mode.Perm()), Size: int64(len(data)), ModTime: now})
+	_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(mode.Perm()), Size: int64(len(data)), ModTime: now, Uid: owner.UID, Gid: owner.GID})
 	_, _ = tw.Write(data)
 	_ = tw.Close()
 	return &buf

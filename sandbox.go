@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/safetar"
 )
 
 // Labels every sandbox container carries. gc finds leftovers by them.
@@ -97,6 +99,9 @@ type Sandbox struct {
 	cfg     Config
 	user    string
 	workdir string
+
+	ownerMu sync.Mutex
+	owner   *safetar.Owner // the user's uid/gid, once looked up
 
 	closeOnce sync.Once
 	closeErr  error
@@ -200,7 +205,7 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 		if err != nil {
 			return fail(fmt.Errorf("%w: trust CA cert: %w", ErrInvalidArgument, err))
 		}
-		if err := rt.CopyTo(ctx, id, "/", tarOneFile(path.Dir(caPath)[1:], path.Base(caPath), pem, 0o644)); err != nil {
+		if err := rt.CopyTo(ctx, id, "/", tarOneFile(path.Dir(caPath)[1:], path.Base(caPath), pem, 0o644, safetar.Owner{})); err != nil {
 			return fail(fmt.Errorf("install CA cert: %w", err))
 		}
 	}

@@ -552,3 +552,22 @@ func TestIntegrationGC(t *testing.T) {
 		t.Errorf("live sandbox touched: %v", err)
 	}
 }
+
+// Files put into the sandbox belong to its user, so an unprivileged CLI can
+// rewrite what was uploaded for it.
+func TestIntegrationFilesOwnedBySandboxUser(t *testing.T) {
+	t.Parallel()
+	rt := testenv.Runtime(t)
+	sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{User: "65534:65534"})
+	ctx := ctxT(t)
+	if err := sb.WriteFile(ctx, "/tmp/owned/f.txt", []byte("a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sb.Exec(ctx, []string{"sh", "-c", "echo b >> /tmp/owned/f.txt && stat -c '%u:%g' /tmp/owned/f.txt && cat /tmp/owned/f.txt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 0 || string(res.Stdout) != "65534:65534\na\nb\n" {
+		t.Fatalf("exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+}

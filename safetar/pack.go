@@ -17,8 +17,9 @@ import (
 // under name/. Host symlinks are stored as symlinks, never followed; sockets,
 // devices and FIFOs are left out. See the package documentation for the
 // metadata recorded. Pack checks ctx between entries and while copying file
-// contents.
-func Pack(ctx context.Context, w io.Writer, src, name string) error {
+// contents. Every entry is recorded as owned by owner (the engine extracts
+// uploads with the archive's numeric ids).
+func Pack(ctx context.Context, w io.Writer, src, name string, owner Owner) error {
 	if err := checkTop(name); err != nil {
 		return err
 	}
@@ -47,10 +48,10 @@ func Pack(ctx context.Context, w io.Writer, src, name string) error {
 			if err != nil {
 				return err
 			}
-			return packOne(ctx, tw, p, entry, info)
+			return packOne(ctx, tw, p, entry, info, owner)
 		})
 	} else {
-		err = packOne(ctx, tw, src, name, fi)
+		err = packOne(ctx, tw, src, name, fi, owner)
 	}
 	if err != nil {
 		return fmt.Errorf("safetar: pack: %w", err)
@@ -61,9 +62,14 @@ func Pack(ctx context.Context, w io.Writer, src, name string) error {
 	return nil
 }
 
-func packOne(ctx context.Context, tw *tar.Writer, p, entry string, fi fs.FileInfo) error {
+// Owner is the numeric owner Pack records for every entry.
+type Owner struct{ UID, GID int }
+
+func packOne(ctx context.Context, tw *tar.Writer, p, entry string, fi fs.FileInfo, owner Owner) error {
 	hdr := &tar.Header{
 		Name:    entry,
+		Uid:     owner.UID,
+		Gid:     owner.GID,
 		Mode:    int64(fi.Mode().Perm()),
 		ModTime: fi.ModTime().Truncate(time.Second),
 	}

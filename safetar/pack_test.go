@@ -49,7 +49,7 @@ func TestPackRoundTrip(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	if err := Pack(context.Background(), &buf, src, "work"); err != nil {
+	if err := Pack(context.Background(), &buf, src, "work", Owner{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -104,7 +104,7 @@ func TestPackSingleFileAndSymlinkRoot(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "qs.py"), "print(1)\n", 0o755)
 	var buf bytes.Buffer
-	if err := Pack(context.Background(), &buf, filepath.Join(dir, "qs.py"), "qs.py"); err != nil {
+	if err := Pack(context.Background(), &buf, filepath.Join(dir, "qs.py"), "qs.py", Owner{}); err != nil {
 		t.Fatal(err)
 	}
 	s := newSandbox(t)
@@ -121,7 +121,7 @@ func TestPackSingleFileAndSymlinkRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf.Reset()
-	if err := Pack(context.Background(), &buf, filepath.Join(dir, "link"), "link"); err != nil {
+	if err := Pack(context.Background(), &buf, filepath.Join(dir, "link"), "link", Owner{}); err != nil {
 		t.Fatal(err)
 	}
 	h, err := tar.NewReader(&buf).Next()
@@ -133,17 +133,44 @@ func TestPackSingleFileAndSymlinkRoot(t *testing.T) {
 func TestPackErrors(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "f"), "x", 0o644)
-	if err := Pack(context.Background(), io.Discard, filepath.Join(dir, "missing"), "x"); err == nil {
+	if err := Pack(context.Background(), io.Discard, filepath.Join(dir, "missing"), "x", Owner{}); err == nil {
 		t.Error("missing src: no error")
 	}
 	for _, name := range []string{"", "..", "a/b"} {
-		if err := Pack(context.Background(), io.Discard, dir, name); err == nil {
+		if err := Pack(context.Background(), io.Discard, dir, name, Owner{}); err == nil {
 			t.Errorf("name %q: no error", name)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := Pack(ctx, io.Discard, dir, "d"); !errors.Is(err, context.Canceled) {
+	if err := Pack(ctx, io.Discard, dir, "d", Owner{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled ctx: %v", err)
+	}
+}
+
+func TestPackRecordsOwner(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "d", "f"), "x", 0o644)
+	var buf bytes.Buffer
+	if err := Pack(context.Background(), &buf, filepath.Join(dir, "d"), "d", Owner{UID: 1000, GID: 1001}); err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(&buf)
+	n := 0
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if hdr.Uid != 1000 || hdr.Gid != 1001 || hdr.Uname != "" || hdr.Gname != "" {
+			t.Errorf("%s owned by %d:%d (%q:%q)", hdr.Name, hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname)
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d entries", n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
 )
 
 // exitAgentFailed: the agent CLI reported a failure (a DriverError).
@@ -95,6 +96,9 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags) (*sand
 		if ep, err = a.realEndpoint(name, f.provider, f.keyEnv); err != nil {
 			return nil, stop, err
 		}
+	}
+	if network == "" && smoke.LoopbackURL(ep.BaseURL) {
+		network = "host" // a gateway on the host's loopback
 	}
 	drv, err := newDriver(name, ep)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -209,12 +211,27 @@ func (r *run) start(ep Endpoint) (*sandboxagent.Agent, error) {
 	if r.o.Image != "" {
 		opts = append(opts, sandboxagent.WithImage(r.o.Image))
 	}
-	if r.fake != nil {
+	if r.fake != nil || LoopbackURL(ep.BaseURL) {
 		opts = append(opts, sandboxagent.WithNetwork("host"))
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, cfg.Timeouts.Start+time.Minute)
 	defer cancel()
 	return sandboxagent.Start(ctx, r.o.Runtime, r.t.New(ep), opts...)
+}
+
+// LoopbackURL reports whether u points at the host's loopback (the fake
+// model, a local gateway): a sandbox reaches it only on the host network.
+func LoopbackURL(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil || p.Host == "" {
+		return false
+	}
+	h := p.Hostname()
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (r *run) close() {
