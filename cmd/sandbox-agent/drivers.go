@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/codex"
 	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
 )
 
@@ -15,7 +16,11 @@ type endpoint = smoke.Endpoint
 // driverFactories builds each driver from an endpoint. The cmd package is
 // the only place that knows every driver.
 func driverFactories() map[string]func(endpoint) sandboxagent.Driver {
-	return map[string]func(endpoint) sandboxagent.Driver{}
+	return map[string]func(endpoint) sandboxagent.Driver{
+		"codex": func(ep endpoint) sandboxagent.Driver {
+			return codex.New(codex.Options{BaseURL: ep.BaseURL, APIKey: ep.APIKey})
+		},
+	}
 }
 
 func driverNames() []string {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"strings"
 	"testing"
 )
@@ -83,6 +84,27 @@ func TestParseCopySpecs(t *testing.T) {
 		c, err := parseDownload(tt.in)
 		if (err == nil) != tt.ok || (tt.ok && (c.host != tt.host || c.ctr != tt.ctr)) {
 			t.Errorf("parseDownload(%q) = %+v, %v", tt.in, c, err)
+		}
+	}
+}
+
+func TestParseInterspersed(t *testing.T) {
+	tests := []struct {
+		args []string
+		pos  string
+		fake bool
+	}{
+		{[]string{"claude", "codex", "--fake-model"}, "claude,codex", true},
+		{[]string{"--fake-model", "all"}, "all", true},
+		{[]string{"a", "--", "--fake-model"}, "a,--fake-model", false},
+		{nil, "", false},
+	}
+	for _, tt := range tests {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fake := fs.Bool("fake-model", false, "")
+		pos, err := parseInterspersed(fs, tt.args)
+		if err != nil || strings.Join(pos, ",") != tt.pos || *fake != tt.fake {
+			t.Errorf("%v: pos %v fake %v err %v", tt.args, pos, *fake, err)
 		}
 	}
 }

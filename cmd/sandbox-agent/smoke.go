@@ -27,13 +27,13 @@ func runSmoke(ctx context.Context, a *app, args []string) int {
 	keyEnv := fs.String("key-env", "", "environment variable holding the API key (default: ZHIPUAI_CODING_TOKEN for opencode, GATEWAY_KEY for the others)")
 	model := fs.String("model", "", "model for every driver (default: each driver's)")
 	image := fs.String("image", "", "image for every driver (default: each driver's)")
-	if err := fs.Parse(args); err != nil {
+	names, err := parseInterspersed(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		return exitError
 	}
-	names := fs.Args()
 	switch {
 	case len(names) == 0:
 		names = []string{"opencode"}

@@ -1,0 +1,265 @@
+package codex
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// golden is what a golden file holds for one captured run.
+type golden struct {
+	Events  []sandboxagent.Event      `json:"events"`
+	Outcome sandboxagent.TurnOutcome  `json:"outcome"`
+	Error   *sandboxagent.DriverError `json:"error,omitempty"`
+}
+
+// parseFile runs the parser over a captured stdout the way the agent does
+// (line by line, Line numbers filled in), then Finish.
+func parseFile(t *testing.T, name string, turn sandboxagent.Turn, exit int) golden {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", name+".jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, _ := os.ReadFile(filepath.Join("testdata", name+".stderr.txt"))
+	p := newParser(turn)
+	var g golden
+	lines := bytes.Split(data, []byte("\n"))
+	if len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
+		lines = lines[:len(lines)-1]
+	}
+	for i, l := range lines {
+		for _, ev := range p.Parse(l) {
+			ev.Line = i + 1
+			g.Events = append(g.Events, ev)
+		}
+	}
+	out, ferr := p.Finish(exit, stderr)
+	g.Outcome = out
+	if ferr != nil {
+		var de *sandboxagent.DriverError
+		if !errors.As(ferr, &de) {
+			t.Fatalf("Finish error %T %v, want *DriverError", ferr, ferr)
+		}
+		g.Error = de
+	}
+	return g
+}
+
+func TestParserGolden(t *testing.T) {
+	cases := []struct {
+		name    string
+		session string // the turn resumes this session
+		exit    int
+	}{
+		// Real CLI output from the reference run (python mock).
+		{name: "codex-stream"},
+		{name: "codex-stream-401", exit: 1},
+		{name: "codex-stream-apply-patch"},
+		{name: "codex-stream-unknown-model"},
+		// Real CLI output captured in the image against the fake model.
+		{name: "fake-shell-done"},
+		{name: "fake-multi"},
+		{name: "fake-401", exit: 1},
+		{name: "fake-429", exit: 1},
+		{name: "fake-500-recover"},
+		{name: "fake-missing-key", exit: 1},
+		{name: "fake-resume", session: "01a226c8-667d-7f42-ab84-674eb9e97950"},
+		{name: "fake-resume-unknown", session: "01a226c1-0000-7000-8000-000000000000", exit: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := parseFile(t, tc.name, sandboxagent.Turn{Prompt: "p", SessionID: tc.session}, tc.exit)
+			b, err := json.MarshalIndent(got, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = append(b, '\n')
+			path := filepath.Join("testdata", tc.name+".golden.json")
+			if *update {
+				if err := os.WriteFile(path, b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update)", err)
+			}
+			if !bytes.Equal(b, want) {
+				t.Errorf("events differ from %s (go test -run TestParserGolden -update to accept):\n%s", path, b)
+			}
+		})
+	}
+}
+
+// TestParserSemantics states the key facts the golden files hold, so a
+// careless -update cannot hide a regression.
+func TestParserSemantics(t *testing.T) {
+	g := parseFile(t, "fake-multi", sandboxagent.Turn{Prompt: "p"}, 0)
+	if g.Error != nil || g.Outcome.Reply != "DONE" || g.Outcome.SessionID != "01a226c2-2239-7773-8a9d-a6a55069ace8" {
+		t.Fatalf("outcome %+v err %v", g.Outcome, g.Error)
+	}
+	kinds := map[sandboxagent.EventKind]int{}
+	calls := map[string]bool{}
+	for _, ev := range g.Events {
+		kinds[ev.Kind]++
+		switch ev.Kind {
+		case sandboxagent.KindToolCall:
+			if ev.Payload.Tool != "command_execution" || ev.Payload.CallID == "" || !json.Valid(ev.Payload.Input) {
+				t.Errorf("tool_call %+v", ev.Payload)
+			}
+			calls[ev.Payload.CallID] = true
+		case sandboxagent.KindToolResult:
+			if !calls[ev.Payload.CallID] {
+				t.Errorf("tool_result %s before its call", ev.Payload.CallID)
+			}
+			if ev.Payload.ExitCode == nil {
+				t.Errorf("tool_result without exit code: %+v", ev.Payload)
+			}
+			if strings.Contains(ev.Payload.Command, "nonexistent") != ev.Payload.IsError {
+				t.Errorf("is_error wrong: %+v", ev.Payload)
+			}
+		case sandboxagent.KindUsage:
+			if !ev.Payload.Cumulative || ev.Payload.InputTokens == 0 || ev.Payload.ReasoningTokens != 11 {
+				t.Errorf("usage %+v", ev.Payload)
+			}
+		case sandboxagent.KindRaw:
+			t.Errorf("unexpected raw event %+v", ev.Payload)
+		}
+	}
+	want := map[sandboxagent.EventKind]int{
+		sandboxagent.KindSession: 1, sandboxagent.KindThinking: 2, sandboxagent.KindText: 2,
+		sandboxagent.KindToolCall: 3, sandboxagent.KindToolResult: 3, sandboxagent.KindUsage: 1,
+	}
+	for k, n := range want {
+		if kinds[k] != n {
+			t.Errorf("%d %s events, want %d", kinds[k], k, n)
+		}
+	}
+
+	// No reasoning from the backend: no thinking event.
+	g = parseFile(t, "fake-shell-done", sandboxagent.Turn{Prompt: "p"}, 0)
+	for _, ev := range g.Events {
+		if ev.Kind == sandboxagent.KindThinking {
+			t.Errorf("thinking event without reasoning: %+v", ev)
+		}
+	}
+
+	// 401: a DriverError with the status, the retries as non-fatal errors.
+	g = parseFile(t, "fake-401", sandboxagent.Turn{Prompt: "p"}, 1)
+	if g.Error == nil || g.Error.Status != 401 || g.Error.ExitCode != 1 || strings.Contains(g.Error.Message, "\n") {
+		t.Fatalf("401 error %+v", g.Error)
+	}
+	if g.Error.Stderr != "Reading additional input from stdin..." {
+		t.Errorf("stderr %q", g.Error.Stderr)
+	}
+	retries := 0
+	for _, ev := range g.Events {
+		if ev.Kind == sandboxagent.KindError && !ev.Payload.IsError {
+			retries++
+		}
+	}
+	if retries != 2 {
+		t.Errorf("%d retry events, want 2", retries)
+	}
+
+	g = parseFile(t, "fake-429", sandboxagent.Turn{Prompt: "p"}, 1)
+	if g.Error == nil || g.Error.Status != 429 {
+		t.Errorf("429 error %+v", g.Error)
+	}
+
+	// An unknown resume id: no JSON, the message comes from stderr.
+	g = parseFile(t, "fake-resume-unknown", sandboxagent.Turn{Prompt: "p", SessionID: "01a226c1-0000-7000-8000-000000000000"}, 1)
+	if g.Error == nil || !strings.Contains(g.Error.Message, "no rollout found") {
+		t.Errorf("unknown resume error %+v", g.Error)
+	}
+
+	// `codex exec fork ID` without a prompt: only the new thread id.
+	g = parseFile(t, "fake-fork", sandboxagent.Turn{}, 0)
+	if len(g.Events) != 1 || g.Events[0].SessionID != "01a226c8-9e43-7590-8437-61d2114ad44a" {
+		t.Errorf("fork output events %+v", g.Events)
+	}
+
+	// apply_patch: a file_change tool call with the path.
+	g = parseFile(t, "codex-stream-apply-patch", sandboxagent.Turn{Prompt: "p"}, 0)
+	if ev := g.Events[1]; ev.Kind != sandboxagent.KindToolCall || ev.Payload.Path != "/workspace/hello.txt" || ev.Payload.Tool != "file_change" {
+		t.Errorf("file_change call %+v", ev)
+	}
+}
+
+func TestParserEdgeCases(t *testing.T) {
+	p := newParser(sandboxagent.Turn{Prompt: "p"})
+	check := func(line string, kind sandboxagent.EventKind, n int) []sandboxagent.Event {
+		t.Helper()
+		evs := p.Parse([]byte(line))
+		if len(evs) != n || (n > 0 && evs[0].Kind != kind) {
+			t.Fatalf("Parse(%s) = %+v, want %d %s", line, evs, n, kind)
+		}
+		return evs
+	}
+	check(`not json at all`, sandboxagent.KindRaw, 1)
+	check(`{"type":"something.new","x":1}`, sandboxagent.KindRaw, 1)
+	check(`{"no_type":true}`, sandboxagent.KindRaw, 1)
+	check(`{"type":"item.completed","item":{"id":"i","type":"todo_list","items":[]}}`, sandboxagent.KindRaw, 1)
+	check(``, "", 0)
+	check(`{"type":"turn.started"}`, "", 0)
+	check(`{"type":"item.completed","item":{"id":"r","type":"reasoning","text":""}}`, "", 0)
+	evs := check(`{"type":"item.started","item":{"id":"m","type":"mcp_tool_call","server":"srv","tool":"look","arguments":{"q":1},"status":"in_progress"}}`, sandboxagent.KindToolCall, 1)
+	if evs[0].Payload.Tool != "srv.look" || string(evs[0].Payload.Input) != `{"q":1}` {
+		t.Errorf("mcp call %+v", evs[0].Payload)
+	}
+	evs = check(`{"type":"item.completed","item":{"id":"m","type":"mcp_tool_call","server":"srv","tool":"look","arguments":{"q":1},"result":{"content":[{"type":"text","text":"found"}]},"status":"completed"}}`, sandboxagent.KindToolResult, 1)
+	if evs[0].Payload.Output != "found" || evs[0].Payload.IsError {
+		t.Errorf("mcp result %+v", evs[0].Payload)
+	}
+	// A completed command never announced: call then result.
+	evs = check(`{"type":"item.completed","item":{"id":"c","type":"command_execution","command":"ls","aggregated_output":"x","exit_code":0,"status":"completed"}}`, sandboxagent.KindToolCall, 2)
+	if evs[1].Kind != sandboxagent.KindToolResult || evs[1].Payload.Output != "x" {
+		t.Errorf("result %+v", evs[1])
+	}
+	check(`{"type":"item.completed","item":{"id":"w","type":"web_search","query":"go"}}`, sandboxagent.KindToolCall, 2)
+	// Exit 0 without turn.completed is not a success.
+	if _, err := p.Finish(0, nil); err == nil {
+		t.Error("Finish without turn.completed succeeded")
+	}
+
+	// A resume that started another thread is an error.
+	p = newParser(sandboxagent.Turn{Prompt: "p", SessionID: "01a226c8-667d-7f42-ab84-674eb9e97950"})
+	p.Parse([]byte(`{"type":"thread.started","thread_id":"01a226c1-d5e3-7d71-a6ee-d20a7417ddc5"}`))
+	p.Parse([]byte(`{"type":"turn.completed","usage":{"input_tokens":1}}`))
+	if _, err := p.Finish(0, nil); err == nil || !strings.Contains(err.Error(), "new session") {
+		t.Errorf("resume mismatch: %v", err)
+	}
+
+	// A crash: non-zero exit, stderr only.
+	p = newParser(sandboxagent.Turn{Prompt: "p"})
+	_, err := p.Finish(101, []byte("thread 'main' panicked at x.rs:1\nnote: run with RUST_BACKTRACE=1\n"))
+	var de *sandboxagent.DriverError
+	if !errors.As(err, &de) || de.ExitCode != 101 || de.Message != "note: run with RUST_BACKTRACE=1" {
+		t.Errorf("crash: %#v", err)
+	}
+}
+
+func TestHTTPStatus(t *testing.T) {
+	for msg, want := range map[string]int{
+		"unexpected status 401 Unauthorized: invalid api key":                        401,
+		"exceeded retry limit, last status: 429 Too Many Requests, request id: x":    429,
+		"stream disconnected before completion: mock model failure":                  0,
+		"Missing environment variable: `SANDBOX_AGENT_CODEX_API_KEY`.":               0,
+		"unexpected status 503 Service Unavailable: upstream, url: http://h:5000/v1": 503,
+	} {
+		if got := httpStatus(msg); got != want {
+			t.Errorf("httpStatus(%q) = %d, want %d", msg, got, want)
+		}
+	}
+}
