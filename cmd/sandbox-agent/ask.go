@@ -13,6 +13,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
 )
 
@@ -100,7 +101,7 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags) (*sand
 	if network == "" && smoke.LoopbackURL(ep.BaseURL) {
 		network = "host" // a gateway on the host's loopback
 	}
-	drv, err := newDriver(name, ep)
+	drv, err := drivers.New(name, ep)
 	if err != nil {
 		return nil, stop, err
 	}
@@ -148,7 +149,7 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintln(a.stderr, "usage: sandbox-agent ask --driver NAME [flags] PROMPT\n\nRuns one turn of an agent CLI in a throw-away sandbox and prints the reply.\nExit codes: 0 ok, 1 the agent CLI failed, 124 timeout, 125 sandbox-agent failed.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	driver := fs.String("driver", "opencode", "agent CLI: "+strings.Join(driverNames(), ", "))
+	driver := fs.String("driver", "opencode", "agent CLI: "+strings.Join(drivers.Names(), ", "))
 	asJSON := fs.Bool("json", false, "print events as JSON lines, then a result line")
 	var af agentFlags
 	af.register(fs)

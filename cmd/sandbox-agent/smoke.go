@@ -11,6 +11,7 @@ import (
 	"sync"
 	"text/tabwriter"
 
+	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
 )
 
@@ -38,14 +39,14 @@ func runSmoke(ctx context.Context, a *app, args []string) int {
 	case len(names) == 0:
 		names = []string{"opencode"}
 	case len(names) == 1 && names[0] == "all":
-		names = driverNames()
+		names = drivers.Names()
 	}
 	var targets []smoke.Target
 	for _, n := range names {
-		if _, ok := driverFactories()[n]; !ok {
-			return a.fail(fmt.Errorf("smoke: unknown driver %q (have: %s, or all)", n, strings.Join(driverNames(), ", ")))
+		if _, ok := drivers.All()[n]; !ok {
+			return a.fail(fmt.Errorf("smoke: unknown driver %q (have: %s, or all)", n, strings.Join(drivers.Names(), ", ")))
 		}
-		t := smoke.Target{Name: n, New: driverFactories()[n], Model: *model}
+		t := smoke.Target{Name: n, New: drivers.All()[n], Model: *model}
 		if !*fake {
 			ep, err := a.realEndpoint(n, *provider, *keyEnv)
 			if err != nil {

@@ -1,0 +1,226 @@
+package claude
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// DefaultModel is the model used when the agent was given none: the CLI's
+// alias for its current Sonnet model (sent as e.g. claude-sonnet-5-5).
+const DefaultModel = "sonnet"
+
+// DefaultMaxRetries bounds the CLI's API retries (CLAUDE_CODE_MAX_RETRIES)
+// when Options.MaxRetries is zero: a bad key then fails in a few seconds.
+const DefaultMaxRetries = 2
+
+// Options configure the driver.
+type Options struct {
+	// BaseURL of the Anthropic Messages API (or a compatible gateway); ""
+	// is Anthropic's own endpoint.
+	BaseURL string
+	// APIKey for it. It reaches the CLI only through the turn's environment
+	// (ANTHROPIC_API_KEY), never a file, and is redacted from logs.
+	APIKey string
+	// BearerAuth sends the key as "Authorization: Bearer" (the CLI's
+	// ANTHROPIC_AUTH_TOKEN) instead of x-api-key, for gateways that want
+	// that.
+	BearerAuth bool
+	// MaxRetries is the number of API retries the CLI makes (429, 5xx, and
+	// also 401); zero means DefaultMaxRetries, negative means none.
+	MaxRetries int
+	// MaxTurns caps the model round trips of one turn (--max-turns); zero
+	// means no cap.
+	MaxTurns int
+	// Env is extra, non-secret environment for the CLI (for instance
+	// ANTHROPIC_DEFAULT_HAIKU_MODEL for a gateway). It is also written to
+	// settings.json.
+	Env map[string]string
+}
+
+// Driver drives Claude Code. It holds no per-sandbox state, so one Driver
+// may serve several agents.
+type Driver struct {
+	o Options
+}
+
+var _ sandboxagent.Driver = (*Driver)(nil)
+
+// New returns a driver.
+func New(o Options) *Driver { return &Driver{o: o} }
+
+// Name is "claude".
+func (d *Driver) Name() string { return "claude" }
+
+// Image is "": the built-in claude image from versions.json.
+func (d *Driver) Image() string { return "" }
+
+// Capabilities: everything but deltas (the driver does not ask the CLI for
+// partial messages; each content block arrives whole).
+func (d *Driver) Capabilities() sandboxagent.Capabilities {
+	return sandboxagent.Capabilities{
+		Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true,
+		Thinking: true, Usage: true, Deltas: false,
+	}
+}
+
+// Secrets returns the API key.
+func (d *Driver) Secrets() []string {
+	if d.o.APIKey == "" {
+		return nil
+	}
+	return []string{d.o.APIKey}
+}
+
+func (d *Driver) maxRetries() int {
+	switch {
+	case d.o.MaxRetries < 0:
+		return 0
+	case d.o.MaxRetries == 0:
+		return DefaultMaxRetries
+	}
+	return d.o.MaxRetries
+}
+
+// settingsEnv is the non-secret environment of every turn, also written
+// into settings.json.
+func (d *Driver) settingsEnv() map[string]string {
+	env := map[string]string{
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+		"DISABLE_TELEMETRY":                        "1",
+		"DISABLE_AUTOUPDATER":                      "1",
+		"DISABLE_ERROR_REPORTING":                  "1",
+		"CLAUDE_CODE_MAX_RETRIES":                  strconv.Itoa(d.maxRetries()),
+	}
+	if d.o.BaseURL != "" {
+		env["ANTHROPIC_BASE_URL"] = d.o.BaseURL
+	}
+	for k, v := range d.o.Env {
+		env[k] = v
+	}
+	return env
+}
+
+// settings is the content of ~/.claude/settings.json.
+func (d *Driver) settings() ([]byte, error) {
+	s := map[string]any{
+		"env":         d.settingsEnv(),
+		"permissions": map[string]any{"defaultMode": "bypassPermissions"},
+	}
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Setup writes ~/.claude/settings.json.
+func (d *Driver) Setup(ctx context.Context, c sandboxagent.ContainerOps) error {
+	for k := range d.o.Env {
+		if isSecretEnv(k) {
+			return fmt.Errorf("%w: claude: put the key in Options.APIKey, not Options.Env[%q]", sandboxagent.ErrInvalidArgument, k)
+		}
+	}
+	b, err := d.settings()
+	if err != nil {
+		return err
+	}
+	return writeHomeFile(ctx, c, ".claude/settings.json", b, 0o600)
+}
+
+// isSecretEnv names the variables that carry credentials.
+func isSecretEnv(k string) bool {
+	switch k {
+	case "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN":
+		return true
+	}
+	return false
+}
+
+// Command is the headless command line of one turn (see the package doc).
+func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
+	if strings.TrimSpace(t.Prompt) == "" {
+		return sandboxagent.Invocation{}, fmt.Errorf("%w: empty prompt", sandboxagent.ErrInvalidArgument)
+	}
+	model := t.Model
+	if model == "" {
+		model = DefaultModel
+	}
+	if strings.HasPrefix(model, "-") {
+		return sandboxagent.Invocation{}, fmt.Errorf("%w: model %q", sandboxagent.ErrInvalidArgument, model)
+	}
+	cmd := []string{
+		"claude", "-p",
+		"--output-format", "stream-json", "--verbose",
+		"--dangerously-skip-permissions",
+		"--model", model,
+	}
+	if t.SessionID != "" {
+		if !validID(t.SessionID) {
+			return sandboxagent.Invocation{}, fmt.Errorf("%w: claude session id %q is not a UUID", sandboxagent.ErrInvalidArgument, t.SessionID)
+		}
+		cmd = append(cmd, "--resume", t.SessionID)
+	}
+	if d.o.MaxTurns > 0 {
+		cmd = append(cmd, "--max-turns", strconv.Itoa(d.o.MaxTurns))
+	}
+	env := d.settingsEnv()
+	env["IS_SANDBOX"] = "1"
+	if d.o.APIKey != "" {
+		if d.o.BearerAuth {
+			env["ANTHROPIC_AUTH_TOKEN"] = d.o.APIKey
+		} else {
+			env["ANTHROPIC_API_KEY"] = d.o.APIKey
+		}
+	}
+	return sandboxagent.Invocation{
+		Cmd:     cmd,
+		Env:     env,
+		WorkDir: t.WorkDir,
+		Stdin:   []byte(t.Prompt),
+	}, nil
+}
+
+// NewParser returns the parser of one turn's stream-json output.
+func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
+	return &parser{driver: d.Name(), session: t.SessionID, tools: map[string]string{}}
+}
+
+// validID reports whether id is a UUID as the CLI makes them (hex digits in
+// 8-4-4-4-12 groups); only such ids reach paths and command lines.
+func validID(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	for i, r := range id {
+		switch i {
+		case 8, 13, 18, 23:
+			if r != '-' {
+				return false
+			}
+		default:
+			if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// firstLine is s's first non-empty line, trimmed.
+func firstLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			return l
+		}
+	}
+	return ""
+}
+
+// trimStderr is stderr as text, trimmed.
+func trimStderr(b []byte) string { return string(bytes.TrimSpace(b)) }

@@ -1,0 +1,447 @@
+package claude
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+func TestCommand(t *testing.T) {
+	const key = "sk-unit-test-key"
+	base := []string{"claude", "-p", "--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions"}
+	id := "2750e6ed-d28c-42fa-818e-4ce8c0fc7b97"
+	cases := []struct {
+		name    string
+		o       Options
+		turn    sandboxagent.Turn
+		cmd     []string
+		env     map[string]string // must be present
+		noEnv   []string          // must be absent
+		wantErr bool
+	}{
+		{
+			name: "first turn, default model",
+			o:    Options{BaseURL: "http://127.0.0.1:9", APIKey: key},
+			turn: sandboxagent.Turn{Prompt: "-starts with a dash\nand spans lines", WorkDir: "/w"},
+			cmd:  append(slices.Clone(base), "--model", "sonnet"),
+			env: map[string]string{
+				"ANTHROPIC_API_KEY": key, "ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "CLAUDE_CODE_MAX_RETRIES": "2",
+				"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1", "IS_SANDBOX": "1",
+			},
+			noEnv: []string{"ANTHROPIC_AUTH_TOKEN"},
+		},
+		{
+			name:  "continue, model, bearer, retries, max turns",
+			o:     Options{APIKey: key, BearerAuth: true, MaxRetries: 7, MaxTurns: 4},
+			turn:  sandboxagent.Turn{Prompt: "again", Model: "claude-opus-5-5", SessionID: id},
+			cmd:   append(slices.Clone(base), "--model", "claude-opus-5-5", "--resume", id, "--max-turns", "4"),
+			env:   map[string]string{"ANTHROPIC_AUTH_TOKEN": key, "CLAUDE_CODE_MAX_RETRIES": "7"},
+			noEnv: []string{"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"},
+		},
+		{
+			name:  "no retries",
+			o:     Options{MaxRetries: -1},
+			turn:  sandboxagent.Turn{Prompt: "p"},
+			cmd:   append(slices.Clone(base), "--model", "sonnet"),
+			env:   map[string]string{"CLAUDE_CODE_MAX_RETRIES": "0"},
+			noEnv: []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"},
+		},
+		{name: "empty prompt", turn: sandboxagent.Turn{Prompt: " \n"}, wantErr: true},
+		{name: "bad session id", turn: sandboxagent.Turn{Prompt: "p", SessionID: "../../etc"}, wantErr: true},
+		{name: "model like a flag", turn: sandboxagent.Turn{Prompt: "p", Model: "--help"}, wantErr: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			inv, err := New(tc.o).Command(tc.turn)
+			if tc.wantErr {
+				if !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+					t.Fatalf("err %v, want ErrInvalidArgument", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(inv.Cmd, tc.cmd) {
+				t.Errorf("cmd\n got %q\nwant %q", inv.Cmd, tc.cmd)
+			}
+			if string(inv.Stdin) != tc.turn.Prompt {
+				t.Errorf("stdin %q, want the prompt", inv.Stdin)
+			}
+			if inv.WorkDir != tc.turn.WorkDir {
+				t.Errorf("workdir %q", inv.WorkDir)
+			}
+			for k, v := range tc.env {
+				if inv.Env[k] != v {
+					t.Errorf("env %s=%q, want %q", k, inv.Env[k], v)
+				}
+			}
+			for _, k := range tc.noEnv {
+				if _, ok := inv.Env[k]; ok {
+					t.Errorf("env has %s", k)
+				}
+			}
+		})
+	}
+}
+
+func TestDriverBasics(t *testing.T) {
+	d := New(Options{APIKey: "sk-x-1234"})
+	if d.Name() != "claude" || d.Image() != "" {
+		t.Errorf("name %q image %q", d.Name(), d.Image())
+	}
+	if s := d.Secrets(); len(s) != 1 || s[0] != "sk-x-1234" {
+		t.Errorf("secrets %q", s)
+	}
+	if New(Options{}).Secrets() != nil {
+		t.Error("secrets without a key")
+	}
+	c := d.Capabilities()
+	if !c.Continue || !c.Fork || !c.Skills || !c.Rules || !c.Sessions || !c.Thinking || !c.Usage || c.Deltas {
+		t.Errorf("capabilities %+v", c)
+	}
+}
+
+// localOps is a fake sandbox: Run executes on the host with HOME and the
+// working directory inside a temporary folder; ReadFile and WriteFile use
+// host paths. It lets the session members run their real shell scripts.
+type localOps struct {
+	home, work string
+	runs       [][]string
+}
+
+func newLocalOps(t *testing.T) *localOps {
+	t.Helper()
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	dir := t.TempDir()
+	o := &localOps{home: filepath.Join(dir, "home"), work: filepath.Join(dir, "workspace")}
+	for _, d := range []string{o.home, o.work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return o
+}
+
+func (o *localOps) Run(ctx context.Context, req sandboxagent.ExecRequest) (sandboxagent.ExecResult, error) {
+	o.runs = append(o.runs, req.Cmd)
+	cmd := exec.CommandContext(ctx, req.Cmd[0], req.Cmd[1:]...)
+	cmd.Dir = o.work
+	if req.WorkDir != "" {
+		cmd.Dir = req.WorkDir
+	}
+	cmd.Env = []string{"HOME=" + o.home, "PATH=" + os.Getenv("PATH"), "LC_ALL=C"}
+	for k, v := range req.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	if req.Stdin != nil {
+		cmd.Stdin = req.Stdin
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	code := 0
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		return sandboxagent.ExecResult{}, err
+	}
+	return sandboxagent.ExecResult{ExitCode: code, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, nil
+}
+
+func (o *localOps) ReadFile(_ context.Context, name string, max int64) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, max))
+}
+
+func (o *localOps) WriteFile(_ context.Context, name string, data []byte, mode fs.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(name, data, mode)
+}
+
+func (o *localOps) read(t *testing.T, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(o.home, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestSetup(t *testing.T) {
+	o := newLocalOps(t)
+	const key = "sk-never-in-a-file-123"
+	d := New(Options{BaseURL: "http://127.0.0.1:1234", APIKey: key, Env: map[string]string{"ANTHROPIC_DEFAULT_HAIKU_MODEL": "small"}})
+	if err := d.Setup(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	raw := o.read(t, ".claude/settings.json")
+	if strings.Contains(raw, key) {
+		t.Error("settings.json holds the key")
+	}
+	var s struct {
+		Env         map[string]string `json:"env"`
+		Permissions struct {
+			DefaultMode string `json:"defaultMode"`
+		} `json:"permissions"`
+	}
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Env["ANTHROPIC_BASE_URL"] != "http://127.0.0.1:1234" || s.Env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] != "1" ||
+		s.Env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] != "small" || s.Permissions.DefaultMode != "bypassPermissions" {
+		t.Errorf("settings %s", raw)
+	}
+	fi, err := os.Stat(filepath.Join(o.home, ".claude/settings.json"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("settings mode %v %v", fi.Mode(), err)
+	}
+	// A key smuggled through Env is refused.
+	bad := New(Options{Env: map[string]string{"ANTHROPIC_API_KEY": "x"}})
+	if err := bad.Setup(context.Background(), o); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+		t.Errorf("key in Env: %v", err)
+	}
+}
+
+func TestRulesAndSkills(t *testing.T) {
+	ctx := context.Background()
+	o := newLocalOps(t)
+	d := New(Options{})
+	if err := d.InstallRules(ctx, o, "Always answer in French.\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got := o.read(t, ".claude/CLAUDE.md"); got != "Always answer in French.\n" {
+		t.Errorf("rules %q", got)
+	}
+	if err := d.InstallRules(ctx, o, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(o.home, ".claude/CLAUDE.md")); !os.IsNotExist(err) {
+		t.Errorf("empty rules left the file: %v", err)
+	}
+	sk := sandboxagent.Skill{Name: "demo", Files: map[string][]byte{
+		"SKILL.md":          []byte("---\nname: demo\ndescription: d\n---\nbody\n"),
+		"scripts/run.sh":    []byte("echo hi\n"),
+		"refs/a b/ü it.txt": []byte("odd name"),
+	}}
+	if err := d.InstallSkill(ctx, o, sk); err != nil {
+		t.Fatal(err)
+	}
+	for n, want := range sk.Files {
+		if got := o.read(t, ".claude/skills/demo/"+n); got != string(want) {
+			t.Errorf("%s: %q", n, got)
+		}
+	}
+	// Reinstalling replaces the folder.
+	sk.Files = map[string][]byte{"SKILL.md": []byte("v2")}
+	if err := d.InstallSkill(ctx, o, sk); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(o.home, ".claude/skills/demo/scripts/run.sh")); !os.IsNotExist(err) {
+		t.Errorf("old skill file survived: %v", err)
+	}
+	if err := d.InstallSkill(ctx, o, sandboxagent.Skill{Name: "../x", Files: map[string][]byte{"SKILL.md": nil}}); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+		t.Errorf("bad skill name: %v", err)
+	}
+}
+
+const (
+	sessA = "2750e6ed-d28c-42fa-818e-4ce8c0fc7b97"
+	sessB = "11111111-2222-4333-8444-555555555555"
+)
+
+// transcript writes a small transcript of id in project.
+func (o *localOps) transcript(t *testing.T, project, id, prompt string) string {
+	t.Helper()
+	p := filepath.Join(o.home, ".claude/projects", project, id+".jsonl")
+	lines := `{"type":"user","sessionId":"` + id + `","message":{"role":"user","content":"` + prompt + `"}}` + "\n" +
+		`{"type":"last-prompt","lastPrompt":"` + prompt + `","sessionId":"` + id + `"}` + "\n"
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSessions(t *testing.T) {
+	ctx := context.Background()
+	o := newLocalOps(t)
+	d := New(Options{})
+
+	if list, err := d.ListSessions(ctx, o); err != nil || len(list) != 0 {
+		t.Fatalf("empty list: %v %v", list, err)
+	}
+	pa := o.transcript(t, "-workspace", sessA, "first prompt")
+	o.transcript(t, "-other", sessB, "second prompt")
+	if err := os.MkdirAll(filepath.Join(o.home, ".claude/projects/-workspace/memory"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(o.home, ".claude/projects/-workspace", sessA, "subagents")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sub, "agent-1.jsonl"), []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	list, err := d.ListSessions(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 {
+		t.Fatalf("list %+v", list)
+	}
+	byID := map[string]sandboxagent.SessionInfo{}
+	for _, s := range list {
+		byID[s.ID] = s
+	}
+	if a := byID[sessA]; a.Title != "first prompt" || a.Path != pa || a.Updated == "" {
+		t.Errorf("session A %+v", a)
+	}
+
+	// Fork: a new id, the history copied with the id replaced, the
+	// original untouched.
+	before := o.read(t, ".claude/projects/-workspace/"+sessA+".jsonl")
+	fid, err := d.Fork(ctx, o, sessA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !validID(fid) || fid == sessA {
+		t.Fatalf("fork id %q", fid)
+	}
+	forked := o.read(t, ".claude/projects/-workspace/"+fid+".jsonl")
+	if strings.Contains(forked, sessA) || !strings.Contains(forked, fid) || !strings.Contains(forked, "first prompt") {
+		t.Errorf("fork transcript %s", forked)
+	}
+	if o.read(t, ".claude/projects/-workspace/"+fid+"/subagents/agent-1.jsonl") != "{}\n" {
+		t.Error("fork lost the session folder")
+	}
+	if o.read(t, ".claude/projects/-workspace/"+sessA+".jsonl") != before {
+		t.Error("fork changed the original")
+	}
+	if _, err := d.Fork(ctx, o, "99999999-2222-4333-8444-555555555555"); !errors.Is(err, sandboxagent.ErrPathNotFound) {
+		t.Errorf("fork of a missing session: %v", err)
+	}
+
+	// Dump, then load into another "sandbox".
+	dump, err := d.DumpSession(ctx, o, sessA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dump.Driver != "claude" || dump.SessionID != sessA || string(dump.Files["transcript.jsonl"]) != before ||
+		string(dump.Files["files/subagents/agent-1.jsonl"]) != "{}\n" || dump.Meta["project"] != "-workspace" {
+		t.Errorf("dump %+v", dump)
+	}
+	// The dump survives JSON (how a caller would store it).
+	js, err := json.Marshal(dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back sandboxagent.SessionDump
+	if err := json.Unmarshal(js, &back); err != nil {
+		t.Fatal(err)
+	}
+	o2 := newLocalOps(t)
+	id, err := d.LoadSession(ctx, o2, back)
+	if err != nil || id != sessA {
+		t.Fatalf("load: %q %v", id, err)
+	}
+	if o2.read(t, ".claude/projects/-workspace/"+sessA+".jsonl") != before ||
+		o2.read(t, ".claude/projects/-workspace/"+sessA+"/subagents/agent-1.jsonl") != "{}\n" {
+		t.Error("loaded files differ")
+	}
+	if _, err := d.LoadSession(ctx, o2, back); !errors.Is(err, sandboxagent.ErrDestinationExists) {
+		t.Errorf("second load: %v", err)
+	}
+	// Without a project, the working directory's slug is used.
+	o3 := newLocalOps(t)
+	back.Meta = nil
+	if _, err := d.LoadSession(ctx, o3, back); err != nil {
+		t.Fatal(err)
+	}
+	if o3.read(t, ".claude/projects/"+slug(o3.work)+"/"+sessA+".jsonl") != before {
+		t.Error("load without project")
+	}
+	for _, bad := range []sandboxagent.SessionDump{
+		{Driver: "codex", SessionID: sessA, Files: back.Files},
+		{Driver: "claude", SessionID: "x/../y", Files: back.Files},
+		{Driver: "claude", SessionID: sessB},
+		{Driver: "claude", SessionID: sessB, Files: map[string][]byte{"transcript.jsonl": nil, "files/../../x": nil}},
+		{Driver: "claude", SessionID: sessB, Files: map[string][]byte{"transcript.jsonl": nil}, Meta: map[string]string{"project": ".."}},
+	} {
+		if _, err := d.LoadSession(ctx, newLocalOps(t), bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("load %+v: %v", bad.SessionID, err)
+		}
+	}
+
+	// Delete.
+	if err := d.DeleteSession(ctx, o, sessA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pa); !os.IsNotExist(err) {
+		t.Errorf("transcript survived: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(o.home, ".claude/projects/-workspace", sessA)); !os.IsNotExist(err) {
+		t.Errorf("session folder survived: %v", err)
+	}
+	if err := d.DeleteSession(ctx, o, sessA); !errors.Is(err, sandboxagent.ErrPathNotFound) {
+		t.Errorf("second delete: %v", err)
+	}
+	if _, err := d.DumpSession(ctx, o, sessA); !errors.Is(err, sandboxagent.ErrPathNotFound) {
+		t.Errorf("dump of a deleted session: %v", err)
+	}
+	list, _ = d.ListSessions(ctx, o)
+	if len(list) != 2 || slices.ContainsFunc(list, func(s sandboxagent.SessionInfo) bool { return s.ID == sessA }) {
+		t.Errorf("list after delete %+v", list)
+	}
+	for _, bad := range []string{"", "../x", sessA + "x"} {
+		if err := d.DeleteSession(ctx, o, bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("delete %q: %v", bad, err)
+		}
+	}
+}
+
+func TestHelpers(t *testing.T) {
+	if slug("/workspace") != "-workspace" || slug("/home/u/my.proj") != "-home-u-my-proj" {
+		t.Error("slug")
+	}
+	id, err := newID()
+	if err != nil || !validID(id) || id[14] != '4' {
+		t.Errorf("newID %q %v", id, err)
+	}
+	for _, s := range []string{"", "2750e6ed-d28c-42fa-818e-4ce8c0fc7b9", "2750e6ed_d28c-42fa-818e-4ce8c0fc7b97", "2750e6ed-d28c-42fa-818e-4ce8c0fc7b9g"} {
+		if validID(s) {
+			t.Errorf("validID(%q)", s)
+		}
+	}
+	long := strings.Repeat("é", 400)
+	if got := oneLine(long); !strings.HasSuffix(got, "…") || !json.Valid([]byte(`"`+got+`"`)) {
+		t.Errorf("oneLine cut %q", got)
+	}
+	if got := parseList([]byte("1795946453.5\t/h/.claude/projects/-w/" + sessA + ".jsonl\t{\"lastPrompt\":\"x\"}\n1795946454\t/h/.claude/projects/-w/" + sessB + ".jsonl\t\nbad line\n1\t/h/notauuid.jsonl\t\n")); len(got) != 2 || got[0].ID != sessB || got[1].Title != "x" {
+		t.Errorf("parseList %+v", got)
+	}
+}

@@ -1,0 +1,292 @@
+package claude
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
+
+// golden is what a whole turn's output parses into.
+type golden struct {
+	Events    []goldenEvent `json:"events"`
+	Reply     string        `json:"reply"`
+	SessionID string        `json:"session_id"`
+	Error     *goldenError  `json:"error"`
+}
+
+type goldenEvent struct {
+	Line      int                    `json:"line"`
+	Kind      sandboxagent.EventKind `json:"kind"`
+	SessionID string                 `json:"session_id,omitempty"`
+	Payload   sandboxagent.Payload   `json:"payload"`
+}
+
+type goldenError struct {
+	Message  string `json:"message"`
+	ExitCode int    `json:"exit_code"`
+	Status   int    `json:"status"`
+	Stderr   string `json:"stderr"`
+}
+
+// runParser feeds a captured stdout file through a parser, line by line as
+// the agent does, and finishes it with exit code and stderr.
+func runParser(t *testing.T, file string, exit int, stderr []byte) golden {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Options{}).NewParser(sandboxagent.Turn{Prompt: "x"})
+	var g golden
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 16<<20)
+	for n := 1; sc.Scan(); n++ {
+		for _, ev := range p.Parse(sc.Bytes()) {
+			g.Events = append(g.Events, goldenEvent{Line: n, Kind: ev.Kind, SessionID: ev.SessionID, Payload: ev.Payload})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := p.Finish(exit, stderr)
+	g.Reply, g.SessionID = out.Reply, out.SessionID
+	if err != nil {
+		var de *sandboxagent.DriverError
+		if !errors.As(err, &de) {
+			t.Fatalf("Finish error %v is not a *DriverError", err)
+		}
+		g.Error = &goldenError{Message: de.Message, ExitCode: de.ExitCode, Status: de.Status, Stderr: de.Stderr}
+	}
+	return g
+}
+
+var parserCases = []struct {
+	file   string
+	exit   int
+	stderr string // a testdata file
+}{
+	{file: "ref-stream.jsonl"},
+	{file: "ref-stream-401.jsonl", exit: 1},
+	{file: "ref-stream-partial.jsonl"},
+	{file: "ref-stream-permission-denied.jsonl"},
+	{file: "fake-shell-done.jsonl"}, // captured by the integration test (-capture)
+	{file: "fake-401-agent.jsonl", exit: 1},
+	{file: "fake-shell-write-done.jsonl"},
+	{file: "fake-401.jsonl", exit: 1},
+	{file: "fake-connrefused.jsonl", exit: 1},
+	{file: "fake-resume.jsonl"},
+	{file: "fake-resume-unknown.jsonl", exit: 1, stderr: "fake-resume-unknown.stderr"},
+}
+
+// TestParserGolden compares the events of every captured output with its
+// golden file (go test -run TestParserGolden -update rewrites them).
+func TestParserGolden(t *testing.T) {
+	for _, tc := range parserCases {
+		t.Run(tc.file, func(t *testing.T) {
+			var stderr []byte
+			if tc.stderr != "" {
+				var err error
+				if stderr, err = os.ReadFile(filepath.Join("testdata", tc.stderr)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := json.MarshalIndent(runParser(t, tc.file, tc.exit, stderr), "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, '\n')
+			name := filepath.Join("testdata", "golden", strings.TrimSuffix(tc.file, ".jsonl")+".json")
+			if *update {
+				if err := os.WriteFile(name, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(name)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("events of %s differ from %s (run with -update and review the diff):\n%s", tc.file, name, got)
+			}
+		})
+	}
+}
+
+// The golden files are reviewed by hand; these assertions pin what matters
+// so a careless -update cannot bless a regression.
+func TestParserShellWriteDone(t *testing.T) {
+	g := runParser(t, "fake-shell-write-done.jsonl", 0, nil)
+	if g.Error != nil || g.Reply != "DONE" {
+		t.Fatalf("reply %q error %+v", g.Reply, g.Error)
+	}
+	if g.Events[0].Kind != sandboxagent.KindSession || g.Events[0].SessionID == "" || g.SessionID != g.Events[0].SessionID {
+		t.Fatalf("first event %+v, session %q", g.Events[0], g.SessionID)
+	}
+	var kinds []string
+	calls := map[string]sandboxagent.Payload{}
+	for _, ev := range g.Events {
+		kinds = append(kinds, string(ev.Kind))
+		switch ev.Kind {
+		case sandboxagent.KindToolCall:
+			calls[ev.Payload.CallID] = ev.Payload
+		case sandboxagent.KindToolResult:
+			call, ok := calls[ev.Payload.CallID]
+			if !ok {
+				t.Errorf("tool_result %s before its call", ev.Payload.CallID)
+			}
+			if call.Tool == "Bash" && ev.Payload.ExitCode == nil {
+				t.Errorf("Bash result without exit code: %+v", ev.Payload)
+			}
+		case sandboxagent.KindThinking:
+			if ev.Payload.Text != "Let me run the command first." {
+				t.Errorf("thinking %q", ev.Payload.Text)
+			}
+		}
+	}
+	want := "session thinking text tool_call tool_result tool_call tool_result tool_call tool_result text usage"
+	if got := strings.Join(kinds, " "); got != want {
+		t.Errorf("kinds\n got %s\nwant %s", got, want)
+	}
+	var shell, fail, write *goldenEvent
+	for i := range g.Events {
+		ev := &g.Events[i]
+		switch {
+		case ev.Kind == sandboxagent.KindToolCall && ev.Payload.Command == "echo hi > /tmp/out.txt":
+			shell = ev
+		case ev.Kind == sandboxagent.KindToolResult && ev.Payload.IsError:
+			fail = ev
+		case ev.Kind == sandboxagent.KindToolCall && ev.Payload.Tool == "Write":
+			write = ev
+		}
+	}
+	if shell == nil || shell.Payload.Tool != "Bash" || !json.Valid(shell.Payload.Input) || !strings.Contains(string(shell.Payload.Input), `"command"`) {
+		t.Errorf("shell call %+v", shell)
+	}
+	if fail == nil || fail.Payload.ExitCode == nil || *fail.Payload.ExitCode != 2 || !strings.Contains(fail.Payload.Output, "No such file") {
+		t.Errorf("failed shell result %+v", fail)
+	}
+	if write == nil || write.Payload.Path != "/tmp/a.py" {
+		t.Errorf("write call %+v", write)
+	}
+	last := g.Events[len(g.Events)-1].Payload
+	if last.InputTokens == 0 || last.OutputTokens == 0 || last.CostUSD == 0 || last.Cumulative {
+		t.Errorf("usage %+v", last)
+	}
+}
+
+func TestParser401(t *testing.T) {
+	for _, f := range []string{"fake-401.jsonl", "ref-stream-401.jsonl"} {
+		g := runParser(t, f, 1, []byte("  \n"))
+		if g.Error == nil || g.Error.Status != 401 || g.Error.ExitCode != 1 || g.Error.Message == "" || strings.Contains(g.Error.Message, "\n") {
+			t.Errorf("%s: error %+v", f, g.Error)
+		}
+		if g.Reply != "" {
+			t.Errorf("%s: reply %q on error", f, g.Reply)
+		}
+		retries := 0
+		for _, ev := range g.Events {
+			if ev.Kind == sandboxagent.KindError && !ev.Payload.IsError {
+				retries++
+			}
+			if ev.Kind == sandboxagent.KindText {
+				t.Errorf("%s: the synthetic error message became text: %+v", f, ev)
+			}
+		}
+		if retries == 0 {
+			t.Errorf("%s: no retry events", f)
+		}
+	}
+}
+
+func TestParserErrors(t *testing.T) {
+	// Unknown session: the result line's errors, the stderr.
+	stderr, _ := os.ReadFile("testdata/fake-resume-unknown.stderr")
+	g := runParser(t, "fake-resume-unknown.jsonl", 1, stderr)
+	if g.Error == nil || !strings.Contains(g.Error.Message, "No conversation found") || g.Error.Stderr == "" {
+		t.Errorf("unknown session: %+v", g.Error)
+	}
+	// Connection refused: no HTTP status.
+	g = runParser(t, "fake-connrefused.jsonl", 1, nil)
+	if g.Error == nil || g.Error.Status != 0 || !strings.Contains(g.Error.Message, "ECONNREFUSED") {
+		t.Errorf("connection refused: %+v", g.Error)
+	}
+
+	p := New(Options{}).NewParser(sandboxagent.Turn{})
+	// Garbage and unknown lines are kept as raw events.
+	for _, l := range []string{"not json", `{"type":"mystery","x":1}`, `{"type":"system","subtype":"compact_boundary"}`, `{"type":"assistant","message":{"content":[{"type":"hologram"}]}}`} {
+		evs := p.Parse([]byte(l))
+		if len(evs) == 0 || evs[len(evs)-1].Kind != sandboxagent.KindRaw || evs[len(evs)-1].Payload.Raw != l {
+			t.Errorf("%s → %+v", l, evs)
+		}
+	}
+	if evs := p.Parse([]byte("  ")); len(evs) != 0 {
+		t.Errorf("blank line → %+v", evs)
+	}
+	// Crash: no result, non-zero exit, stderr.
+	_, err := p.Finish(3, []byte("\nSegmentation fault\nmore\n"))
+	var de *sandboxagent.DriverError
+	if !errors.As(err, &de) || de.Message != "Segmentation fault" || de.ExitCode != 3 || de.Stderr != "Segmentation fault\nmore" {
+		t.Errorf("crash: %#v", err)
+	}
+	// No result at exit 0.
+	p = New(Options{}).NewParser(sandboxagent.Turn{})
+	if _, err := p.Finish(0, nil); !errors.As(err, &de) {
+		t.Errorf("no result: %v", err)
+	}
+	// is_error with subtype success.
+	p = New(Options{}).NewParser(sandboxagent.Turn{})
+	p.Parse([]byte(`{"type":"result","subtype":"success","is_error":true,"result":"boom\nsecond","session_id":"s"}`))
+	if _, err := p.Finish(0, nil); !errors.As(err, &de) || de.Message != "boom second" {
+		t.Errorf("is_error success: %v", err)
+	}
+	// A success result but a non-zero exit.
+	p = New(Options{}).NewParser(sandboxagent.Turn{})
+	p.Parse([]byte(`{"type":"result","subtype":"success","is_error":false,"result":"ok"}`))
+	if out, err := p.Finish(1, nil); !errors.As(err, &de) || out.Reply != "ok" {
+		t.Errorf("exit 1 after success: %v %+v", err, out)
+	}
+}
+
+func TestParserPartial(t *testing.T) {
+	g := runParser(t, "ref-stream-partial.jsonl", 0, nil)
+	var deltas, whole strings.Builder
+	for _, ev := range g.Events {
+		if ev.Kind == sandboxagent.KindText {
+			if ev.Payload.Delta {
+				deltas.WriteString(ev.Payload.Text)
+			} else {
+				whole.WriteString(ev.Payload.Text)
+			}
+		}
+	}
+	if deltas.Len() == 0 || deltas.String() != whole.String() {
+		t.Errorf("deltas %q, whole blocks %q", deltas.String(), whole.String())
+	}
+}
+
+func TestParserPermissionDenied(t *testing.T) {
+	g := runParser(t, "ref-stream-permission-denied.jsonl", 0, nil)
+	var denied, result bool
+	for _, ev := range g.Events {
+		if ev.Kind == sandboxagent.KindError && ev.Payload.Tool == "Bash" && ev.Payload.CallID != "" && ev.Payload.Text != "" {
+			denied = true
+		}
+		if ev.Kind == sandboxagent.KindToolResult && ev.Payload.IsError {
+			result = true
+		}
+	}
+	if !denied || !result || g.Error != nil {
+		t.Errorf("denied %v, error result %v, err %+v", denied, result, g.Error)
+	}
+}
