@@ -1,0 +1,115 @@
+//go:build integration
+
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
+	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
+	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+)
+
+// TestConformance runs every smoke step against every driver: each must
+// pass, or be not applicable because the driver declared the capability
+// missing (smoke decides n/a only from Capabilities).
+func TestConformance(t *testing.T) {
+	rt := testenv.Runtime(t)
+	cfg := testenv.Config()
+	cfg.Timeouts.Ask = 3 * time.Minute
+	for _, name := range drivers.Names() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+			defer cancel()
+			results := smoke.Run(ctx, smoke.Options{Runtime: rt, Config: cfg, Fake: true}, []smoke.Target{{Name: name, New: drivers.All()[name]}})
+			for _, r := range results {
+				t.Logf("%-15s %-4s %6.1fs %s", r.Step, r.Status, r.Duration.Seconds(), r.Detail)
+				if r.Status == smoke.Fail {
+					t.Errorf("%s: %s", r.Step, r.Detail)
+				}
+			}
+		})
+	}
+}
+
+// TestConformanceEvents checks what the smoke steps do not: thinking and
+// usage events when the driver declares them, the CLI's stderr kept in a
+// DriverError, and a turn that reports thinking text only when the model
+// sent some.
+func TestConformanceEvents(t *testing.T) {
+	for _, name := range drivers.Names() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := drivertest.FakeModel(t, fakemodel.Script{Responses: []fakemodel.Step{
+				{Thinking: "THINKING-MARKER reasoning", Tool: fakemodel.ToolShell, Command: "echo conf > /tmp/conf.txt"},
+				{Text: "DONE", Usage: &fakemodel.Usage{InputTokens: 321, OutputTokens: 12}},
+			}})
+			drv := drivers.All()[name](smoke.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
+			caps := drv.Capabilities()
+			a := drivertest.StartAgent(t, drv, drivertest.AuditRoot(t))
+			res, err := a.Stream(drivertest.Ctx(t), "conformance events", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var thinking, usage bool
+			for _, e := range res.Events {
+				switch e.Kind {
+				case sandboxagent.KindThinking:
+					if strings.Contains(e.Payload.Text, "THINKING-MARKER") {
+						thinking = true
+					}
+				case sandboxagent.KindUsage:
+					if e.Payload.InputTokens > 0 || e.Payload.OutputTokens > 0 {
+						usage = true
+					}
+				}
+			}
+			if caps.Thinking && !thinking {
+				t.Error("declares Thinking but no thinking event carried the model's reasoning")
+			}
+			if caps.Usage && !usage {
+				t.Error("declares Usage but reported no token counts")
+			}
+			if last := res.Events[len(res.Events)-1]; last.Kind != sandboxagent.KindDone || last.Payload.Text != "DONE" {
+				t.Errorf("last event %+v", last)
+			}
+		})
+	}
+}
+
+// TestConformanceBadKey: a rejected key is a DriverError within 30 s,
+// and the error keeps what the CLI printed on stderr (when it printed
+// anything) without the key.
+func TestConformanceBadKey(t *testing.T) {
+	for _, name := range drivers.Names() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := drivertest.FakeModel(t, drivertest.Unauthorized())
+			drv := drivers.All()[name](smoke.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
+			a := drivertest.StartAgent(t, drv, drivertest.AuditRoot(t))
+			start := time.Now()
+			_, err := a.Ask(drivertest.Ctx(t), "hello")
+			var de *sandboxagent.DriverError
+			if !errors.As(err, &de) {
+				t.Fatalf("want DriverError, got %v", err)
+			}
+			if d := time.Since(start); d > 30*time.Second {
+				t.Errorf("DriverError after %v", d)
+			}
+			if de.Message == "" {
+				t.Error("DriverError without a message")
+			}
+			if strings.Contains(de.Error()+de.Stderr, drivertest.Key) {
+				t.Error("the key leaked into the error")
+			}
+		})
+	}
+}
