@@ -3,8 +3,13 @@
 package conformance_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,26 +22,43 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
-// TestConformance runs every smoke step against every driver: each must
-// pass, or be not applicable because the driver declared the capability
-// missing (smoke decides n/a only from Capabilities).
+// TestConformance runs `sandbox-agent smoke all --fake-model --json`, the
+// command users run, and checks every step of every driver: each must pass,
+// or be not applicable because the driver declared the capability missing
+// (smoke decides n/a only from Capabilities, so an undeclared gap fails).
 func TestConformance(t *testing.T) {
-	rt := testenv.Runtime(t)
-	cfg := testenv.Config()
-	cfg.Timeouts.Ask = 3 * time.Minute
-	for _, name := range drivers.Names() {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-			defer cancel()
-			results := smoke.Run(ctx, smoke.Options{Runtime: rt, Config: cfg, Fake: true}, []smoke.Target{{Name: name, New: drivers.All()[name]}})
-			for _, r := range results {
-				t.Logf("%-15s %-4s %6.1fs %s", r.Step, r.Status, r.Duration.Seconds(), r.Detail)
-				if r.Status == smoke.Fail {
-					t.Errorf("%s: %s", r.Step, r.Detail)
-				}
-			}
-		})
+	testenv.Runtime(t)
+	bin := filepath.Join(t.TempDir(), "sandbox-agent")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/sandbox-agent")
+	build.Dir = filepath.Join("..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "smoke", "all", "--fake-model", "--json")
+	cmd.Env = append(os.Environ(), "SANDBOX_AGENT_TIMEOUT_ASK=3m", "SANDBOX_AGENT_CONFIG=/nonexistent/config.json")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var results []smoke.StepResult
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var r smoke.StepResult
+		if jerr := json.Unmarshal([]byte(line), &r); jerr != nil {
+			t.Fatalf("not a JSON step line: %q (%v)", line, jerr)
+		}
+		results = append(results, r)
+		t.Logf("%-9s %-15s %-4s %6.1fs %s", r.Driver, r.Step, r.Status, r.Seconds, r.Detail)
+		if r.Status == smoke.Fail {
+			t.Errorf("%s/%s: %s", r.Driver, r.Step, r.Detail)
+		}
+	}
+	if want := len(drivers.Names()) * len(smoke.Steps); len(results) != want {
+		t.Errorf("%d step results, want %d", len(results), want)
+	}
+	failed := t.Failed()
+	if (err != nil) != failed {
+		t.Errorf("exit error %v does not match the step results (stderr: %s)", err, stderr.String())
 	}
 }
 

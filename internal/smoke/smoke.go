@@ -71,7 +71,8 @@ type StepResult struct {
 	Driver   string        `json:"driver"`
 	Step     string        `json:"step"`
 	Status   Status        `json:"status"`
-	Duration time.Duration `json:"duration"`
+	Duration time.Duration `json:"-"`
+	Seconds  float64       `json:"seconds"`
 	Detail   string        `json:"detail,omitempty"`
 }
 
@@ -146,7 +147,8 @@ func runTarget(ctx context.Context, o Options, t Target) []StepResult {
 		} else {
 			err = r.step(name)
 		}
-		res := StepResult{Driver: t.Name, Step: name, Status: Pass, Duration: time.Since(start)}
+		d := time.Since(start)
+		res := StepResult{Driver: t.Name, Step: name, Status: Pass, Duration: d, Seconds: d.Round(time.Millisecond).Seconds()}
 		var notApp errNA
 		switch {
 		case errors.As(err, &notApp):

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,20 +40,63 @@ func Unavailable(t testing.TB, format string, args ...any) {
 }
 
 // Runtime connects to the engine named by DOCKER_HOST (or the default
-// socket) and checks it answers.
+// socket) and checks it answers. DOCKER_HOST is the one switch between
+// engines because everything honours it: this helper, the library's
+// default runtime, the CLI and the child processes some tests start. For
+// Podman: DOCKER_HOST=unix:///run/podman/podman.sock (see .ci/podman.sh).
+//
+// SANDBOX_AGENT_TEST_ENGINE ("docker" or "podman"), when set, must match
+// the engine that answers, so a CI run meant for Podman cannot silently
+// test Docker.
 func Runtime(t testing.TB) *docker.Runtime {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rt, err := docker.New(ctx, docker.Options{})
+	rt, err := docker.New(context.Background(), docker.Options{})
 	if err != nil {
 		Unavailable(t, "no container engine: %v", err)
 	}
-	if _, err := rt.Info(ctx); err != nil {
+	t.Cleanup(func() { rt.Close() })
+	info, err := engineInfo(rt)
+	if err != nil {
 		Unavailable(t, "no container engine: %v", err)
 	}
-	t.Cleanup(func() { rt.Close() })
+	if want := os.Getenv("SANDBOX_AGENT_TEST_ENGINE"); want != "" && want != info.Name {
+		t.Fatalf("SANDBOX_AGENT_TEST_ENGINE=%s but the engine at DOCKER_HOST=%q is %s %s", want, os.Getenv("DOCKER_HOST"), info.Name, info.Version)
+	}
 	return rt
+}
+
+// Engine describes the engine the tests run against.
+func Engine(t testing.TB) sandboxagent.EngineInfo {
+	t.Helper()
+	rt := Runtime(t)
+	info, err := engineInfo(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+var (
+	engineMu     sync.Mutex
+	engineCached *sandboxagent.EngineInfo
+)
+
+// engineInfo asks the engine once per test process: Podman's /info takes
+// seconds, and every test connects. A failure is not cached.
+func engineInfo(rt *docker.Runtime) (sandboxagent.EngineInfo, error) {
+	engineMu.Lock()
+	defer engineMu.Unlock()
+	if engineCached != nil {
+		return *engineCached, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	info, err := rt.Info(ctx)
+	if err != nil {
+		return info, err
+	}
+	engineCached = &info
+	return info, nil
 }
 
 // Config is a configuration for tests: defaults with short timeouts.
