@@ -1,14 +1,22 @@
 // Package docker implements sandboxagent.Runtime over the Docker Engine API
 // with the official client module (no docker CLI subprocesses). Podman's
-// Docker-compatible API service works through the same code.
+// Docker-compatible API service works through the same code: the engine is
+// recognised from its responses and its differences are handled here (see
+// podman.go).
 package docker
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"os"
+	pathpkg "path"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -24,11 +32,25 @@ import (
 type Options struct {
 	// Host overrides DOCKER_HOST, e.g. unix:///run/podman/podman.sock.
 	Host string
+	// HTTPClient, when set, carries every request as is: its transport must
+	// reach the engine itself (Host then only names it). Tests use it with
+	// a fake RoundTripper.
+	HTTPClient *http.Client
 }
 
 // Runtime talks to one engine. It is safe for concurrent use.
 type Runtime struct {
 	cli *client.Client
+	// hc and base reach the engine for the few Podman-only (libpod) calls
+	// the Engine API client does not know.
+	hc   *http.Client
+	base string
+	// libpod is the Libpod-Api-Version header the engine last sent
+	// (Podman sends it on every response, Docker never): "" = not Podman,
+	// or nothing heard yet.
+	libpod atomic.Pointer[string]
+	// seen: some response arrived, so libpod is known.
+	seen atomic.Bool
 }
 
 var _ sandboxagent.Runtime = (*Runtime)(nil)
@@ -37,15 +59,22 @@ var _ sandboxagent.Runtime = (*Runtime)(nil)
 // itself does not fail on a dead engine (Info does, with
 // ErrEngineUnavailable).
 func New(ctx context.Context, opts Options) (*Runtime, error) {
+	r := &Runtime{}
 	copts := []client.Opt{client.FromEnv}
 	if opts.Host != "" {
 		copts = append(copts, client.WithHost(opts.Host))
 	}
+	if opts.HTTPClient != nil {
+		copts = append(copts, client.WithHTTPClient(opts.HTTPClient))
+	}
+	copts = append(copts, client.WithHTTPResponseHook(r.observe))
 	cli, err := client.New(copts...)
 	if err != nil {
 		return nil, fmt.Errorf("docker client: %w: %w", sandboxagent.ErrEngineUnavailable, err)
 	}
-	return &Runtime{cli: cli}, nil
+	r.cli = cli
+	r.hc, r.base = sideClient(cli, opts.HTTPClient)
+	return r, nil
 }
 
 // Client exposes the underlying Engine API client for calls outside the
@@ -53,10 +82,15 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 func (r *Runtime) Client() *client.Client { return r.cli }
 
 // Close releases the connection pool.
-func (r *Runtime) Close() error { return r.cli.Close() }
+func (r *Runtime) Close() error {
+	r.hc.CloseIdleConnections()
+	return r.cli.Close()
+}
 
 // classify maps engine errors onto the sentinel errors callers branch on.
-// notFound is the sentinel a 404 means for this call.
+// notFound is the sentinel a 404 means for this call; a 404 (or Podman's
+// 500) that names the container itself is always ErrContainerNotFound, so
+// a copy from a removed container is not mistaken for a missing path.
 func classify(op string, err error, notFound error) error {
 	if err == nil {
 		return nil
@@ -66,39 +100,79 @@ func classify(op string, err error, notFound error) error {
 		return fmt.Errorf("%s: %w", op, err)
 	case client.IsErrConnectionFailed(err):
 		return fmt.Errorf("%s: %w: %w", op, sandboxagent.ErrEngineUnavailable, err)
+	case notFound != nil && containerGone(err):
+		return fmt.Errorf("%s: %w: %w", op, sandboxagent.ErrContainerNotFound, err)
 	case notFound != nil && cerrdefs.IsNotFound(err):
 		return fmt.Errorf("%s: %w: %w", op, notFound, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// Info pings the engine and reports what it is.
+// Info pings the engine and reports what it is: Docker or Podman (Podman
+// sends a Libpod-Api-Version header on every response), its version, the
+// negotiated API version and whether it runs rootless.
+//
+// On Podman, /version is slow (it queries the package manager for conmon
+// and the OCI runtime: seconds, more under load), so the version comes from
+// the libpod API version header, which equals the Podman release.
 func (r *Runtime) Info(ctx context.Context) (sandboxagent.EngineInfo, error) {
-	v, err := r.cli.ServerVersion(ctx, client.ServerVersionOptions{})
-	if err != nil {
-		return sandboxagent.EngineInfo{}, classify("engine version", err, nil)
+	if _, err := r.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		return sandboxagent.EngineInfo{}, classify("engine ping", err, nil)
 	}
-	info := sandboxagent.EngineInfo{Name: "docker", Version: v.Version, APIVersion: r.cli.ClientVersion()}
-	for _, c := range v.Components {
-		if strings.EqualFold(c.Name, "podman engine") {
+	info := sandboxagent.EngineInfo{Name: "docker"}
+	if v, ok := r.podman(); ok {
+		info.Name, info.Version = "podman", v
+	} else {
+		v, err := r.cli.ServerVersion(ctx, client.ServerVersionOptions{})
+		if err != nil {
+			return sandboxagent.EngineInfo{}, classify("engine version", err, nil)
+		}
+		info.Version = v.Version
+		if engineIsPodman(v) {
 			info.Name = "podman"
 		}
 	}
-	if strings.Contains(strings.ToLower(v.Platform.Name), "podman") {
-		info.Name = "podman"
+	info.APIVersion = r.cli.ClientVersion()
+	// Both engines list "name=rootless" among their security options when
+	// they run without root.
+	si, err := r.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return sandboxagent.EngineInfo{}, classify("engine info", err, nil)
+	}
+	for _, o := range si.Info.SecurityOptions {
+		for _, kv := range strings.Split(o, ",") {
+			if kv == "name=rootless" {
+				info.Rootless = true
+			}
+		}
 	}
 	return info, nil
 }
 
+// engineIsPodman recognises Podman from /version alone (a proxy in front of
+// it might strip the libpod header).
+func engineIsPodman(v client.ServerVersionResult) bool {
+	for _, c := range v.Components {
+		if strings.EqualFold(c.Name, "podman engine") {
+			return true
+		}
+	}
+	return strings.Contains(strings.ToLower(v.Platform.Name), "podman")
+}
+
 // Create creates a container from spec without starting it.
 func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (string, error) {
+	capDrop, capAdd, err := r.podmanCaps(ctx, spec)
+	if err != nil {
+		return "", classify("create container", err, nil)
+	}
 	init := spec.Init
 	pids := spec.PidsLimit
 	hc := &container.HostConfig{
 		AutoRemove:     spec.AutoRemove,
 		Privileged:     spec.Privileged,
-		CapDrop:        spec.CapDrop,
-		CapAdd:         spec.CapAdd,
+		CapDrop:        capDrop,
+		CapAdd:         capAdd,
 		SecurityOpt:    spec.SecurityOpt,
 		ReadonlyRootfs: spec.ReadonlyRootfs,
 		Init:           &init,
@@ -177,6 +251,18 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (sandboxagent.Containe
 		st.NanoCPUs = h.NanoCPUs
 		st.NetworkMode = string(h.NetworkMode)
 	}
+	if version, ok := r.podman(); ok {
+		// Podman's compat CapAdd/CapDrop are relative to its default set:
+		// report the bounding set it recorded instead (see podman.go).
+		caps, ok, err := r.libpodCaps(ctx, version, c.ID)
+		if err != nil {
+			return sandboxagent.ContainerState{}, classify("inspect container", err, sandboxagent.ErrContainerNotFound)
+		}
+		if ok {
+			st.CapDrop = []string{"ALL"}
+			st.CapAdd = caps
+		}
+	}
 	return st, nil
 }
 
@@ -194,6 +280,12 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandboxagent.RuntimeE
 		Cmd:          req.Cmd,
 	})
 	if err != nil {
+		if notRunning(err) && !cerrdefs.IsNotFound(err) {
+			// A sandbox container that stopped is being auto-removed (on
+			// Podman, conmon's cleanup runs a moment after the exit): it is
+			// gone for every purpose of an exec.
+			return -1, fmt.Errorf("exec create: %w: %w", sandboxagent.ErrContainerNotFound, err)
+		}
 		return -1, classify("exec create", err, sandboxagent.ErrContainerNotFound)
 	}
 	att, err := r.cli.ExecAttach(ctx, cr.ID, client.ExecAttachOptions{})
@@ -249,13 +341,29 @@ func (r *Runtime) CopyTo(ctx context.Context, id, dir string, tar io.Reader) err
 	return classify("copy to container "+dir, err, sandboxagent.ErrPathNotFound)
 }
 
-// CopyFrom streams a tar of path out of the container.
+// CopyFrom streams a tar of path out of the container. A symlink at path
+// is returned as the symlink itself, never followed: the engine's stat
+// header (mode bits) decides, and Podman, which resolves the link and sends
+// the target's content, gets the same answer as Docker.
 func (r *Runtime) CopyFrom(ctx context.Context, id, path string) (io.ReadCloser, error) {
 	res, err := r.cli.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: path})
 	if err != nil {
 		return nil, classify("copy from container "+path, err, sandboxagent.ErrPathNotFound)
 	}
+	if res.Stat.Mode&os.ModeSymlink != 0 {
+		res.Content.Close()
+		return io.NopCloser(symlinkTar(pathpkg.Base(path), res.Stat.LinkTarget, res.Stat.Mtime)), nil
+	}
 	return res.Content, nil
+}
+
+// symlinkTar is a tar holding one symlink entry.
+func symlinkTar(name, target string, mtime time.Time) io.Reader {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target, Mode: 0o777, ModTime: mtime})
+	_ = tw.Close()
+	return &buf
 }
 
 // Kill sends SIGKILL to the container's main process.
@@ -279,7 +387,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	// so callers never see a half-removed container.
 	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 200*time.Millisecond) {
 		_, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-		if cerrdefs.IsNotFound(err) {
+		if cerrdefs.IsNotFound(err) || containerGone(err) {
 			return nil
 		}
 		if err != nil {
@@ -294,14 +402,30 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 }
 
 // isGone reports an error that means the container no longer exists or is
-// already on its way out.
+// already on its way out (for Kill and Remove, where that is success).
 func isGone(err error) bool {
-	if cerrdefs.IsNotFound(err) {
-		return true
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "is already in progress") || strings.Contains(msg, "is not running") ||
-		strings.Contains(msg, "No such container")
+	return containerGone(err) || notRunning(err) || errorHas(err, "is already in progress")
+}
+
+// containerGone reports an engine error saying the container does not
+// exist. Docker: 404 "No such container: ID". Podman: "no such container"
+// (404, or 500 from some handlers) or "container has already been removed"
+// (a removal or auto-remove raced the call).
+func containerGone(err error) bool {
+	return errorHas(err, "no such container") || errorHas(err, "container has already been removed")
+}
+
+// notRunning reports an engine error refusing an operation because the
+// container is not running. Docker: 409 "Container ID is not running".
+// Podman: 500 "... container state improper" or "container is stopped".
+func notRunning(err error) bool {
+	return errorHas(err, "is not running") || errorHas(err, "container state improper") ||
+		errorHas(err, "container is stopped")
+}
+
+// errorHas reports whether err's message contains sub, ignoring case.
+func errorHas(err error, sub string) bool {
+	return err != nil && strings.Contains(strings.ToLower(err.Error()), sub)
 }
 
 // List returns every container (running or not) carrying all labels.

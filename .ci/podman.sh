@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Makes this machine ready to run the integration suite against Podman's
+# Docker-compatible API: podman installed, containers.conf allowing
+# containers to start here, the API service answering on a unix socket and
+# the test image in podman's store. Idempotent and quick when everything is
+# already there. Needs root (rootful podman, apt-get).
+#
+#   bash .ci/podman.sh [IMAGE...]
+#   DOCKER_HOST=unix:///run/podman/podman.sock SANDBOX_AGENT_TEST_ENGINE=podman CI=true \
+#       go test -race -tags integration -run Integration -count=1 . ./runtime/... ./cmd/...
+#
+# IMAGE...: more images to copy from Docker's store into podman's (e.g. the
+# agent CLI images, for the driver tests).
+#   PODMAN_SOCKET   socket path (default /run/podman/podman.sock)
+#   SANDBOX_AGENT_TEST_IMAGE  test image (default debian:stable-slim)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+sock=${PODMAN_SOCKET:-/run/podman/podman.sock}
+image=${SANDBOX_AGENT_TEST_IMAGE:-debian:stable-slim}
+conf=/etc/containers/containers.conf
+svclog=/var/log/sandbox-agent-podman.log
+
+if [ "$(id -u)" != 0 ]; then
+  echo "podman.sh: needs root (rootful podman service on $sock)" >&2
+  exit 1
+fi
+
+# 1. podman itself, and catatonit: sandboxes run with Init, and podman looks
+# for its init at /usr/libexec/podman/catatonit (Debian's podman only
+# recommends "catatonit | tini | dumb-init", and docker.io's tini satisfies
+# that without being where podman looks).
+need=()
+command -v podman >/dev/null 2>&1 || need+=(podman)
+[ -x /usr/libexec/podman/catatonit ] || grep -Eq '^[[:space:]]*init_path[[:space:]]*=' "$conf" 2>/dev/null || need+=(catatonit)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing Debian's ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q "${need[@]}" >/dev/null
+fi
+log "podman $(podman version --format '{{.Client.Version}}' 2>/dev/null || echo '?')"
+
+# 2. default_ulimits = [] in the [containers] table: podman's default
+# nofile ulimit is refused inside these (already containerised) machines,
+# so no container starts without it. Edit in place: a second [containers]
+# table would make the file invalid TOML.
+mkdir -p "$(dirname "$conf")"
+touch "$conf"
+if ! grep -Eq '^[[:space:]]*default_ulimits[[:space:]]*=[[:space:]]*\[[[:space:]]*\]' "$conf"; then
+  log "setting default_ulimits = [] in $conf"
+  tmp=$(mktemp)
+  awk '
+    /^[[:space:]]*\[/ { in_c = ($0 ~ /^[[:space:]]*\[containers\][[:space:]]*$/) }
+    in_c && /^[[:space:]]*default_ulimits[[:space:]]*=/ {
+      # drop an existing (possibly multi-line) setting
+      skip = ($0 !~ /\]/); next
+    }
+    skip { if ($0 ~ /\]/) skip = 0; next }
+    { print }
+    /^[[:space:]]*\[containers\][[:space:]]*$/ { print "default_ulimits = []"; done = 1 }
+    END { if (!done) { print ""; print "[containers]"; print "default_ulimits = []" } }
+  ' "$conf" >"$tmp"
+  cat "$tmp" >"$conf"
+  rm -f "$tmp"
+fi
+
+# 3. the API service.
+api_up() {
+  curl -fsS --max-time 3 --unix-socket "$sock" http://d/_ping >/dev/null 2>&1
+}
+if ! command -v curl >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q curl >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q curl >/dev/null; }
+fi
+if ! api_up; then
+  log "starting podman system service on unix://$sock (log: $svclog)"
+  mkdir -p "$(dirname "$sock")"
+  rm -f "$sock"
+  setsid nohup podman system service --time=0 "unix://$sock" >"$svclog" 2>&1 &
+  for _ in $(seq 1 60); do api_up && break; sleep 0.5; done
+  api_up || { log "podman service did not come up:"; tail -20 "$svclog" >&2; exit 1; }
+fi
+log "podman API on unix://$sock: $(curl -fsS --unix-socket "$sock" http://d/version | tr -d '\n' | sed -E 's/.*"ApiVersion":"([^"]*)".*/compat API \1/')"
+
+# 4. the images: no registry is reachable, so copy them from the Docker
+# engine's store. The test image, when Docker lacks it too, is built
+# offline: by .ci/build_base.sh into Docker when a Docker engine answers,
+# else by debootstrap straight into podman.
+for img in "$image" "$@"; do
+  if podman image exists "$img"; then
+    log "$img is in podman's store"
+    continue
+  fi
+  if docker version >/dev/null 2>&1; then
+    if ! docker image inspect "$img" >/dev/null 2>&1; then
+      [ "$img" = "$image" ] || { log "$img is neither in podman's nor in Docker's store"; exit 1; }
+      log "$img is not in Docker either: building it there with .ci/build_base.sh"
+      BASE_FROM=$img bash .ci/build_base.sh
+    fi
+    log "loading $img from Docker into podman's store"
+    docker save "$img" | podman load >&2
+  else
+    [ "$img" = "$image" ] || { log "$img is not in podman's store and no Docker engine answers"; exit 1; }
+    command -v debootstrap >/dev/null 2>&1 || { apt-get update -q >/dev/null; apt-get install -y -q debootstrap >/dev/null; }
+    rootfs=$(mktemp -d /tmp/sandbox-agent-rootfs.XXXXXX)
+    log "no Docker engine: debootstrap ${SUITE:-trixie} and podman import as $img"
+    debootstrap --variant=minbase "${SUITE:-trixie}" "$rootfs" "${MIRROR:-http://deb.debian.org/debian}" >&2
+    rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/tmp/*
+    tar -C "$rootfs" --numeric-owner -c . | podman import -c 'CMD ["bash"]' - "$img" >&2
+    rm -rf "$rootfs"
+  fi
+  # podman stores a short name as localhost/NAME; the compat API still
+  # resolves the short name the tests use.
+  podman image exists "$img" || { log "podman did not get $img"; exit 1; }
+done
+
+# 5. smoke: a container starts with the hardening the sandboxes use.
+if ! out=$(podman run --rm --init --network none --cap-drop ALL --security-opt no-new-privileges \
+    --pids-limit 64 "$image" echo podman-ok 2>&1) || [ "$out" != podman-ok ]; then
+  log "podman cannot run a container: $out"
+  exit 1
+fi
+log "podman ready: DOCKER_HOST=unix://$sock"
