@@ -1,0 +1,433 @@
+package pi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// DefaultModel is the model id used when neither the turn nor
+// Options.Model names one. It is the name the project's other gateway
+// drivers use by default (codex: gpt-5.5), so one gateway route serves
+// them all; the fake model accepts any name. It is declared in models.json,
+// so pi knows it without printing its "custom model id" warning.
+const DefaultModel = "gpt-5.5"
+
+// DefaultProvider names the custom provider written into models.json when
+// Options.BaseURL is set and Options.Provider is empty.
+const DefaultProvider = "sandbox-agent"
+
+// DefaultBuiltinProvider is pi's built-in provider used when
+// Options.BaseURL and Options.Provider are both empty.
+const DefaultBuiltinProvider = "openai"
+
+// DefaultAPI is the wire API of the custom provider.
+const DefaultAPI = "openai-completions"
+
+// DefaultMaxRetries bounds pi's agent-level retries of a transient API
+// error (429, 5xx, connection errors) when Options.MaxRetries is zero. A
+// rejected key (401/403) is never retried by pi.
+const DefaultMaxRetries = 2
+
+// DefaultRetryDelay is the base of pi's exponential retry back-off, in
+// milliseconds (1 s, 2 s, ...; pi's own default is 2 s).
+const DefaultRetryDelay = 1000
+
+// KeyEnv is the environment variable that carries the API key to pi for
+// the custom provider (models.json names it instead of holding the key).
+const KeyEnv = "SANDBOX_AGENT_PI_API_KEY"
+
+// builtinKeyEnv is the environment variable pi reads the key of a built-in
+// provider from (pi-ai's env-api-keys.js, pi 0.73.1).
+var builtinKeyEnv = map[string]string{
+	"anthropic":              "ANTHROPIC_API_KEY",
+	"openai":                 "OPENAI_API_KEY",
+	"azure-openai-responses": "AZURE_OPENAI_API_KEY",
+	"deepseek":               "DEEPSEEK_API_KEY",
+	"google":                 "GEMINI_API_KEY",
+	"google-vertex":          "GOOGLE_CLOUD_API_KEY",
+	"groq":                   "GROQ_API_KEY",
+	"cerebras":               "CEREBRAS_API_KEY",
+	"xai":                    "XAI_API_KEY",
+	"openrouter":             "OPENROUTER_API_KEY",
+	"vercel-ai-gateway":      "AI_GATEWAY_API_KEY",
+	"zai":                    "ZAI_API_KEY",
+	"mistral":                "MISTRAL_API_KEY",
+	"minimax":                "MINIMAX_API_KEY",
+	"minimax-cn":             "MINIMAX_CN_API_KEY",
+	"moonshotai":             "MOONSHOT_API_KEY",
+	"moonshotai-cn":          "MOONSHOT_API_KEY",
+	"fireworks":              "FIREWORKS_API_KEY",
+	"opencode":               "OPENCODE_API_KEY",
+	"opencode-go":            "OPENCODE_API_KEY",
+	"kimi-coding":            "KIMI_API_KEY",
+	"cloudflare-workers-ai":  "CLOUDFLARE_API_KEY",
+	"cloudflare-ai-gateway":  "CLOUDFLARE_API_KEY",
+	"xiaomi":                 "XIAOMI_API_KEY",
+	"xiaomi-token-plan-cn":   "XIAOMI_TOKEN_PLAN_CN_API_KEY",
+	"xiaomi-token-plan-ams":  "XIAOMI_TOKEN_PLAN_AMS_API_KEY",
+	"xiaomi-token-plan-sgp":  "XIAOMI_TOKEN_PLAN_SGP_API_KEY",
+	"huggingface":            "HF_TOKEN",
+	"github-copilot":         "COPILOT_GITHUB_TOKEN",
+}
+
+// Options configure the pi driver.
+type Options struct {
+	// BaseURL of the model API; "" = the provider's real endpoint (one of
+	// pi's built-in providers, see Provider). With a BaseURL, Setup writes
+	// a custom provider into ~/.pi/agent/models.json (pi appends
+	// /chat/completions for the openai-completions API).
+	BaseURL string
+	// APIKey for it. It reaches pi only through the environment of each
+	// turn (KeyEnv, or the built-in provider's variable), never a file; the
+	// shell commands the model runs do not see it (settings.json's
+	// shellCommandPrefix unsets it).
+	APIKey string
+	// Provider is the provider name. With BaseURL: the name of the custom
+	// provider in models.json ("" = DefaultProvider). Without: one of pi's
+	// built-in providers ("" = DefaultBuiltinProvider), e.g. "anthropic".
+	Provider string
+	// API is the custom provider's wire API ("" = DefaultAPI,
+	// "openai-completions"; also "openai-responses", "anthropic-messages",
+	// "google-generative-ai"). Ignored without BaseURL.
+	API string
+	// Model is the model id when a turn names none ("" = DefaultModel).
+	Model string
+	// Reasoning declares the custom model as reasoning-capable: pi then
+	// sends reasoning_effort and the system prompt as a developer message.
+	Reasoning bool
+	// Thinking is pi's thinking level (--thinking: off, minimal, low,
+	// medium, high, xhigh); "" leaves pi's default.
+	Thinking string
+	// KeyEnv overrides the environment variable the key travels in (needed
+	// for a built-in provider this package does not know).
+	KeyEnv string
+	// MaxRetries bounds pi's retries of transient API errors (0 =
+	// DefaultMaxRetries, negative = no retry).
+	MaxRetries int
+	// Image overrides the image ("" = the built-in one from versions.json).
+	Image string
+}
+
+// Driver drives pi (@mariozechner/pi-coding-agent). It holds no
+// per-sandbox state, so one Driver may serve several agents.
+type Driver struct {
+	o Options
+}
+
+var _ sandboxagent.Driver = (*Driver)(nil)
+
+// New returns a pi driver.
+func New(o Options) *Driver { return &Driver{o: o} }
+
+// Name is "pi".
+func (d *Driver) Name() string { return "pi" }
+
+// Image is Options.Image ("" = the built-in pi image).
+func (d *Driver) Image() string { return d.o.Image }
+
+// Capabilities: everything. pi streams text and thinking deltas in JSON
+// mode and reports per-request usage.
+func (d *Driver) Capabilities() sandboxagent.Capabilities {
+	return sandboxagent.Capabilities{
+		Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true,
+		Thinking: true, Usage: true, Deltas: true,
+	}
+}
+
+// Secrets returns the API key.
+func (d *Driver) Secrets() []string {
+	if d.o.APIKey == "" {
+		return nil
+	}
+	return []string{d.o.APIKey}
+}
+
+func (d *Driver) custom() bool { return d.o.BaseURL != "" }
+
+func (d *Driver) provider() string {
+	switch {
+	case d.o.Provider != "":
+		return d.o.Provider
+	case d.custom():
+		return DefaultProvider
+	}
+	return DefaultBuiltinProvider
+}
+
+func (d *Driver) api() string {
+	if d.o.API != "" {
+		return d.o.API
+	}
+	return DefaultAPI
+}
+
+func (d *Driver) defaultModel() string {
+	if d.o.Model != "" {
+		return d.o.Model
+	}
+	return DefaultModel
+}
+
+func (d *Driver) maxRetries() int {
+	switch {
+	case d.o.MaxRetries < 0:
+		return 0
+	case d.o.MaxRetries == 0:
+		return DefaultMaxRetries
+	}
+	return d.o.MaxRetries
+}
+
+// keyEnv is the variable the key travels in.
+func (d *Driver) keyEnv() (string, error) {
+	if d.o.KeyEnv != "" {
+		if !validEnvName(d.o.KeyEnv) {
+			return "", fmt.Errorf("%w: pi: KeyEnv %q", sandboxagent.ErrInvalidArgument, d.o.KeyEnv)
+		}
+		return d.o.KeyEnv, nil
+	}
+	if d.custom() {
+		return KeyEnv, nil
+	}
+	if v, ok := builtinKeyEnv[d.provider()]; ok {
+		return v, nil
+	}
+	return "", fmt.Errorf("%w: pi: no known key variable for built-in provider %q (set Options.KeyEnv or Options.BaseURL)", sandboxagent.ErrInvalidArgument, d.provider())
+}
+
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// validName: provider names and thinking levels that are safe in JSON and
+// on a command line (no leading "-").
+func validName(s string) bool {
+	if s == "" || s[0] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '-' || r == '_' || r == '.' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *Driver) check() error {
+	if !validName(d.provider()) {
+		return fmt.Errorf("%w: pi: provider %q", sandboxagent.ErrInvalidArgument, d.provider())
+	}
+	if d.o.Thinking != "" && !validName(d.o.Thinking) {
+		return fmt.Errorf("%w: pi: thinking level %q", sandboxagent.ErrInvalidArgument, d.o.Thinking)
+	}
+	if _, err := d.keyEnv(); err != nil && (d.o.APIKey != "" || d.o.KeyEnv != "") {
+		return err
+	}
+	return nil
+}
+
+// ModelsJSON is the ~/.pi/agent/models.json Setup writes; nil when the
+// driver uses a built-in provider at its real endpoint (then no file is
+// needed). It names the key's environment variable, never the key.
+func (d *Driver) ModelsJSON() ([]byte, error) {
+	if !d.custom() {
+		return nil, nil
+	}
+	keyRef := "sandbox-agent-no-key" // a literal: an endpoint without auth
+	if d.o.APIKey != "" {
+		env, err := d.keyEnv()
+		if err != nil {
+			return nil, err
+		}
+		keyRef = env
+	}
+	model := map[string]any{
+		"id":            d.defaultModel(),
+		"name":          d.defaultModel(),
+		"reasoning":     d.o.Reasoning,
+		"input":         []string{"text"},
+		"contextWindow": 128000,
+		"maxTokens":     16384,
+	}
+	m := map[string]any{
+		"providers": map[string]any{
+			d.provider(): map[string]any{
+				"baseUrl": d.o.BaseURL,
+				"api":     d.api(),
+				"apiKey":  keyRef,
+				"models":  []any{model},
+			},
+		},
+	}
+	return marshal(m)
+}
+
+// SettingsJSON is the ~/.pi/agent/settings.json Setup writes.
+func (d *Driver) SettingsJSON() ([]byte, error) {
+	env, err := d.keyEnv()
+	if err != nil && d.o.APIKey != "" {
+		return nil, err
+	}
+	retries := d.maxRetries()
+	s := map[string]any{
+		"defaultProvider":        d.provider(),
+		"defaultModel":           d.defaultModel(),
+		"enableInstallTelemetry": false,
+		"quietStartup":           true,
+		"collapseChangelog":      true,
+		"retry": map[string]any{
+			"enabled":     retries > 0,
+			"maxRetries":  retries,
+			"baseDelayMs": DefaultRetryDelay,
+			// One HTTP request per pi attempt (the OpenAI SDK would
+			// otherwise retry each one twice more on its own).
+			"provider": map[string]any{"maxRetries": 0},
+		},
+	}
+	if env != "" {
+		// The commands the model runs do not inherit the key.
+		s["shellCommandPrefix"] = "unset " + env
+	}
+	if d.o.Thinking != "" {
+		s["defaultThinkingLevel"] = d.o.Thinking
+	}
+	return marshal(s)
+}
+
+func marshal(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Setup checks pi is installed and writes ~/.pi/agent/models.json (custom
+// provider only) and ~/.pi/agent/settings.json.
+func (d *Driver) Setup(ctx context.Context, c sandboxagent.ContainerOps) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	res, err := c.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", "command -v pi"}})
+	if err != nil {
+		return fmt.Errorf("pi: %w", err)
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("pi: %w", sandboxagent.ErrCLIMissing)
+	}
+	models, err := d.ModelsJSON()
+	if err != nil {
+		return err
+	}
+	if models != nil {
+		if err := writeHomeFile(ctx, c, agentDir+"/models.json", models, 0o600); err != nil {
+			return err
+		}
+	}
+	settings, err := d.SettingsJSON()
+	if err != nil {
+		return err
+	}
+	return writeHomeFile(ctx, c, agentDir+"/settings.json", settings, 0o600)
+}
+
+// model splits the turn's model into pi's --provider and --model: a
+// leading "PROVIDER/" of the driver's provider is dropped; anything else
+// is the model id as the API knows it (gateway ids may contain "/").
+func (d *Driver) model(t sandboxagent.Turn) (string, error) {
+	m := t.Model
+	if m == "" {
+		m = d.defaultModel()
+	}
+	m = strings.TrimPrefix(m, d.provider()+"/")
+	if m == "" || strings.HasPrefix(m, "-") || strings.ContainsAny(m, "\x00\n\r") {
+		return "", fmt.Errorf("%w: pi: model %q", sandboxagent.ErrInvalidArgument, t.Model)
+	}
+	return m, nil
+}
+
+// Command is the command line of one turn (see the package doc).
+func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
+	if strings.TrimSpace(t.Prompt) == "" {
+		return sandboxagent.Invocation{}, fmt.Errorf("%w: empty prompt", sandboxagent.ErrInvalidArgument)
+	}
+	if err := d.check(); err != nil {
+		return sandboxagent.Invocation{}, err
+	}
+	model, err := d.model(t)
+	if err != nil {
+		return sandboxagent.Invocation{}, err
+	}
+	cmd := []string{"pi", "--mode", "json", "--offline", "--provider", d.provider(), "--model", model}
+	if d.o.Thinking != "" {
+		cmd = append(cmd, "--thinking", d.o.Thinking)
+	}
+	if t.SessionID != "" {
+		if err := checkID(t.SessionID); err != nil {
+			return sandboxagent.Invocation{}, err
+		}
+		cmd = append(cmd, "--session", t.SessionID)
+	}
+	env := map[string]string{
+		"PI_OFFLINE":            "1",
+		"PI_SKIP_VERSION_CHECK": "1",
+		"PI_TELEMETRY":          "0",
+	}
+	if d.o.APIKey != "" {
+		k, _ := d.keyEnv() // checked above
+		env[k] = d.o.APIKey
+	}
+	return sandboxagent.Invocation{
+		Cmd:     cmd,
+		Env:     env,
+		WorkDir: t.WorkDir,
+		Stdin:   []byte(t.Prompt),
+	}, nil
+}
+
+// NewParser returns the parser of one turn's --mode json output.
+func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
+	return &parser{session: t.SessionID}
+}
+
+// firstLine is s's first non-empty line, trimmed.
+func firstLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			return l
+		}
+	}
+	return ""
+}
+
+func trimStderr(b []byte) string { return string(bytes.TrimSpace(b)) }
+
+// httpStatus is the HTTP status pi puts in front of an API error message
+// ("401 Incorrect API key provided"), or 0.
+func httpStatus(msg string) int {
+	if len(msg) < 3 {
+		return 0
+	}
+	if len(msg) > 3 && msg[3] != ' ' && msg[3] != ':' {
+		return 0
+	}
+	n, err := strconv.Atoi(msg[:3])
+	if err != nil || n < 400 || n > 599 {
+		return 0
+	}
+	return n
+}

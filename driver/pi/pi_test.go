@@ -1,0 +1,574 @@
+package pi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// fakeOps implements the three ContainerOps primitives on the host: Run
+// executes the command with HOME set to a temporary home and the working
+// directory set to a temporary workspace, so the driver's shell scripts
+// really run (sh, grep, sed, stat, head as in the image's Debian).
+type fakeOps struct {
+	home, work string
+	runs       [][]string
+	failRun    bool
+}
+
+func newFakeOps(t *testing.T) *fakeOps {
+	t.Helper()
+	dir := t.TempDir()
+	f := &fakeOps{home: filepath.Join(dir, "home"), work: filepath.Join(dir, "workspace")}
+	for _, d := range []string{f.home, f.work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// pwd -P must give the same path pi would record.
+	if w, err := filepath.EvalSymlinks(f.work); err == nil {
+		f.work = w
+	}
+	if h, err := filepath.EvalSymlinks(f.home); err == nil {
+		f.home = h
+	}
+	return f
+}
+
+func (f *fakeOps) Run(ctx context.Context, req sandboxagent.ExecRequest) (sandboxagent.ExecResult, error) {
+	f.runs = append(f.runs, req.Cmd)
+	if f.failRun {
+		return sandboxagent.ExecResult{}, errors.New("engine gone")
+	}
+	cmd := exec.CommandContext(ctx, req.Cmd[0], req.Cmd[1:]...)
+	// A PATH without pi unless the test put one in home/bin.
+	cmd.Env = []string{"HOME=" + f.home, "PATH=" + filepath.Join(f.home, "bin") + ":/usr/bin:/bin", "LC_ALL=C"}
+	for k, v := range req.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Dir = f.work
+	if req.WorkDir != "" {
+		cmd.Dir = req.WorkDir
+	}
+	if req.Stdin != nil {
+		cmd.Stdin = req.Stdin
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	res := sandboxagent.ExecResult{Stdout: out.Bytes(), Stderr: errb.Bytes()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		res.ExitCode = ee.ExitCode()
+	case err != nil:
+		return res, err
+	}
+	return res, nil
+}
+
+func (f *fakeOps) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
+	b, err := os.ReadFile(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, sandboxagent.ErrPathNotFound
+	}
+	if err == nil && int64(len(b)) > max {
+		return nil, sandboxagent.ErrLimitExceeded
+	}
+	return b, err
+}
+
+func (f *fakeOps) WriteFile(ctx context.Context, name string, data []byte, mode fs.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(name, data, mode)
+}
+
+// installFakePi puts an executable "pi" on the fake's PATH.
+func (f *fakeOps) installFakePi(t *testing.T) {
+	t.Helper()
+	bin := filepath.Join(f.home, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "pi"), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fakeOps) read(t *testing.T, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(f.home, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestDriverBasics(t *testing.T) {
+	d := New(Options{APIKey: "sk-secret-1234"})
+	if d.Name() != "pi" || d.Image() != "" {
+		t.Errorf("name %q image %q", d.Name(), d.Image())
+	}
+	if !reflect.DeepEqual(d.Secrets(), []string{"sk-secret-1234"}) {
+		t.Errorf("secrets %v", d.Secrets())
+	}
+	if New(Options{}).Secrets() != nil {
+		t.Error("secrets without a key")
+	}
+	want := sandboxagent.Capabilities{Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true, Thinking: true, Usage: true, Deltas: true}
+	if d.Capabilities() != want {
+		t.Errorf("capabilities %+v", d.Capabilities())
+	}
+	if New(Options{Image: "x:y"}).Image() != "x:y" {
+		t.Error("Options.Image ignored")
+	}
+}
+
+func TestCommand(t *testing.T) {
+	const id = "01a226cc-99ca-72ce-ad27-ea8c5f5a37fe"
+	base := []string{"pi", "--mode", "json", "--offline"}
+	gw := Options{BaseURL: "http://127.0.0.1:4000", APIKey: "sk-k"}
+	offline := map[string]string{"PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0"}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range offline {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	cat := func(parts ...[]string) []string {
+		var out []string
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		o    Options
+		turn sandboxagent.Turn
+		cmd  []string
+		env  map[string]string
+	}{
+		{
+			name: "gateway default model",
+			o:    gw, turn: sandboxagent.Turn{Prompt: "hello"},
+			cmd: cat(base, []string{"--provider", DefaultProvider, "--model", DefaultModel}),
+			env: with(KeyEnv, "sk-k"),
+		},
+		{
+			name: "turn model with provider prefix and slash",
+			o:    gw, turn: sandboxagent.Turn{Prompt: "hello", Model: DefaultProvider + "/vendor/m-1"},
+			cmd: cat(base, []string{"--provider", DefaultProvider, "--model", "vendor/m-1"}),
+			env: with(KeyEnv, "sk-k"),
+		},
+		{
+			name: "continue",
+			o:    gw, turn: sandboxagent.Turn{Prompt: "again", SessionID: id, WorkDir: "/w"},
+			cmd: cat(base, []string{"--provider", DefaultProvider, "--model", DefaultModel, "--session", id}),
+			env: with(KeyEnv, "sk-k"),
+		},
+		{
+			name: "options model, provider and thinking",
+			o:    Options{BaseURL: "http://x/v1", Provider: "gw", Model: "glm-5", Thinking: "low"},
+			turn: sandboxagent.Turn{Prompt: "-starts with a dash"},
+			cmd:  cat(base, []string{"--provider", "gw", "--model", "glm-5", "--thinking", "low"}),
+			env:  with(),
+		},
+		{
+			name: "built-in provider",
+			o:    Options{Provider: "anthropic", APIKey: "sk-ant"},
+			turn: sandboxagent.Turn{Prompt: "hi", Model: "claude-sonnet-4-5"},
+			cmd:  cat(base, []string{"--provider", "anthropic", "--model", "claude-sonnet-4-5"}),
+			env:  with("ANTHROPIC_API_KEY", "sk-ant"),
+		},
+		{
+			name: "built-in default provider, own key variable",
+			o:    Options{APIKey: "sk-o", KeyEnv: "MY_KEY"},
+			turn: sandboxagent.Turn{Prompt: "hi"},
+			cmd:  cat(base, []string{"--provider", "openai", "--model", DefaultModel}),
+			env:  with("MY_KEY", "sk-o"),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inv, err := New(tc.o).Command(tc.turn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(inv.Cmd, tc.cmd) {
+				t.Errorf("cmd\n got %q\nwant %q", inv.Cmd, tc.cmd)
+			}
+			if !reflect.DeepEqual(inv.Env, tc.env) {
+				t.Errorf("env\n got %v\nwant %v", inv.Env, tc.env)
+			}
+			if string(inv.Stdin) != tc.turn.Prompt {
+				t.Errorf("stdin %q", inv.Stdin)
+			}
+			if inv.WorkDir != tc.turn.WorkDir {
+				t.Errorf("workdir %q", inv.WorkDir)
+			}
+			for _, a := range inv.Cmd {
+				if strings.Contains(a, "sk-") {
+					t.Errorf("the key is on the command line: %q", inv.Cmd)
+				}
+			}
+		})
+	}
+}
+
+func TestCommandErrors(t *testing.T) {
+	gw := Options{BaseURL: "http://127.0.0.1:4000"}
+	for name, tc := range map[string]struct {
+		o Options
+		t sandboxagent.Turn
+	}{
+		"empty prompt":      {gw, sandboxagent.Turn{Prompt: " \n"}},
+		"bad session":       {gw, sandboxagent.Turn{Prompt: "x", SessionID: "../etc"}},
+		"unknown session":   {gw, sandboxagent.Turn{Prompt: "x", SessionID: "unknown-sandbox-agent-1"}},
+		"dash model":        {gw, sandboxagent.Turn{Prompt: "x", Model: "--help"}},
+		"bad provider":      {Options{BaseURL: "http://x", Provider: "a b"}, sandboxagent.Turn{Prompt: "x"}},
+		"bad thinking":      {Options{BaseURL: "http://x", Thinking: "--x"}, sandboxagent.Turn{Prompt: "x"}},
+		"unknown built-in":  {Options{Provider: "nowhere", APIKey: "k"}, sandboxagent.Turn{Prompt: "x"}},
+		"bad key variable":  {Options{BaseURL: "http://x", KeyEnv: "A=B"}, sandboxagent.Turn{Prompt: "x"}},
+		"empty model strip": {gw, sandboxagent.Turn{Prompt: "x", Model: DefaultProvider + "/"}},
+	} {
+		if _, err := New(tc.o).Command(tc.t); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestSetupGateway(t *testing.T) {
+	f := newFakeOps(t)
+	f.installFakePi(t)
+	d := New(Options{BaseURL: "http://127.0.0.1:4000/v1", APIKey: "sk-secret-9876", Model: "m1", MaxRetries: -1})
+	if err := d.Setup(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	models := f.read(t, ".pi/agent/models.json")
+	settings := f.read(t, ".pi/agent/settings.json")
+	for _, b := range [][]byte{models, settings} {
+		if bytes.Contains(b, []byte("sk-secret-9876")) {
+			t.Errorf("key written into a file:\n%s", b)
+		}
+	}
+	var m struct {
+		Providers map[string]struct {
+			BaseURL string `json:"baseUrl"`
+			API     string `json:"api"`
+			APIKey  string `json:"apiKey"`
+			Models  []struct {
+				ID string `json:"id"`
+			} `json:"models"`
+		} `json:"providers"`
+	}
+	if err := json.Unmarshal(models, &m); err != nil {
+		t.Fatal(err)
+	}
+	p, ok := m.Providers[DefaultProvider]
+	if !ok || p.BaseURL != "http://127.0.0.1:4000/v1" || p.API != "openai-completions" || p.APIKey != KeyEnv || len(p.Models) != 1 || p.Models[0].ID != "m1" {
+		t.Errorf("models.json:\n%s", models)
+	}
+	var s map[string]any
+	if err := json.Unmarshal(settings, &s); err != nil {
+		t.Fatal(err)
+	}
+	retry, _ := s["retry"].(map[string]any)
+	if s["defaultProvider"] != DefaultProvider || s["defaultModel"] != "m1" || s["shellCommandPrefix"] != "unset "+KeyEnv ||
+		s["enableInstallTelemetry"] != false || retry["enabled"] != false {
+		t.Errorf("settings.json:\n%s", settings)
+	}
+	fi, err := os.Stat(filepath.Join(f.home, ".pi/agent/models.json"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("models.json mode %v (%v)", fi.Mode(), err)
+	}
+}
+
+func TestSetupBuiltinAndErrors(t *testing.T) {
+	f := newFakeOps(t)
+	f.installFakePi(t)
+	if err := New(Options{Provider: "anthropic", APIKey: "k"}).Setup(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(f.home, ".pi/agent/models.json")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("models.json written for a built-in provider (%v)", err)
+	}
+	var s map[string]any
+	if err := json.Unmarshal(f.read(t, ".pi/agent/settings.json"), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s["shellCommandPrefix"] != "unset ANTHROPIC_API_KEY" {
+		t.Errorf("settings %v", s)
+	}
+
+	// A built-in provider this package does not know, without a key (a
+	// local server pi knows): no key variable to hide.
+	h := newFakeOps(t)
+	h.installFakePi(t)
+	if err := New(Options{Provider: "nowhere"}).Setup(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	if b := h.read(t, ".pi/agent/settings.json"); bytes.Contains(b, []byte("shellCommandPrefix")) {
+		t.Errorf("settings %s", b)
+	}
+
+	// pi missing from the image.
+	g := newFakeOps(t)
+	if err := New(Options{BaseURL: "http://x"}).Setup(context.Background(), g); !errors.Is(err, sandboxagent.ErrCLIMissing) {
+		t.Errorf("no pi: %v", err)
+	}
+	g.failRun = true
+	if err := New(Options{BaseURL: "http://x"}).Setup(context.Background(), g); err == nil {
+		t.Error("engine failure not reported")
+	}
+	if err := New(Options{Provider: "nowhere", APIKey: "k"}).Setup(context.Background(), g); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+		t.Errorf("unknown provider: %v", err)
+	}
+}
+
+// session writes a pi session file as pi does and returns its path.
+func (f *fakeOps) session(t *testing.T, id, cwd, prompt string, at time.Time) string {
+	t.Helper()
+	dir := filepath.Join(f.home, ".pi/agent/sessions", projectDir(cwd))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, fileName(at, id))
+	lines := []string{
+		`{"type":"session","version":3,"id":"` + id + `","timestamp":"` + at.UTC().Format("2006-01-02T15:04:05.000Z") + `","cwd":"` + cwd + `"}`,
+		`{"type":"model_change","id":"5afc37f6","parentId":null,"timestamp":"2026-11-29T10:14:32.847Z","provider":"sandbox","modelId":"fake-model"}`,
+		`{"type":"message","id":"28daeb6e","parentId":"5afc37f6","timestamp":"2026-11-29T10:14:33.462Z","message":{"role":"user","content":[{"type":"text","text":"` + prompt + `"}],"timestamp":1795947273456}}`,
+		`{"type":"message","id":"78e05bf1","parentId":"28daeb6e","timestamp":"2026-11-29T10:14:34.351Z","message":{"role":"assistant","content":[{"type":"text","text":"DONE"}],"stopReason":"stop"}}`,
+	}
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, at, at); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSessionHelpers(t *testing.T) {
+	if got := projectDir("/workspace"); got != "--workspace--" {
+		t.Errorf("projectDir %q", got)
+	}
+	if got := projectDir("/repo/sub"); got != "--repo-sub--" {
+		t.Errorf("projectDir %q", got)
+	}
+	at := time.Date(2026, 11, 29, 8, 59, 0, 860e6, time.UTC)
+	if got := fileName(at, "x"); got != "2026-11-29T08-59-00-860Z_x.jsonl" {
+		t.Errorf("fileName %q", got)
+	}
+	id, err := newID(at)
+	ms := fmt.Sprintf("%012x", at.UnixMilli())
+	if err != nil || !validID(id) || id[14] != '7' || !strings.HasPrefix(strings.ReplaceAll(id, "-", ""), ms) || !strings.ContainsAny(id[19:20], "89ab") {
+		t.Errorf("newID %q %v", id, err)
+	}
+}
+
+func TestSessions(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeOps(t)
+	d := New(Options{BaseURL: "http://x"})
+	const a = "01a226cc-99ca-72ce-ad27-ea8c5f5a37fe"
+	const b = "01a226cd-0000-7000-8000-000000000001"
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	pa := f.session(t, a, f.work, `first prompt ALPHA\nsecond line`, t0)
+	f.session(t, b, "/elsewhere", "other", t0.Add(time.Minute))
+
+	list, err := d.ListSessions(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].ID != b || list[1].ID != a || list[1].Title != "first prompt ALPHA" || list[1].Path != pa || list[1].Updated == "" {
+		t.Fatalf("list %+v", list)
+	}
+
+	// Fork: a new file beside the original, same entries, new header.
+	orig, _ := os.ReadFile(pa)
+	fid, err := d.Fork(ctx, f, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !validID(fid) || fid == a {
+		t.Fatalf("fork id %q", fid)
+	}
+	if now, _ := os.ReadFile(pa); !bytes.Equal(now, orig) {
+		t.Error("fork changed the original")
+	}
+	matches, _ := filepath.Glob(filepath.Join(filepath.Dir(pa), "*_"+fid+".jsonl"))
+	if len(matches) != 1 {
+		t.Fatalf("fork file: %v", matches)
+	}
+	forked, _ := os.ReadFile(matches[0])
+	h, rest, err := splitHeader(forked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, origRest, _ := bytes.Cut(orig, []byte("\n"))
+	if h.str("id") != fid || h.str("parentSession") != pa || h.str("cwd") != f.work || !bytes.Equal(rest, origRest) {
+		t.Errorf("fork file:\n%s", forked)
+	}
+	if !strings.HasPrefix(string(forked), `{"type":"session","version":3,"id":"`+fid+`"`) {
+		t.Errorf("fork header order: %s", forked[:80])
+	}
+
+	// Dump, delete, load back.
+	dump, err := d.DumpSession(ctx, f, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dump.Driver != "pi" || dump.SessionID != a || !bytes.Equal(dump.Files[dumpSession], orig) || dump.Meta[metaCwd] != f.work || dump.Meta[metaFile] != filepath.Base(pa) {
+		t.Errorf("dump %+v", dump.Meta)
+	}
+	if _, err := d.LoadSession(ctx, f, dump); !errors.Is(err, sandboxagent.ErrDestinationExists) {
+		t.Errorf("load over an existing session: %v", err)
+	}
+	if err := d.DeleteSession(ctx, f, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pa); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("deleted session still there (%v)", err)
+	}
+	if err := d.DeleteSession(ctx, f, a); !errors.Is(err, sandboxagent.ErrPathNotFound) {
+		t.Errorf("delete twice: %v", err)
+	}
+	if _, err := d.DumpSession(ctx, f, a); !errors.Is(err, sandboxagent.ErrPathNotFound) {
+		t.Errorf("dump of a deleted session: %v", err)
+	}
+	if _, err := d.Fork(ctx, f, a); !errors.Is(err, sandboxagent.ErrPathNotFound) {
+		t.Errorf("fork of a deleted session: %v", err)
+	}
+
+	// Load into "another container" whose working directory differs: the
+	// file goes to that directory's folder with its cwd rewritten.
+	g := newFakeOps(t)
+	g.work = filepath.Join(filepath.Dir(g.work), "other-dir")
+	if err := os.MkdirAll(g.work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.LoadSession(ctx, g, dump)
+	if err != nil || got != a {
+		t.Fatalf("load: %q %v", got, err)
+	}
+	loaded, err := os.ReadFile(filepath.Join(g.home, ".pi/agent/sessions", projectDir(g.work), filepath.Base(pa)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lh, lrest, err := splitHeader(loaded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lh.str("id") != a || lh.str("cwd") != g.work || !bytes.Equal(lrest, origRest) {
+		t.Errorf("loaded:\n%s", loaded)
+	}
+	if l2, _ := d.ListSessions(ctx, g); len(l2) != 1 || l2[0].ID != a {
+		t.Errorf("list after load %+v", l2)
+	}
+}
+
+func TestSessionErrors(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeOps(t)
+	d := New(Options{BaseURL: "http://x"})
+	for _, id := range []string{"", "x", "../../etc/passwd", `01a226cc-99ca-72ce-ad27-ea8c5f5a37f"`} {
+		if _, err := d.Fork(ctx, f, id); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("fork %q: %v", id, err)
+		}
+		if err := d.DeleteSession(ctx, f, id); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("delete %q: %v", id, err)
+		}
+		if _, err := d.DumpSession(ctx, f, id); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("dump %q: %v", id, err)
+		}
+	}
+	if l, err := d.ListSessions(ctx, f); err != nil || len(l) != 0 {
+		t.Errorf("empty list: %v %v", l, err)
+	}
+	const id = "01a226cc-99ca-72ce-ad27-ea8c5f5a37fe"
+	good := []byte(`{"type":"session","version":3,"id":"` + id + `","cwd":"/w"}` + "\n")
+	for name, dump := range map[string]sandboxagent.SessionDump{
+		"other driver": {Driver: "claude", SessionID: id, Files: map[string][]byte{dumpSession: good}},
+		"no file":      {Driver: "pi", SessionID: id},
+		"bad id":       {Driver: "pi", SessionID: "nope", Files: map[string][]byte{dumpSession: good}},
+		"id mismatch":  {Driver: "pi", SessionID: "01a226cc-99ca-72ce-ad27-000000000000", Files: map[string][]byte{dumpSession: good}},
+	} {
+		if _, err := d.LoadSession(ctx, f, dump); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("load %s: %v", name, err)
+		}
+	}
+	if _, err := d.LoadSession(ctx, f, sandboxagent.SessionDump{Driver: "pi", SessionID: id, Files: map[string][]byte{dumpSession: []byte("garbage\n")}}); err == nil {
+		t.Error("load of a file without header")
+	}
+	// A file name from the dump that tries to leave the folder is replaced.
+	dump := sandboxagent.SessionDump{Driver: "pi", SessionID: id, Files: map[string][]byte{dumpSession: good}, Meta: map[string]string{metaFile: "../../x_" + id + ".jsonl"}}
+	if _, err := d.LoadSession(ctx, f, dump); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := filepath.Glob(filepath.Join(f.home, ".pi/agent/sessions", projectDir(f.work), "*_"+id+".jsonl"))
+	if len(m) != 1 {
+		t.Errorf("loaded files %v", m)
+	}
+}
+
+func TestRulesAndSkills(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeOps(t)
+	d := New(Options{BaseURL: "http://x"})
+	if err := d.InstallRules(ctx, f, "Always say RULE.\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.read(t, ".pi/agent/AGENTS.md"); string(got) != "Always say RULE.\n" {
+		t.Errorf("rules %q", got)
+	}
+	sk := sandboxagent.Skill{Name: "marker", Files: map[string][]byte{
+		"SKILL.md":          []byte("---\nname: marker\ndescription: d\n---\nbody\n"),
+		"scripts/run.sh":    []byte("echo hi\n"),
+		"reference/a/b.txt": {},
+	}}
+	if err := d.InstallSkill(ctx, f, sk); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range sk.Files {
+		if got := f.read(t, ".pi/agent/skills/marker/"+name); !bytes.Equal(got, want) {
+			t.Errorf("%s: %q", name, got)
+		}
+	}
+	// Reinstalling replaces the folder.
+	sk.Files = map[string][]byte{"SKILL.md": []byte("---\r\nname: marker\r\ndescription: >\r\n  v2\r\n---\r\n")}
+	if err := d.InstallSkill(ctx, f, sk); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(f.home, ".pi/agent/skills/marker/scripts")); !errors.Is(err, fs.ErrNotExist) {
+		t.Error("old skill files left behind")
+	}
+	for _, bad := range []sandboxagent.Skill{
+		{Name: "../x", Files: map[string][]byte{"SKILL.md": nil}},
+		{Name: "x"},
+		{Name: "x", Files: map[string][]byte{"SKILL.md": nil, "../evil": nil}},
+		{Name: "x", Files: map[string][]byte{"SKILL.md": []byte("# no front matter\ndescription: x\n")}},
+		{Name: "x", Files: map[string][]byte{"SKILL.md": []byte("---\nname: x\n---\ndescription: x\n")}},
+	} {
+		if err := d.InstallSkill(ctx, f, bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("skill %+v: %v", bad.Name, err)
+		}
+	}
+}
