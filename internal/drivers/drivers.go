@@ -10,6 +10,7 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/claude"
 	"github.com/sandbox-agent/sandbox-agent/driver/codex"
+	"github.com/sandbox-agent/sandbox-agent/driver/dsh"
 	"github.com/sandbox-agent/sandbox-agent/driver/pi"
 	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
 )
@@ -23,6 +24,9 @@ func All() map[string]Factory {
 		"claude": func(ep smoke.Endpoint) sandboxagent.Driver {
 			// claude appends /v1/messages itself.
 			return claude.New(claude.Options{BaseURL: strings.TrimSuffix(ep.BaseURL, "/v1"), APIKey: ep.APIKey})
+		},
+		"dsh": func(ep smoke.Endpoint) sandboxagent.Driver {
+			return dsh.New(dsh.Options{BaseURL: ep.BaseURL, APIKey: ep.APIKey})
 		},
 		"pi": func(ep smoke.Endpoint) sandboxagent.Driver {
 			return pi.New(pi.Options{BaseURL: ep.BaseURL, APIKey: ep.APIKey})

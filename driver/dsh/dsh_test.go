@@ -1,0 +1,434 @@
+package dsh
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// hostOps is a fake sandbox: it runs the driver's commands with the host's
+// sh in a private HOME, so the driver's shell scripts really run.
+type hostOps struct {
+	home string
+	cmds [][]string
+}
+
+func newHostOps(t *testing.T) *hostOps {
+	return &hostOps{home: t.TempDir()}
+}
+
+func (h *hostOps) Run(ctx context.Context, req sandboxagent.ExecRequest) (sandboxagent.ExecResult, error) {
+	h.cmds = append(h.cmds, req.Cmd)
+	cmd := exec.CommandContext(ctx, req.Cmd[0], req.Cmd[1:]...)
+	cmd.Dir = h.home
+	cmd.Env = []string{"HOME=" + h.home, "PATH=" + os.Getenv("PATH"), "LC_ALL=C"}
+	for k, v := range req.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	if req.Stdin != nil {
+		cmd.Stdin = req.Stdin
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	res := sandboxagent.ExecResult{Stdout: out.Bytes(), Stderr: errb.Bytes()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		res.ExitCode = ee.ExitCode()
+		err = nil
+	}
+	return res, err
+}
+
+func (h *hostOps) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
+	f, err := os.Open(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, sandboxagent.ErrPathNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, max))
+}
+
+func (h *hostOps) WriteFile(ctx context.Context, name string, data []byte, mode fs.FileMode) error {
+	return os.WriteFile(name, data, mode)
+}
+
+func (h *hostOps) read(t *testing.T, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(h.home, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestCapabilities(t *testing.T) {
+	d := New(Options{})
+	if d.Name() != "dsh" || d.Image() != "" {
+		t.Errorf("name %q image %q", d.Name(), d.Image())
+	}
+	c := d.Capabilities()
+	if !c.Continue || !c.Fork || !c.Skills || !c.Rules || !c.Sessions || !c.Thinking || !c.Usage || !c.Deltas {
+		t.Errorf("%+v", c)
+	}
+	if s := New(Options{APIKey: "k-123"}).Secrets(); len(s) != 1 || s[0] != "k-123" {
+		t.Errorf("secrets %v", s)
+	}
+	if s := d.Secrets(); len(s) != 0 {
+		t.Errorf("secrets %v", s)
+	}
+}
+
+func TestCommand(t *testing.T) {
+	const sid = "session-0b3c4d5e-6f70-4182-9a3b-4c5d6e7f8091"
+	cases := []struct {
+		name    string
+		o       Options
+		turn    sandboxagent.Turn
+		env     map[string]string // must be set to these values
+		absent  []string
+		wantErr bool
+	}{
+		{
+			name: "generic route, new session",
+			o:    Options{BaseURL: "http://127.0.0.1:9/v1", APIKey: "sk-1"},
+			turn: sandboxagent.Turn{Prompt: "hello", WorkDir: "/workspace"},
+			env: map[string]string{
+				envKey: "sk-1", envProvider: Provider, "DSH_PERMISSION_MODE": "danger-full-access",
+				"DSH_TELEMETRY_DISABLED": "1",
+			},
+			absent: []string{envResume, envModel, envDeepSeekKey, envDeepSeekBase, "DSH_HOME"},
+		},
+		{
+			name: "model and continue",
+			o:    Options{BaseURL: "http://127.0.0.1:9/v1", APIKey: "sk-1"},
+			turn: sandboxagent.Turn{Prompt: "again", Model: "glm-9", SessionID: sid},
+			env:  map[string]string{envModel: "glm-9", envSession: sid, envResume: "1"},
+		},
+		{
+			name:   "deepseek adapter",
+			o:      Options{DeepSeek: true, BaseURL: "https://gw.example/v1", APIKey: "sk-2"},
+			turn:   sandboxagent.Turn{Prompt: "hello"},
+			env:    map[string]string{envDeepSeekKey: "sk-2", envDeepSeekBase: "https://gw.example/v1", envProvider: DeepSeekProvider},
+			absent: []string{envKey},
+		},
+		{
+			name:   "deepseek real endpoint",
+			o:      Options{APIKey: "sk-3"},
+			turn:   sandboxagent.Turn{Prompt: "hello"},
+			env:    map[string]string{envDeepSeekKey: "sk-3", envProvider: DeepSeekProvider},
+			absent: []string{envKey, envDeepSeekBase},
+		},
+		{name: "empty prompt", turn: sandboxagent.Turn{Prompt: " \n"}, wantErr: true},
+		{name: "bad session id", turn: sandboxagent.Turn{Prompt: "x", SessionID: "../x"}, wantErr: true},
+		{name: "session id without prefix", turn: sandboxagent.Turn{Prompt: "x", SessionID: "0b3c4d5e-6f70-4182-9a3b-4c5d6e7f8091"}, wantErr: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			inv, err := New(c.o).Command(c.turn)
+			if c.wantErr {
+				if !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+					t.Fatalf("err %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(inv.Cmd, " ") != `sh -c exec node "${DSH_HOME:-$HOME/.dsh}/sandbox-agent/run.mjs"` {
+				t.Errorf("cmd %q", inv.Cmd)
+			}
+			if string(inv.Stdin) != c.turn.Prompt {
+				t.Errorf("stdin %q", inv.Stdin)
+			}
+			if inv.WorkDir != c.turn.WorkDir {
+				t.Errorf("workdir %q", inv.WorkDir)
+			}
+			for k, v := range c.env {
+				if inv.Env[k] != v {
+					t.Errorf("env %s = %q, want %q", k, inv.Env[k], v)
+				}
+			}
+			for _, k := range c.absent {
+				if _, ok := inv.Env[k]; ok {
+					t.Errorf("env %s set", k)
+				}
+			}
+			if c.turn.SessionID == "" && !validID(inv.Env[envSession]) {
+				t.Errorf("new session id %q", inv.Env[envSession])
+			}
+			for _, a := range inv.Cmd {
+				if c.o.APIKey != "" && strings.Contains(a, c.o.APIKey) {
+					t.Errorf("key in argv")
+				}
+			}
+		})
+	}
+	// Every new turn gets its own session.
+	a, _ := New(Options{}).Command(sandboxagent.Turn{Prompt: "x"})
+	b, _ := New(Options{}).Command(sandboxagent.Turn{Prompt: "x"})
+	if a.Env[envSession] == b.Env[envSession] {
+		t.Error("two new turns share a session id")
+	}
+}
+
+func TestSetup(t *testing.T) {
+	h := newHostOps(t)
+	d := New(Options{BaseURL: "http://127.0.0.1:18080/v1", APIKey: "sk-secret-0123", Model: "mock-model"})
+	if err := d.Setup(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	var settings map[string]any
+	if err := json.Unmarshal([]byte(h.read(t, ".dsh/settings.yaml")), &settings); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"llm-pi-ai": map[string]any{"providers": map[string]any{"sandbox-agent": map[string]any{
+			"displayName": "sandbox-agent",
+			"apiKeyEnv":   "SANDBOX_AGENT_DSH_API_KEY",
+			"api":         "openai-completions",
+			"baseURL":     "http://127.0.0.1:18080/v1",
+			"compat":      map[string]any{"supportsDeveloperRole": false, "maxTokensField": "max_tokens"},
+			"models":      []any{map[string]any{"id": "mock-model", "name": "mock-model", "contextWindow": 128000.0, "maxTokens": 8192.0}},
+		}}},
+		"agent-default-model": map[string]any{"provider": "sandbox-agent", "model": "mock-model"},
+	}
+	if !reflect.DeepEqual(settings, want) {
+		t.Errorf("settings.yaml = %v\nwant %v", settings, want)
+	}
+	patch := h.read(t, ".dsh/cordis.patch.yml")
+	for _, want := range []string{"compression: none", "packChunks: false", "writeBatchMaxDelayMs: 20", "root: !!js dshHomePath('sessions')"} {
+		if !strings.Contains(patch, want) {
+			t.Errorf("cordis.patch.yml lacks %q", want)
+		}
+	}
+	hp := h.read(t, ".dsh/sandbox-agent/headless.patch.yml")
+	if !strings.Contains(hp, `name: "file://`+h.home+`/.dsh/sandbox-agent/runner.mjs"`) || !strings.Contains(hp, "- id: headless-runner\n  disabled: true\n") {
+		t.Errorf("headless.patch.yml:\n%s", hp)
+	}
+	if h.read(t, ".dsh/sandbox-agent/runner.mjs") != string(runnerJS) || h.read(t, ".dsh/sandbox-agent/run.mjs") != string(wrapperJS) {
+		t.Error("helper scripts differ")
+	}
+	for _, f := range []string{"settings.yaml", "cordis.patch.yml", "sandbox-agent/run.mjs"} {
+		st, err := os.Stat(filepath.Join(h.home, ".dsh", f))
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v", f, st.Mode(), err)
+		}
+		if strings.Contains(h.read(t, ".dsh/"+f), "sk-secret-0123") {
+			t.Errorf("%s holds the key", f)
+		}
+	}
+	if st, err := os.Stat(filepath.Join(h.home, ".dsh")); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("~/.dsh: %v %v", st.Mode(), err)
+	}
+	for _, c := range h.cmds {
+		if strings.Contains(strings.Join(c, " "), "sk-secret-0123") {
+			t.Errorf("key in a command: %q", c)
+		}
+	}
+
+	// The DeepSeek adapter: only the base URL and the default model.
+	h = newHostOps(t)
+	if err := New(Options{DeepSeek: true, BaseURL: "https://gw.example/v1"}).Setup(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	ds := h.read(t, ".dsh/settings.yaml")
+	if strings.Contains(ds, "llm-pi-ai") || !strings.Contains(ds, `"llm-deepseek": {
+    "baseURL": "https://gw.example/v1"
+  }`) || !strings.Contains(ds, `"provider": "deepseek-official"`) || !strings.Contains(ds, `"model": "deepseek-v4-flash"`) {
+		t.Errorf("settings.yaml:\n%s", ds)
+	}
+	// A base URL that is not one.
+	if err := New(Options{BaseURL: "127.0.0.1:80"}).Setup(context.Background(), newHostOps(t)); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+		t.Errorf("bad URL: %v", err)
+	}
+}
+
+func TestRulesAndSkills(t *testing.T) {
+	h := newHostOps(t)
+	d := New(Options{})
+	ctx := context.Background()
+	if err := d.InstallRules(ctx, h, "Always answer in French.\n"); err != nil {
+		t.Fatal(err)
+	}
+	if h.read(t, ".dsh/AGENTS.md") != "Always answer in French.\n" {
+		t.Error("rules")
+	}
+	if err := d.InstallRules(ctx, h, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(h.home, ".dsh/AGENTS.md")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("rules not removed: %v", err)
+	}
+	s := sandboxagent.Skill{Name: "greet", Files: map[string][]byte{
+		"SKILL.md":       []byte("---\nname: greet\ndescription: Greets.\n---\nSay hi.\n"),
+		"scripts/hi.sh":  []byte("echo hi\n"),
+		"notes/deep/x.m": []byte("x"),
+	}}
+	if err := d.InstallSkill(ctx, h, s); err != nil {
+		t.Fatal(err)
+	}
+	if h.read(t, ".dsh/skills/greet/scripts/hi.sh") != "echo hi\n" || !strings.Contains(h.read(t, ".dsh/skills/greet/SKILL.md"), "name: greet") {
+		t.Error("skill files")
+	}
+	// Reinstalling replaces the whole folder.
+	s.Files = map[string][]byte{"SKILL.md": []byte("---\nname: greet\ndescription: v2\n---\n")}
+	if err := d.InstallSkill(ctx, h, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(h.home, ".dsh/skills/greet/scripts")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("old skill file kept: %v", err)
+	}
+	for _, bad := range []sandboxagent.Skill{
+		{Name: "../x", Files: map[string][]byte{"SKILL.md": nil}},
+		{Name: "x"},
+		{Name: "x", Files: map[string][]byte{"SKILL.md": nil, "../y": nil}},
+	} {
+		if err := d.InstallSkill(ctx, h, bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+}
+
+// sessionLog is a small session log as dsh writes it.
+func sessionLog(id, cwd, title string) string {
+	return `{"type":"session","version":0,"id":"` + id + `","createdAt":1795944129628,"cwd":"` + cwd + `","delegationDepth":0}
+{"type":"turn/start","seq":0,"time":1795944129633,"data":{"turn":1}}
+{"type":"session/title","seq":1,"time":1795944129687,"data":{"title":"` + title + `","messageSeqs":[7],"source":{"kind":"fallback"}}}
+{"type":"user/message","seq":2,"time":1795944129685,"data":{"content":[{"type":"text","text":"mention ` + id + `"}],"source":{"kind":"user"},"role":"user","id":"u1"}}
+`
+}
+
+func TestSessions(t *testing.T) {
+	const id = "session-0b3c4d5e-6f70-4182-9a3b-4c5d6e7f8091"
+	ctx := context.Background()
+	d := New(Options{})
+	h := newHostOps(t)
+	dir := filepath.Join(h.home, ".dsh/sessions/--workspace--", id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	orig := sessionLog(id, "/workspace", "Make a file")
+	if err := os.WriteFile(filepath.Join(dir, "session.jsonl"), []byte(orig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "artifact.txt"), []byte("art"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	list, err := d.ListSessions(ctx, h)
+	if err != nil || len(list) != 1 || list[0].ID != id || list[0].Title != "Make a file" || list[0].Updated == "" ||
+		list[0].Path != filepath.Join(dir, "session.jsonl") {
+		t.Fatalf("list %+v %v", list, err)
+	}
+
+	// Fork: a new folder, new header id, everything else byte for byte.
+	fid, err := d.Fork(ctx, h, id)
+	if err != nil || !validID(fid) || fid == id {
+		t.Fatalf("fork %q %v", fid, err)
+	}
+	forked := h.read(t, ".dsh/sessions/--workspace--/"+fid+"/session.jsonl")
+	if want := strings.Replace(orig, `"id":"`+id+`"`, `"id":"`+fid+`"`, 1); forked != want {
+		t.Errorf("fork log:\n%s\nwant\n%s", forked, want)
+	}
+	if h.read(t, ".dsh/sessions/--workspace--/"+fid+"/artifact.txt") != "art" {
+		t.Error("fork lost a file")
+	}
+	if h.read(t, ".dsh/sessions/--workspace--/"+id+"/session.jsonl") != orig {
+		t.Error("fork changed the original")
+	}
+	if _, err := d.Fork(ctx, h, "session-00000000-0000-4000-8000-000000000000"); !errors.Is(err, sandboxagent.ErrPathNotFound) {
+		t.Errorf("fork of nothing: %v", err)
+	}
+
+	// Dump, delete, load elsewhere.
+	dump, err := d.DumpSession(ctx, h, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dump.Driver != "dsh" || dump.SessionID != id || string(dump.Files["session.jsonl"]) != orig ||
+		string(dump.Files["files/artifact.txt"]) != "art" || dump.Meta["cwd"] != "/workspace" || dump.Meta["project"] != "--workspace--" {
+		t.Errorf("dump %+v", dump)
+	}
+	if err := d.DeleteSession(ctx, h, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("delete left %v", err)
+	}
+	if err := d.DeleteSession(ctx, h, id); !errors.Is(err, sandboxagent.ErrPathNotFound) {
+		t.Errorf("second delete: %v", err)
+	}
+	if _, err := d.DumpSession(ctx, h, id); !errors.Is(err, sandboxagent.ErrPathNotFound) {
+		t.Errorf("dump of deleted: %v", err)
+	}
+	if list, _ := d.ListSessions(ctx, h); len(list) != 1 || list[0].ID != fid {
+		t.Errorf("list after delete %+v", list)
+	}
+
+	h2 := newHostOps(t)
+	got, err := d.LoadSession(ctx, h2, dump)
+	if err != nil || got != id {
+		t.Fatalf("load %q %v", got, err)
+	}
+	if h2.read(t, ".dsh/sessions/--workspace--/"+id+"/session.jsonl") != orig || h2.read(t, ".dsh/sessions/--workspace--/"+id+"/artifact.txt") != "art" {
+		t.Error("loaded files differ")
+	}
+	st, err := os.Stat(filepath.Join(h2.home, ".dsh/sessions/--workspace--", id))
+	if err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("session dir mode %v %v", st.Mode(), err)
+	}
+	if _, err := d.LoadSession(ctx, h2, dump); !errors.Is(err, sandboxagent.ErrDestinationExists) {
+		t.Errorf("second load: %v", err)
+	}
+	for name, bad := range map[string]sandboxagent.SessionDump{
+		"other driver": {Driver: "pi", SessionID: id, Files: dump.Files},
+		"bad id":       {SessionID: "../../x", Files: dump.Files},
+		"no log":       {SessionID: id},
+		"id mismatch":  {SessionID: fid, Files: dump.Files},
+		"escape":       {SessionID: id, Files: map[string][]byte{"session.jsonl": dump.Files["session.jsonl"], "files/../../x": nil}},
+	} {
+		if _, err := d.LoadSession(ctx, newHostOps(t), bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for _, f := range []func() error{
+		func() error { _, err := d.Fork(ctx, h, "x; rm -rf /"); return err },
+		func() error { return d.DeleteSession(ctx, h, "../..") },
+		func() error { _, err := d.DumpSession(ctx, h, ""); return err },
+	} {
+		if err := f(); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("bad id: %v", err)
+		}
+	}
+}
+
+func TestProjectKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"/workspace":       "--workspace--",
+		"/repo/sub":        "--repo-sub--",
+		"/":                "--root--",
+		"/a//b/":           "--a-b---",
+		"/tmp/with space~": "--tmp-with~0020space~007E--",
+		"/x/é":             "--x-~00E9--",
+		"C:\\Users\\a":     "--C-Users-a--",
+	} {
+		if got := projectKey(in); got != want {
+			t.Errorf("projectKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,438 @@
+package dsh
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// Dump file names and meta keys.
+const (
+	dumpLog     = "session.jsonl"
+	dumpFiles   = "files/" // other files of the session's folder
+	metaProject = "project"
+	metaCWD     = "cwd"
+)
+
+// Exit codes the scripts below use: no such session, it already exists.
+const (
+	exitNoSession = 3
+	exitExists    = 4
+)
+
+// maxLog caps one session file read back from the sandbox.
+const maxLog = 256 << 20
+
+// sh runs script with sh -c in the sandbox (as its user) with args as
+// $1..., stdin as its input, and returns stdout and the exit code. A
+// non-zero exit is an error, except exitNoSession and exitExists, which
+// the caller interprets. $H is $DSH_HOME (default ~/.dsh).
+func sh(ctx context.Context, c sandboxagent.ContainerOps, stdin []byte, script string, args ...string) ([]byte, int, error) {
+	script = `H="` + homeExpr + `"` + "\n" + script
+	req := sandboxagent.ExecRequest{Cmd: append([]string{"sh", "-c", script, "sh"}, args...)}
+	if stdin != nil {
+		req.Stdin = bytes.NewReader(stdin)
+	}
+	res, err := c.Run(ctx, req)
+	if err != nil {
+		return nil, -1, fmt.Errorf("dsh: %w", err)
+	}
+	if res.TimedOut {
+		return nil, res.ExitCode, fmt.Errorf("dsh: sandbox command: %w", sandboxagent.ErrTimeout)
+	}
+	switch res.ExitCode {
+	case 0, exitNoSession, exitExists:
+		return res.Stdout, res.ExitCode, nil
+	}
+	return nil, res.ExitCode, fmt.Errorf("dsh: sandbox command failed (exit %d): %s", res.ExitCode, firstLine(string(res.Stderr)))
+}
+
+func firstLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			return l
+		}
+	}
+	return ""
+}
+
+// writeScript writes stdin to $H/$1 atomically with mode $2, creating
+// parents with mode 700 (dsh's own mode for its folders).
+const writeScript = `set -e
+f="$H/$1"
+d=$(dirname -- "$f")
+[ -d "$d" ] || (umask 077 && mkdir -p -- "$d")
+tmp="$f.tmp.$$"
+cat > "$tmp"
+chmod "$2" "$tmp"
+mv -f -- "$tmp" "$f"`
+
+// writeHome writes data to $DSH_HOME/rel, owned by the sandbox's user (so
+// dsh can rewrite it).
+func writeHome(ctx context.Context, c sandboxagent.ContainerOps, rel string, data []byte, mode string) error {
+	if !fs.ValidPath(rel) || rel == "." {
+		return fmt.Errorf("%w: path %q", sandboxagent.ErrInvalidArgument, rel)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	if _, code, err := sh(ctx, c, data, writeScript, rel, mode); err != nil || code != 0 {
+		if err == nil {
+			err = fmt.Errorf("exit %d", code)
+		}
+		return fmt.Errorf("dsh: write $DSH_HOME/%s: %w", rel, err)
+	}
+	return nil
+}
+
+// dshHomeDir is $DSH_HOME in the sandbox, an absolute path.
+func dshHomeDir(ctx context.Context, c sandboxagent.ContainerOps) (string, error) {
+	out, _, err := sh(ctx, c, nil, `printf '%s' "$H"`)
+	if err != nil {
+		return "", err
+	}
+	h := strings.TrimSpace(string(out))
+	if !path.IsAbs(h) || strings.ContainsAny(h, "\"\n\\") {
+		return "", fmt.Errorf("dsh: sandbox user has no usable DSH_HOME/HOME (%q)", h)
+	}
+	return path.Clean(h), nil
+}
+
+func checkID(id string) error {
+	if !validID(id) {
+		return fmt.Errorf("%w: dsh session id %q is not session-<uuid>", sandboxagent.ErrInvalidArgument, id)
+	}
+	return nil
+}
+
+func noSession(id string) error {
+	return fmt.Errorf("dsh: session %s: %w", id, sandboxagent.ErrPathNotFound)
+}
+
+// findScript sets $f to the log of session $1 (in any project folder) or
+// exits exitNoSession.
+const findScript = `f=""
+for x in "$H/` + sessionsDir + `"/*/"$1"/session.jsonl; do [ -f "$x" ] && f="$x" && break; done
+[ -n "$f" ] || exit 3
+`
+
+// Fork copies session id's folder into a new session beside it, with the
+// new id in the log's header; dsh then resumes it as any other session.
+// The copy shares nothing with the original.
+func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, id string) (string, error) {
+	if err := checkID(id); err != nil {
+		return "", err
+	}
+	nid, err := newID()
+	if err != nil {
+		return "", err
+	}
+	// The header is the first line; its id is the only place the session
+	// names itself. Copy the folder aside, rewrite the header, then
+	// publish the folder under its new name.
+	script := findScript + `set -e
+dir=$(dirname -- "$f")
+proj=$(dirname -- "$dir")
+[ ! -e "$proj/$2" ] || exit 4
+tmp="$proj/.$2.tmp"
+rm -rf -- "$tmp"
+cp -R -p -- "$dir" "$tmp"
+{ head -n 1 -- "$f" | sed "s/\"id\":\"$1\"/\"id\":\"$2\"/"; tail -n +2 -- "$f"; } > "$tmp/session.jsonl"
+head -n 1 -- "$tmp/session.jsonl" | grep -q "\"id\":\"$2\""
+mv -- "$tmp" "$proj/$2"`
+	_, code, err := sh(ctx, c, nil, script, id, nid)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("dsh: fork %s: %w", id, err)
+	case code == exitNoSession:
+		return "", noSession(id)
+	case code == exitExists:
+		return "", fmt.Errorf("dsh: fork: session %s: %w", nid, sandboxagent.ErrDestinationExists)
+	}
+	return nid, nil
+}
+
+// InstallSkill puts the skill in $DSH_HOME/skills/<name>/, replacing any
+// skill of that name.
+func (d *Driver) InstallSkill(ctx context.Context, c sandboxagent.ContainerOps, s sandboxagent.Skill) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if _, _, err := sh(ctx, c, nil, `rm -rf -- "$H/$1"`, path.Join(skillsDir, s.Name)); err != nil {
+		return err
+	}
+	names := make([]string, 0, len(s.Files))
+	for n := range s.Files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := writeHome(ctx, c, path.Join(skillsDir, s.Name, n), s.Files[n], "644"); err != nil {
+			return fmt.Errorf("dsh: install skill %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// InstallRules writes the user-global $DSH_HOME/AGENTS.md (empty rules
+// remove it).
+func (d *Driver) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error {
+	if rules == "" {
+		_, _, err := sh(ctx, c, nil, `rm -f -- "$H/$1"`, rulesFile)
+		return err
+	}
+	return writeHome(ctx, c, rulesFile, []byte(rules), "644")
+}
+
+// ListSessions lists every session log under $DSH_HOME/sessions, newest
+// first, titled with the session's latest title.
+func (d *Driver) ListSessions(ctx context.Context, c sandboxagent.ContainerOps) ([]sandboxagent.SessionInfo, error) {
+	script := `[ -d "$H/` + sessionsDir + `" ] || exit 0
+find "$H/` + sessionsDir + `" -mindepth 3 -maxdepth 3 -type f -name session.jsonl -printf '%T@\t%p\n' | while IFS="$(printf '\t')" read -r t p; do
+  tl=$(grep -F '"type":"session/title"' "$p" | tail -n 1)
+  printf '%s\t%s\t%s\n' "$t" "$p" "$tl"
+done`
+	out, _, err := sh(ctx, c, nil, script)
+	if err != nil {
+		return nil, err
+	}
+	return parseList(out), nil
+}
+
+// parseList reads the lines "mtime<TAB>path<TAB>session/title record".
+func parseList(out []byte) []sandboxagent.SessionInfo {
+	type item struct {
+		info sandboxagent.SessionInfo
+		t    float64
+	}
+	var items []item
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.SplitN(l, "\t", 3)
+		if len(f) < 2 {
+			continue
+		}
+		id := path.Base(path.Dir(f[1]))
+		if !validID(id) {
+			continue
+		}
+		it := item{info: sandboxagent.SessionInfo{ID: id, Path: f[1]}}
+		if t, err := strconv.ParseFloat(f[0], 64); err == nil {
+			it.t = t
+			sec := int64(t)
+			it.info.Updated = time.Unix(sec, int64((t-float64(sec))*1e9)).UTC().Format(time.RFC3339)
+		}
+		if len(f) == 3 && f[2] != "" {
+			var r struct {
+				Data struct {
+					Title string `json:"title"`
+				} `json:"data"`
+			}
+			if json.Unmarshal([]byte(f[2]), &r) == nil {
+				it.info.Title = strings.Join(strings.Fields(r.Data.Title), " ")
+			}
+		}
+		items = append(items, it)
+	}
+	sort.SliceStable(items, func(i, j int) bool { return items[i].t > items[j].t })
+	infos := make([]sandboxagent.SessionInfo, len(items))
+	for i, it := range items {
+		infos[i] = it.info
+	}
+	return infos
+}
+
+// DeleteSession removes the session's folder.
+func (d *Driver) DeleteSession(ctx context.Context, c sandboxagent.ContainerOps, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	_, code, err := sh(ctx, c, nil, findScript+`rm -rf -- "$(dirname -- "$f")"`, id)
+	if err != nil {
+		return err
+	}
+	if code == exitNoSession {
+		return noSession(id)
+	}
+	return nil
+}
+
+// DumpSession reads the session's folder: its log and any other file.
+func (d *Driver) DumpSession(ctx context.Context, c sandboxagent.ContainerOps, id string) (sandboxagent.SessionDump, error) {
+	if err := checkID(id); err != nil {
+		return sandboxagent.SessionDump{}, err
+	}
+	script := findScript + `printf '%s\n' "$f"
+find "$(dirname -- "$f")" -type f ! -name session.jsonl -printf '%P\n'`
+	out, code, err := sh(ctx, c, nil, script, id)
+	if err != nil {
+		return sandboxagent.SessionDump{}, err
+	}
+	if code != 0 {
+		return sandboxagent.SessionDump{}, noSession(id)
+	}
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	file := lines[0]
+	if !path.IsAbs(file) {
+		return sandboxagent.SessionDump{}, fmt.Errorf("dsh: dump %s: unexpected path %q", id, file)
+	}
+	dir := path.Dir(file)
+	dump := sandboxagent.SessionDump{
+		Driver: d.Name(), SessionID: id, Files: map[string][]byte{},
+		Meta: map[string]string{metaProject: path.Base(path.Dir(dir))},
+	}
+	data, err := c.ReadFile(ctx, file, maxLog)
+	if err != nil {
+		return sandboxagent.SessionDump{}, fmt.Errorf("dsh: dump %s: %w", id, err)
+	}
+	dump.Files[dumpLog] = data
+	if h, err := header(data); err == nil && h.CWD != "" {
+		dump.Meta[metaCWD] = h.CWD
+	}
+	for _, rel := range lines[1:] {
+		if rel == "" || !fs.ValidPath(rel) {
+			continue
+		}
+		b, err := c.ReadFile(ctx, path.Join(dir, rel), maxLog)
+		if err != nil {
+			return sandboxagent.SessionDump{}, fmt.Errorf("dsh: dump %s: %w", id, err)
+		}
+		dump.Files[dumpFiles+rel] = b
+	}
+	return dump, nil
+}
+
+// logHeader is the first line of a session log.
+type logHeader struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+	CWD  string `json:"cwd"`
+}
+
+func header(log []byte) (logHeader, error) {
+	first, _, _ := bytes.Cut(log, []byte("\n"))
+	var h logHeader
+	if err := json.Unmarshal(first, &h); err != nil {
+		return h, err
+	}
+	if h.Type != "session" {
+		return h, fmt.Errorf("first line is not a session header")
+	}
+	return h, nil
+}
+
+// LoadSession installs a dump under $DSH_HOME/sessions/<project of its
+// cwd>/<id>/ (dsh finds a session by id in any project folder but insists
+// that the folder match the header's cwd); it refuses to replace a
+// session of that id.
+func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, dump sandboxagent.SessionDump) (string, error) {
+	if dump.Driver != "" && dump.Driver != d.Name() {
+		return "", fmt.Errorf("%w: a %s session cannot be loaded into dsh", sandboxagent.ErrInvalidArgument, dump.Driver)
+	}
+	id := dump.SessionID
+	if err := checkID(id); err != nil {
+		return "", err
+	}
+	log, ok := dump.Files[dumpLog]
+	if !ok {
+		return "", fmt.Errorf("%w: dsh session dump without %s", sandboxagent.ErrInvalidArgument, dumpLog)
+	}
+	h, err := header(log)
+	if err != nil {
+		return "", fmt.Errorf("%w: dsh session dump: %v", sandboxagent.ErrInvalidArgument, err)
+	}
+	if h.ID != id {
+		return "", fmt.Errorf("%w: dsh session dump of %s holds session %q", sandboxagent.ErrInvalidArgument, id, h.ID)
+	}
+	project := "_no-cwd"
+	if h.CWD != "" {
+		project = projectKey(h.CWD)
+	}
+	for name := range dump.Files {
+		if name == dumpLog {
+			continue
+		}
+		rel, ok := strings.CutPrefix(name, dumpFiles)
+		if !ok || !fs.ValidPath(rel) || rel == dumpLog {
+			return "", fmt.Errorf("%w: dsh session dump file %q", sandboxagent.ErrInvalidArgument, name)
+		}
+	}
+	_, code, err := sh(ctx, c, nil, findScript+`exit 4`, id)
+	if err != nil {
+		return "", err
+	}
+	if code == exitExists {
+		return "", fmt.Errorf("dsh: load: session %s: %w", id, sandboxagent.ErrDestinationExists)
+	}
+	base := path.Join(sessionsDir, project, id)
+	names := make([]string, 0, len(dump.Files))
+	for n := range dump.Files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if rel, ok := strings.CutPrefix(name, dumpFiles); ok {
+			if err := writeHome(ctx, c, path.Join(base, rel), dump.Files[name], "600"); err != nil {
+				return "", fmt.Errorf("dsh: load %s: %w", id, err)
+			}
+		}
+	}
+	// The log last: a half-loaded session is not resumable.
+	if err := writeHome(ctx, c, path.Join(base, dumpLog), log, "600"); err != nil {
+		return "", fmt.Errorf("dsh: load %s: %w", id, err)
+	}
+	return id, nil
+}
+
+// projectKey is dsh's project folder name for a working directory (as in
+// @deepseek-ai/dsh-session-persistence-jsonl): separators become one "-",
+// other characters outside [A-Za-z0-9._-] become ~XXXX (UTF-16 code units),
+// leading dashes go, and the result is cut to 251 characters inside "--".
+func projectKey(cwd string) string {
+	var b strings.Builder
+	sep := false
+	for _, u := range utf16Units(cwd) {
+		switch {
+		case u == '/' || u == '\\' || u == ':':
+			if !sep {
+				b.WriteByte('-')
+			}
+			sep = true
+		case u < 128 && (u >= 'a' && u <= 'z' || u >= 'A' && u <= 'Z' || u >= '0' && u <= '9' || u == '.' || u == '_' || u == '-'):
+			b.WriteByte(byte(u))
+			sep = false
+		default:
+			fmt.Fprintf(&b, "~%04X", u)
+			sep = false
+		}
+	}
+	s := strings.TrimLeft(b.String(), "-")
+	if s == "" {
+		s = "root"
+	}
+	if len(s) > 251 {
+		s = s[:251]
+	}
+	return "--" + s + "--"
+}
+
+func utf16Units(s string) []uint16 {
+	var out []uint16
+	for _, r := range s {
+		if r >= 0x10000 {
+			r -= 0x10000
+			out = append(out, uint16(0xD800+(r>>10)), uint16(0xDC00+(r&0x3FF)))
+		} else {
+			out = append(out, uint16(r))
+		}
+	}
+	return out
+}
