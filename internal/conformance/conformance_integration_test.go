@@ -37,7 +37,7 @@ func TestConformance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "smoke", "all", "--fake-model", "--json")
-	cmd.Env = append(os.Environ(), "SANDBOX_AGENT_TIMEOUT_ASK=3m", "SANDBOX_AGENT_CONFIG=/nonexistent/config.json")
+	cmd.Env = append(os.Environ(), "SANDBOX_AGENT_TIMEOUT_ASK=4m", "SANDBOX_AGENT_CONFIG=/nonexistent/config.json")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

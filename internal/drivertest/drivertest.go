@@ -63,7 +63,8 @@ func StartAgent(t testing.TB, drv sandboxagent.Driver, auditRoot string, opts ..
 	rt := testenv.Runtime(t)
 	cfg := testenv.Config()
 	cfg.AuditRoot = auditRoot
-	cfg.Timeouts.Ask = 2 * time.Minute
+	// Generous: a CLI starting on a loaded 2-core CI machine can take a minute.
+	cfg.Timeouts.Ask = 4 * time.Minute
 	all := append([]sandboxagent.AgentOption{sandboxagent.WithConfig(cfg), sandboxagent.WithNetwork("host")}, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
