@@ -1,0 +1,354 @@
+package sandboxagent
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// The Dockerfiles and versions.json are compiled into the binary so that a
+// user without a checkout can build every image (package images does that).
+//
+//go:embed versions.json docker
+var imageFiles embed.FS
+
+// DefaultImageRepo is the repository of the published images.
+const DefaultImageRepo = "ghcr.io/sandbox-agent/sandbox-agent"
+
+// BaseImageName is the name the base image goes by in tags ("base-<date>")
+// and wherever a list of image names is accepted.
+const BaseImageName = "base"
+
+// knownCLIs is the order the CLIs are listed and built in.
+var knownCLIs = []string{"opencode", "codex", "claude", "pi", "dsh"}
+
+// VersionsFile is versions.json: the single source of every image tag and
+// of what goes into each image.
+type VersionsFile struct {
+	// Repo is the default image repository (no tag).
+	Repo string `json:"repo"`
+	// ImageDate is YYYYMMDD, bumped by hand whenever an image must change
+	// without a CLI version change (a new base, say).
+	ImageDate string `json:"image_date"`
+	// Base describes the base image every CLI image is built on.
+	Base BaseSpec `json:"base"`
+	// CLIs maps a CLI name (opencode, codex, claude, pi, dsh) to its pin.
+	CLIs map[string]CLISpec `json:"clis"`
+}
+
+// BaseSpec is the base image's parameters (build args of
+// docker/Dockerfile.base).
+type BaseSpec struct {
+	// From is the Debian image the base starts from.
+	From string `json:"from"`
+	// NodeVersion is the exact Node.js version (npm package node-linux-*).
+	NodeVersion string `json:"node_version"`
+	// NodeIntegrity is the npm SRI hash (sha512-...) of the node-linux-*
+	// tarball per Debian architecture (amd64, arm64).
+	NodeIntegrity map[string]string `json:"node_integrity"`
+	// NPMVersion is the exact npm version installed next to node.
+	NPMVersion string `json:"npm_version"`
+	// NPMIntegrity is the SRI hash of the npm tarball.
+	NPMIntegrity string `json:"npm_integrity"`
+}
+
+// CLISpec pins one agent CLI.
+type CLISpec struct {
+	// Package is the npm package.
+	Package string `json:"package"`
+	// Version is the exact package version (never a range or dist-tag).
+	Version string `json:"version"`
+	// NPMAllowScripts lists the packages whose install scripts npm may
+	// run (npm 11 runs none unless allowed).
+	NPMAllowScripts []string `json:"npm_allow_scripts,omitempty"`
+	// NPMOverrides pins transitive dependencies (npm "overrides"); only
+	// honoured by Dockerfiles that install into a project (dsh).
+	NPMOverrides map[string]string `json:"npm_overrides,omitempty"`
+}
+
+// ImageSpec is one image to build or run: a CLI image, or the base (CLI ==
+// BaseImageName, Package and Version empty).
+type ImageSpec struct {
+	CLI     string
+	Package string
+	Version string
+	// Tag is the full reference, {repo}:{cli}-{version}-{date} or
+	// {repo}:base-{date}.
+	Tag string
+}
+
+var (
+	dateRe = regexp.MustCompile(`^[0-9]{8}$`)
+	// An exact version: MAJOR.MINOR.PATCH with an optional pre-release and
+	// build suffix (semver 2.0 syntax). Ranges, x-ranges and dist-tags fail.
+	exactVersionRe = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
+	cliNameRe      = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+	// npm package name, optionally scoped.
+	npmNameRe = regexp.MustCompile(`^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$`)
+	// A repository: lowercase path components separated by '/', with an
+	// optional registry host[:port] first. No tag, no digest.
+	repoRe = regexp.MustCompile(`^([a-zA-Z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$`)
+	sriRe  = regexp.MustCompile(`^sha512-[A-Za-z0-9+/]{86}==$`)
+)
+
+// ParseVersions parses and validates a versions.json document: the date is
+// YYYYMMDD, every version is exact (no ranges, no "latest"), package names
+// and the repository are well formed, and the five known CLIs are present.
+func ParseVersions(data []byte) (VersionsFile, error) {
+	var v VersionsFile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return VersionsFile{}, fmt.Errorf("versions.json: %w", err)
+	}
+	if err := v.Validate(); err != nil {
+		return VersionsFile{}, err
+	}
+	return v, nil
+}
+
+// Validate checks a VersionsFile (see ParseVersions).
+func (v VersionsFile) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("versions.json: "+format, args...))
+	}
+	if !repoRe.MatchString(v.Repo) {
+		bad("repo %q is not an image repository (no tag, no digest)", v.Repo)
+	}
+	if !dateRe.MatchString(v.ImageDate) || !validDate(v.ImageDate) {
+		bad("image_date %q is not a date YYYYMMDD", v.ImageDate)
+	}
+	if v.Base.From == "" {
+		bad("base.from is empty")
+	}
+	checkVersion := func(field, ver string) {
+		if !exactVersionRe.MatchString(ver) {
+			bad("%s %q is not an exact version (MAJOR.MINOR.PATCH[-pre]; no ranges, no latest)", field, ver)
+		}
+	}
+	checkVersion("base.node_version", v.Base.NodeVersion)
+	checkVersion("base.npm_version", v.Base.NPMVersion)
+	for arch, sri := range v.Base.NodeIntegrity {
+		if !sriRe.MatchString(sri) {
+			bad("base.node_integrity.%s is not a sha512 SRI hash", arch)
+		}
+	}
+	if v.Base.NPMIntegrity != "" && !sriRe.MatchString(v.Base.NPMIntegrity) {
+		bad("base.npm_integrity is not a sha512 SRI hash")
+	}
+	for _, name := range knownCLIs {
+		if _, ok := v.CLIs[name]; !ok {
+			bad("clis.%s is missing", name)
+		}
+	}
+	for _, name := range sortedKeys(v.CLIs) {
+		c := v.CLIs[name]
+		if !cliNameRe.MatchString(name) || name == BaseImageName {
+			bad("clis: %q is not a valid CLI name", name)
+		}
+		if !npmNameRe.MatchString(c.Package) {
+			bad("clis.%s.package %q is not an npm package name", name, c.Package)
+		}
+		checkVersion("clis."+name+".version", c.Version)
+		for _, p := range c.NPMAllowScripts {
+			if !npmNameRe.MatchString(p) {
+				bad("clis.%s.npm_allow_scripts: %q is not an npm package name", name, p)
+			}
+		}
+		for _, p := range sortedKeys(c.NPMOverrides) {
+			if !npmNameRe.MatchString(p) {
+				bad("clis.%s.npm_overrides: %q is not an npm package name", name, p)
+			}
+			checkVersion("clis."+name+".npm_overrides."+p, c.NPMOverrides[p])
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validDate(s string) bool {
+	month := s[4:6]
+	day := s[6:8]
+	return month >= "01" && month <= "12" && day >= "01" && day <= "31"
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+var embeddedVersions = sync.OnceValues(func() (VersionsFile, error) {
+	data, err := imageFiles.ReadFile("versions.json")
+	if err != nil {
+		return VersionsFile{}, err
+	}
+	return ParseVersions(data)
+})
+
+// Versions returns the versions.json compiled into this binary. It is
+// parsed and validated once; an invalid embedded file is a build defect
+// (the tests catch it) and panics.
+func Versions() VersionsFile {
+	v, err := embeddedVersions()
+	if err != nil {
+		panic("sandboxagent: embedded " + err.Error())
+	}
+	return v
+}
+
+// ImageFiles returns the embedded build inputs: versions.json and the
+// docker/ directory (Dockerfile.base, Dockerfile.<cli>, helper scripts).
+func ImageFiles() fs.FS { return imageFiles }
+
+// CLINames returns the CLI names of v: the known ones in their fixed order
+// (opencode, codex, claude, pi, dsh), then any others sorted.
+func (v VersionsFile) CLINames() []string {
+	out := make([]string, 0, len(v.CLIs))
+	for _, n := range knownCLIs {
+		if _, ok := v.CLIs[n]; ok {
+			out = append(out, n)
+		}
+	}
+	for _, n := range sortedKeys(v.CLIs) {
+		if !slices.Contains(knownCLIs, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// BaseImage returns the base image under repo ("" = v.Repo).
+func (v VersionsFile) BaseImage(repo string) ImageSpec {
+	if repo == "" {
+		repo = v.Repo
+	}
+	return ImageSpec{CLI: BaseImageName, Tag: repo + ":" + BaseImageName + "-" + v.ImageDate}
+}
+
+// Image returns the image of a CLI under repo ("" = v.Repo). name may also
+// be BaseImageName. An unknown name is an error wrapping
+// ErrInvalidArgument.
+func (v VersionsFile) Image(name, repo string) (ImageSpec, error) {
+	if name == BaseImageName {
+		return v.BaseImage(repo), nil
+	}
+	c, ok := v.CLIs[name]
+	if !ok {
+		return ImageSpec{}, fmt.Errorf("%w: unknown CLI %q (known: %s)", ErrInvalidArgument, name, strings.Join(v.CLINames(), ", "))
+	}
+	if repo == "" {
+		repo = v.Repo
+	}
+	return ImageSpec{
+		CLI:     name,
+		Package: c.Package,
+		Version: c.Version,
+		Tag:     fmt.Sprintf("%s:%s-%s-%s", repo, name, c.Version, v.ImageDate),
+	}, nil
+}
+
+// Images returns the base then every CLI image under repo ("" = v.Repo).
+func (v VersionsFile) Images(repo string) []ImageSpec {
+	out := []ImageSpec{v.BaseImage(repo)}
+	for _, n := range v.CLINames() {
+		s, _ := v.Image(n, repo)
+		out = append(out, s)
+	}
+	return out
+}
+
+// DefaultImage returns the built-in tag of a CLI's image.
+func DefaultImage(cli string) (string, error) {
+	s, err := Versions().Image(cli, "")
+	if err != nil {
+		return "", err
+	}
+	return s.Tag, nil
+}
+
+// CheckImageRepo validates an image-name override (SANDBOX_AGENT_IMAGE_NAME):
+// a repository such as registry.example.com:5000/team/sandbox-agent,
+// without tag or digest.
+func CheckImageRepo(repo string) error {
+	if !repoRe.MatchString(repo) {
+		return fmt.Errorf("%w: image name %q is not a repository (expected e.g. registry.example.com/team/sandbox-agent, without tag or digest)", ErrInvalidArgument, repo)
+	}
+	return nil
+}
+
+// CheckImageRef refuses references that are unpinned: no tag (which means
+// latest), or the tag "latest". A digest reference is accepted.
+func CheckImageRef(ref string) error {
+	if ref == "" || strings.TrimSpace(ref) != ref {
+		return fmt.Errorf("%w: image reference %q is empty or has spaces", ErrInvalidArgument, ref)
+	}
+	if strings.Contains(ref, "@") {
+		return nil
+	}
+	name, tag := ref, ""
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		name, tag = ref[:i], ref[i+1:]
+	}
+	if name == "" || tag == "" || tag == "latest" {
+		return fmt.Errorf("%w: image %q is not pinned: give an explicit tag other than latest (or a digest)", ErrInvalidArgument, ref)
+	}
+	return nil
+}
+
+// ResolveImage says which image a CLI runs in. The first of these wins:
+//  1. explicit: an image option given by the caller (must be pinned: a tag
+//     other than latest, or a digest);
+//  2. imageName: SANDBOX_AGENT_IMAGE_NAME (Config.ImageName), which replaces
+//     the repository part of the derived tag ({imageName}:{cli}-{version}-{date});
+//  3. driverDefault: the driver's own default image;
+//  4. the built-in default ({repo}:{cli}-{version}-{date} from versions.json).
+//
+// Steps 2 and 4 need a CLI known to versions.json; an unknown CLI skips
+// step 2 and, when nothing else resolves, is an error wrapping
+// ErrInvalidArgument.
+func ResolveImage(cli, explicit, imageName, driverDefault string) (string, error) {
+	return Versions().Resolve(cli, explicit, imageName, driverDefault)
+}
+
+// Resolve is ResolveImage against v.
+func (v VersionsFile) Resolve(cli, explicit, imageName, driverDefault string) (string, error) {
+	if explicit != "" {
+		if err := CheckImageRef(explicit); err != nil {
+			return "", err
+		}
+		return explicit, nil
+	}
+	_, known := v.CLIs[cli]
+	if imageName != "" {
+		if err := CheckImageRepo(imageName); err != nil {
+			return "", err
+		}
+		if known {
+			s, _ := v.Image(cli, imageName)
+			return s.Tag, nil
+		}
+	}
+	if driverDefault != "" {
+		if err := CheckImageRef(driverDefault); err != nil {
+			return "", err
+		}
+		return driverDefault, nil
+	}
+	s, err := v.Image(cli, "")
+	if err != nil {
+		return "", err
+	}
+	return s.Tag, nil
+}
