@@ -11,6 +11,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/driver/claude"
 	"github.com/sandbox-agent/sandbox-agent/driver/codex"
 	"github.com/sandbox-agent/sandbox-agent/driver/dsh"
+	"github.com/sandbox-agent/sandbox-agent/driver/opencode"
 	"github.com/sandbox-agent/sandbox-agent/driver/pi"
 	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
 )
@@ -27,6 +28,9 @@ func All() map[string]Factory {
 		},
 		"dsh": func(ep smoke.Endpoint) sandboxagent.Driver {
 			return dsh.New(dsh.Options{BaseURL: ep.BaseURL, APIKey: ep.APIKey})
+		},
+		"opencode": func(ep smoke.Endpoint) sandboxagent.Driver {
+			return opencode.New(opencode.Options{BaseURL: ep.BaseURL, APIKey: ep.APIKey, Provider: ep.Provider})
 		},
 		"pi": func(ep smoke.Endpoint) sandboxagent.Driver {
 			return pi.New(pi.Options{BaseURL: ep.BaseURL, APIKey: ep.APIKey})
