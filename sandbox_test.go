@@ -166,8 +166,11 @@ func TestNewSandboxRejectsSettingThatDidNotStick(t *testing.T) {
 func TestExecTimeoutKillsTaggedTree(t *testing.T) {
 	f := &fakeRuntime{}
 	release := make(chan struct{})
+	var mu sync.Mutex
 	var tag string
 	f.exec = func(ctx context.Context, req RuntimeExec) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
 		if req.Cmd[0] == "/bin/sh" && req.Cmd[3] == "sandbox-agent-kill" {
 			if req.Cmd[4] != tag {
 				t.Errorf("kill script got tag %q, command had %q", req.Cmd[4], tag)
@@ -180,6 +183,8 @@ func TestExecTimeoutKillsTaggedTree(t *testing.T) {
 				tag = v
 			}
 		}
+		mu.Unlock()
+		defer mu.Lock()
 		io.WriteString(req.Stdout, "partial")
 		select {
 		case <-release: // killed: the stream ends
@@ -196,6 +201,8 @@ func TestExecTimeoutKillsTaggedTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if !res.TimedOut || res.ExitCode != ExitCodeTimeout || string(res.Stdout) != "partial" || tag == "" {
 		t.Fatalf("res %+v tag %q", res, tag)
 	}
