@@ -75,11 +75,23 @@ if ! command -v curl >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -q curl >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q curl >/dev/null; }
 fi
+# A service that answers but cannot start containers (e.g. its working
+# directory was deleted: conmon then fails every start) is restarted.
+svc_works() {
+  podman --url "unix://$sock" run --rm "$image" true >/dev/null 2>&1
+}
+if api_up && podman image exists "$image" && ! svc_works; then
+  log "podman service answers but cannot start containers: restarting it"
+  pkill -f "podman system service --time=0 unix://$sock" || true
+  for _ in $(seq 1 20); do api_up || break; sleep 0.5; done
+fi
 if ! api_up; then
   log "starting podman system service on unix://$sock (log: $svclog)"
   mkdir -p "$(dirname "$sock")"
   rm -f "$sock"
-  setsid nohup podman system service --time=0 "unix://$sock" >"$svclog" 2>&1 &
+  # From /: the service's working directory is inherited by every conmon,
+  # and it must outlive the checkout that started it.
+  (cd / && exec setsid nohup podman system service --time=0 "unix://$sock" </dev/null >"$svclog" 2>&1) &
   for _ in $(seq 1 60); do api_up && break; sleep 0.5; done
   api_up || { log "podman service did not come up:"; tail -20 "$svclog" >&2; exit 1; }
 fi
