@@ -268,3 +268,60 @@ func TestLineSplitter(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// A CLI that dies mid-stream (half a JSON line, then a crash) fails the
+// turn with a DriverError that keeps its stderr; what it printed is kept.
+func TestAgentCLICrashMidStream(t *testing.T) {
+	out := func(string) (string, string, int) {
+		return `{"session":"s9"}` + "\n" + `{"text":"partial` /* no newline: cut off */, "Segmentation fault (core dumped)", 139
+	}
+	a, _ := startFake(t, cliRuntime(out), &fakeDriver{key: "k-123456"}, nil)
+	res, err := a.Stream(context.Background(), "p", nil)
+	var de *DriverError
+	if !errors.As(err, &de) || de.ExitCode != 139 || !strings.Contains(de.Stderr, "Segmentation fault") {
+		t.Fatalf("err %#v", err)
+	}
+	var raw bool
+	for _, e := range res.Events {
+		if e.Kind == KindRaw && e.Payload.Raw == `{"text":"partial` && e.Line == 2 {
+			raw = true
+		}
+	}
+	if !raw || res.SessionID != "s9" {
+		t.Errorf("the cut-off line was not kept as a raw event: %+v", res.Events)
+	}
+	b, _ := os.ReadFile(filepath.Join(res.AuditDir, "session.jsonl"))
+	if !strings.HasSuffix(string(b), `{"text":"partial`+"\n") {
+		t.Errorf("session.jsonl %q", b)
+	}
+}
+
+// An enormous line is cut at maxLineBytes (memory stays bounded), flagged,
+// and the lines after it are still parsed.
+func TestAgentEnormousLine(t *testing.T) {
+	huge := strings.Repeat("x", maxLineBytes+3<<20)
+	out := func(string) (string, string, int) {
+		return `{"session":"s8"}` + "\n" + huge + "\n" + `{"text":"after"}` + "\n", "", 0
+	}
+	a, _ := startFake(t, cliRuntime(out), &fakeDriver{key: "k-123456"}, nil)
+	res, err := a.Stream(context.Background(), "p", nil)
+	if err != nil || res.Reply != "after" {
+		t.Fatalf("%q %v", res.Reply, err)
+	}
+	var cutFlag bool
+	for _, e := range res.Events {
+		if e.Kind == KindRaw && len(e.Payload.Raw) > maxLineBytes {
+			t.Fatalf("raw event of %d bytes", len(e.Payload.Raw))
+		}
+		if e.Kind == KindRaw && e.Line == 2 && strings.Contains(e.Payload.Text, "was cut") {
+			cutFlag = true
+		}
+	}
+	if !cutFlag {
+		t.Error("the cut was not reported")
+	}
+	fi, err := os.Stat(filepath.Join(res.AuditDir, "session.jsonl"))
+	if err != nil || fi.Size() > maxLineBytes+1<<10 {
+		t.Errorf("session.jsonl size %v (%v)", fi.Size(), err)
+	}
+}
