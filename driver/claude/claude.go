@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/sandboxsh"
 )
 
 // DefaultModel is the model used when the agent was given none: the CLI's
@@ -213,14 +214,7 @@ func validID(id string) bool {
 }
 
 // firstLine is s's first non-empty line, trimmed.
-func firstLine(s string) string {
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			return l
-		}
-	}
-	return ""
-}
+func firstLine(s string) string { return sandboxsh.FirstLine(s) }
 
 // trimStderr is stderr as text, trimmed.
 func trimStderr(b []byte) string { return string(bytes.TrimSpace(b)) }

@@ -1,7 +1,6 @@
 package claude
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/sandboxsh"
 )
 
 // Where the CLI keeps things, relative to $HOME.
@@ -34,59 +34,22 @@ const (
 // exitNoSession is the exit code the scripts below use for "no such
 // session"; exitExists for "that session already exists".
 const (
-	exitNoSession = 3
-	exitExists    = 4
+	exitNoSession = sandboxsh.ExitNoSession
+	exitExists    = sandboxsh.ExitExists
 )
 
 // maxTranscript caps one session file read back from the sandbox.
 const maxTranscript = 256 << 20
 
-// sh runs script with sh -c in the sandbox (as its user, in its working
-// directory) with args as $1..., stdin as its input, and returns stdout
-// and the exit code. A non-zero exit is an error, except exitNoSession and
-// exitExists, which the caller interprets.
+// sh runs script in the sandbox; see sandboxsh.Run.
 func sh(ctx context.Context, c sandboxagent.ContainerOps, stdin []byte, script string, args ...string) ([]byte, int, error) {
-	req := sandboxagent.ExecRequest{Cmd: append([]string{"sh", "-c", script, "sh"}, args...)}
-	if stdin != nil {
-		req.Stdin = bytes.NewReader(stdin)
-	}
-	res, err := c.Run(ctx, req)
-	if err != nil {
-		return nil, -1, fmt.Errorf("claude: %w", err)
-	}
-	if res.TimedOut {
-		return nil, res.ExitCode, fmt.Errorf("claude: sandbox command: %w", sandboxagent.ErrTimeout)
-	}
-	switch res.ExitCode {
-	case 0, exitNoSession, exitExists:
-		return res.Stdout, res.ExitCode, nil
-	}
-	return nil, res.ExitCode, fmt.Errorf("claude: sandbox command failed (exit %d): %s", res.ExitCode, firstLine(string(res.Stderr)))
+	return sandboxsh.Run(ctx, c, "claude", stdin, script, args...)
 }
 
-const writeScript = `set -e
-f="$HOME/$1"
-mkdir -p -- "$(dirname -- "$f")"
-tmp="$f.tmp.$$"
-cat > "$tmp"
-chmod "$2" "$tmp"
-mv -f -- "$tmp" "$f"`
-
-// writeHomeFile writes data to $HOME/rel, creating parents, atomically,
-// owned by the sandbox's user (WriteFile would leave root-owned files the
-// CLI cannot rewrite).
+// writeHomeFile writes data to $HOME/rel as the sandbox's user; see
+// sandboxsh.WriteHomeFile.
 func writeHomeFile(ctx context.Context, c sandboxagent.ContainerOps, rel string, data []byte, mode fs.FileMode) error {
-	if !fs.ValidPath(rel) || rel == "." {
-		return fmt.Errorf("%w: path %q", sandboxagent.ErrInvalidArgument, rel)
-	}
-	if data == nil {
-		data = []byte{}
-	}
-	_, code, err := sh(ctx, c, data, writeScript, rel, strconv.FormatUint(uint64(mode.Perm()), 8))
-	if err == nil && code != 0 {
-		err = fmt.Errorf("claude: write ~/%s: exit %d", rel, code)
-	}
-	return err
+	return sandboxsh.WriteHomeFile(ctx, c, "claude", rel, data, mode)
 }
 
 // home is the sandbox user's home directory.

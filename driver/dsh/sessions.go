@@ -13,6 +13,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/sandboxsh"
 )
 
 // Dump file names and meta keys.
@@ -25,8 +26,8 @@ const (
 
 // Exit codes the scripts below use: no such session, it already exists.
 const (
-	exitNoSession = 3
-	exitExists    = 4
+	exitNoSession = sandboxsh.ExitNoSession
+	exitExists    = sandboxsh.ExitExists
 )
 
 // maxLog caps one session file read back from the sandbox.
@@ -37,33 +38,10 @@ const maxLog = 256 << 20
 // non-zero exit is an error, except exitNoSession and exitExists, which
 // the caller interprets. $H is $DSH_HOME (default ~/.dsh).
 func sh(ctx context.Context, c sandboxagent.ContainerOps, stdin []byte, script string, args ...string) ([]byte, int, error) {
-	script = `H="` + homeExpr + `"` + "\n" + script
-	req := sandboxagent.ExecRequest{Cmd: append([]string{"sh", "-c", script, "sh"}, args...)}
-	if stdin != nil {
-		req.Stdin = bytes.NewReader(stdin)
-	}
-	res, err := c.Run(ctx, req)
-	if err != nil {
-		return nil, -1, fmt.Errorf("dsh: %w", err)
-	}
-	if res.TimedOut {
-		return nil, res.ExitCode, fmt.Errorf("dsh: sandbox command: %w", sandboxagent.ErrTimeout)
-	}
-	switch res.ExitCode {
-	case 0, exitNoSession, exitExists:
-		return res.Stdout, res.ExitCode, nil
-	}
-	return nil, res.ExitCode, fmt.Errorf("dsh: sandbox command failed (exit %d): %s", res.ExitCode, firstLine(string(res.Stderr)))
+	return sandboxsh.Run(ctx, c, "dsh", stdin, `H="`+homeExpr+`"`+"\n"+script, args...)
 }
 
-func firstLine(s string) string {
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			return l
-		}
-	}
-	return ""
-}
+func firstLine(s string) string { return sandboxsh.FirstLine(s) }
 
 // writeScript writes stdin to $H/$1 atomically with mode $2, creating
 // parents with mode 700 (dsh's own mode for its folders).

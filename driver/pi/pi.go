@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/sandboxsh"
 )
 
 // DefaultModel is the model id used when neither the turn nor
@@ -405,14 +406,7 @@ func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 }
 
 // firstLine is s's first non-empty line, trimmed.
-func firstLine(s string) string {
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			return l
-		}
-	}
-	return ""
-}
+func firstLine(s string) string { return sandboxsh.FirstLine(s) }
 
 func trimStderr(b []byte) string { return string(bytes.TrimSpace(b)) }
 

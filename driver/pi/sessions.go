@@ -16,6 +16,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/sandboxsh"
 )
 
 // Where pi keeps things, relative to $HOME.
@@ -38,55 +39,19 @@ const maxSessionFile = 256 << 20
 
 // Exit codes of the helper scripts.
 const (
-	exitNoSession = 3
-	exitExists    = 4
+	exitNoSession = sandboxsh.ExitNoSession
+	exitExists    = sandboxsh.ExitExists
 )
 
-// sh runs script with sh -c in the sandbox (as its user, in its working
-// directory) with args as $1..., stdin as its input. A non-zero exit is an
-// error except exitNoSession and exitExists, which the caller interprets.
+// sh runs script in the sandbox; see sandboxsh.Run.
 func sh(ctx context.Context, c sandboxagent.ContainerOps, stdin []byte, script string, args ...string) ([]byte, int, error) {
-	req := sandboxagent.ExecRequest{Cmd: append([]string{"sh", "-c", script, "sh"}, args...)}
-	if stdin != nil {
-		req.Stdin = bytes.NewReader(stdin)
-	}
-	res, err := c.Run(ctx, req)
-	if err != nil {
-		return nil, -1, fmt.Errorf("pi: %w", err)
-	}
-	if res.TimedOut {
-		return nil, res.ExitCode, fmt.Errorf("pi: sandbox command: %w", sandboxagent.ErrTimeout)
-	}
-	switch res.ExitCode {
-	case 0, exitNoSession, exitExists:
-		return res.Stdout, res.ExitCode, nil
-	}
-	return nil, res.ExitCode, fmt.Errorf("pi: sandbox command failed (exit %d): %s", res.ExitCode, firstLine(string(res.Stderr)))
+	return sandboxsh.Run(ctx, c, "pi", stdin, script, args...)
 }
 
-const writeScript = `set -e
-f="$HOME/$1"
-mkdir -p -- "$(dirname -- "$f")"
-tmp="$f.tmp.$$"
-cat > "$tmp"
-chmod "$2" "$tmp"
-mv -f -- "$tmp" "$f"`
-
-// writeHomeFile writes data to $HOME/rel atomically, creating parents,
-// owned by the sandbox's user (the one pi runs as, who must be able to
-// append to session files).
+// writeHomeFile writes data to $HOME/rel as the sandbox's user; see
+// sandboxsh.WriteHomeFile.
 func writeHomeFile(ctx context.Context, c sandboxagent.ContainerOps, rel string, data []byte, mode fs.FileMode) error {
-	if !fs.ValidPath(rel) || rel == "." {
-		return fmt.Errorf("%w: path %q", sandboxagent.ErrInvalidArgument, rel)
-	}
-	if data == nil {
-		data = []byte{}
-	}
-	_, code, err := sh(ctx, c, data, writeScript, rel, strconv.FormatUint(uint64(mode.Perm()), 8))
-	if err == nil && code != 0 {
-		err = fmt.Errorf("pi: write ~/%s: exit %d", rel, code)
-	}
-	return err
+	return sandboxsh.WriteHomeFile(ctx, c, "pi", rel, data, mode)
 }
 
 // validID reports whether id looks like a pi session id (a UUID: hex
