@@ -29,6 +29,12 @@ var (
 	ErrHardening = errors.New("hardening setting not applied")
 	// ErrInvalidArgument: the caller passed something unusable.
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrOutOfMemory: the OOM killer killed a process of the sandbox (see
+	// ResourceError).
+	ErrOutOfMemory = errors.New("out of memory")
+	// ErrPidsLimit: the sandbox's process limit refused forks (see
+	// ResourceError).
+	ErrPidsLimit = errors.New("process limit reached")
 	// ErrDestinationExists: a download would replace something it must not.
 	ErrDestinationExists = errors.New("destination exists")
 )

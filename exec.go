@@ -134,6 +134,14 @@ func newTag() string {
 // process tree is killed and the result has ExitCode 124, TimedOut and the
 // output produced so far; the sandbox stays usable. A timeout returns a nil
 // error; a cancelled ctx returns the result and ctx.Err().
+//
+// A command that was killed by a signal, timed out or reported a failed
+// fork has the sandbox's cgroup counters read (one more exec): if the OOM
+// killer struck or the pids limit refused forks meanwhile, the error is a
+// *ResourceError (errors.Is ErrOutOfMemory / ErrPidsLimit) and, for the
+// pids limit, the exec owning the most processes (the bomb) is killed. A
+// command whose container died under it returns an error wrapping
+// ErrContainerNotFound.
 func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) {
 	if s.isClosed() {
 		return ExecResult{}, ErrClosed
@@ -198,13 +206,34 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 		if o.err != nil {
 			return result(-1), fmt.Errorf("exec %q: %w", req.Cmd[0], o.err)
 		}
-		return result(o.code), nil
+		res := result(o.code)
+		if !suspectLimits(res) {
+			return res, nil
+		}
+		rerr := s.checkLimits(req.Cmd[0])
+		if rerr == nil {
+			return res, nil
+		}
+		if re, ok := rerr.(*ResourceError); ok && re.Resource == ResourcePids {
+			// The tree that holds the pids (a fork bomb, perhaps started
+			// by an earlier command whose first process exited) must not
+			// keep them.
+			_, _ = s.killBomb(user)
+		}
+		return res, rerr
 	case <-timer.C:
 	case <-ctx.Done():
 		cause = ctx.Err()
 	}
 
 	killErr := s.killTree(tag, user)
+	if killErr != nil {
+		// The script itself needs forks; a tree that exhausted the pids
+		// limit leaves it none. Kill the bomb, then the rest of the tree.
+		if killed, err := s.killBomb(user); killed && err == nil {
+			killErr = s.killTree(tag, user)
+		}
+	}
 	// The stream ends once every holder of its pipes is dead; give it a
 	// moment to deliver the last output, then hang up regardless.
 	select {
@@ -217,6 +246,15 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 	res.TimedOut = true
 	if killErr != nil {
 		return res, fmt.Errorf("exec %q timed out and its processes could not all be killed: %w", req.Cmd[0], killErr)
+	}
+	if rerr := s.checkLimits(req.Cmd[0]); rerr != nil {
+		if re, ok := rerr.(*ResourceError); ok && re.Resource == ResourcePids {
+			_, _ = s.killBomb(user)
+		}
+		if cause != nil {
+			return res, fmt.Errorf("%w; %w", cause, rerr)
+		}
+		return res, rerr
 	}
 	return res, cause
 }

@@ -103,6 +103,10 @@ type Sandbox struct {
 	ownerMu sync.Mutex
 	owner   *safetar.Owner // the user's uid/gid, once looked up
 
+	memoryBytes, pidsLimit int64
+	limitsMu               sync.Mutex
+	seen                   ResourceEvents // counters at the last check
+
 	closeOnce sync.Once
 	closeErr  error
 	closed    chan struct{}
@@ -146,19 +150,34 @@ func (c Config) withDefaults() Config {
 
 // keepaliveScript is the container's main process: it exits (and the
 // container removes itself) once no other process has run for $1 seconds,
-// checking every $2 seconds. It forks nothing but sleep, so a long idle
-// sandbox costs almost nothing. The process count at start (init + this
+// checking every $2 seconds. The process count at start (init + this
 // shell) is the idle baseline; anything above it is a running command.
+// Under bash it waits with read -t on a pipe that never delivers, so it
+// forks nothing at all: a fork bomb that exhausts the pids limit must not
+// kill the watchdog (and with it the container) with a failed fork. Other
+// shells fork sleep.
 const keepaliveScript = `ka=$1; iv=$2
 set -- /proc/[0-9]*; base=$#
+if [ -n "$BASH_VERSION" ]; then
+  eval 'exec 3<> <(:)'
+  nap() { read -rt "$iv" -u 3; }
+else
+  nap() { sleep "$iv"; }
+fi
 read -r up _ < /proc/uptime; last=${up%.*}
 while :; do
-  sleep "$iv"
+  nap
   read -r up _ < /proc/uptime; now=${up%.*}
   set -- /proc/[0-9]*
   if [ $# -gt "$base" ]; then last=$now; fi
   if [ $((now - last)) -ge "$ka" ]; then exit 0; fi
 done`
+
+// keepaliveLauncher runs keepaliveScript ($1) under bash when the image
+// has it (command -v is a builtin: no fork), else under sh.
+const keepaliveLauncher = `s=$1; shift
+command -v bash >/dev/null 2>&1 && exec bash -c "$s" sandbox-agent-keepalive "$@"
+exec /bin/sh -c "$s" sandbox-agent-keepalive "$@"`
 
 func newName() string {
 	b := make([]byte, 8)
@@ -188,7 +207,10 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	if err != nil {
 		return nil, startErr(ctx, err)
 	}
-	s := &Sandbox{rt: rt, id: id, name: spec.Name, cfg: cfg, user: opts.User, workdir: opts.WorkDir, closed: make(chan struct{})}
+	s := &Sandbox{
+		rt: rt, id: id, name: spec.Name, cfg: cfg, user: opts.User, workdir: opts.WorkDir, closed: make(chan struct{}),
+		memoryBytes: spec.MemoryBytes, pidsLimit: spec.PidsLimit,
+	}
 	fail := func(err error) (*Sandbox, error) {
 		_ = s.Close()
 		return nil, startErr(ctx, err)
@@ -288,7 +310,7 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 	return ContainerSpec{
 		Name:           name,
 		Image:          opts.Image,
-		Cmd:            []string{"/bin/sh", "-c", keepaliveScript, "sandbox-agent-keepalive", strconv.FormatInt(kaSecs, 10), strconv.FormatInt(interval, 10)},
+		Cmd:            []string{"/bin/sh", "-c", keepaliveLauncher, "sandbox-agent-keepalive", keepaliveScript, strconv.FormatInt(kaSecs, 10), strconv.FormatInt(interval, 10)},
 		Env:            env,
 		User:           opts.User,
 		WorkDir:        opts.WorkDir,

@@ -1,0 +1,256 @@
+//go:build integration
+
+// Fault-injection tests: each drives a sandbox (or an agent in one) into a
+// failure and checks the outcome is a clear, typed error with nothing lost
+// or left running.
+package sandboxagent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/pi"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
+	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+)
+
+// pidsCurrent counts the processes in the sandbox's pids cgroup.
+func pidsCurrent(t *testing.T, sb *sandboxagent.Sandbox) int {
+	t.Helper()
+	res, err := sb.Exec(ctxT(t), []string{"sh", "-c", "cat /sys/fs/cgroup/pids.current /sys/fs/cgroup/pids/pids.current 2>/dev/null"})
+	if err != nil {
+		t.Fatalf("pids.current: %v", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
+	if err != nil {
+		t.Fatalf("pids.current: %q", res.Stdout)
+	}
+	return n
+}
+
+func TestIntegrationFaultForkBomb(t *testing.T) {
+	rt := testenv.Runtime(t)
+	const limit = 256
+	for _, tc := range []struct {
+		name string
+		cmd  string
+	}{
+		// The first process waits: the bomb runs into the timeout.
+		{"waiting", "b(){ b|b& }; b; sleep 600"},
+		// The first process returns at once and leaves the bomb behind;
+		// the next command that cannot fork reports the limit.
+		{"detached", "b(){ b|b& }; b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Half a CPU: the bomb must not starve the engine's execs of
+			// the whole (2-core) machine.
+			sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{PidsLimit: limit, CPUs: 0.5})
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+			defer cancel()
+			res, err := sb.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", tc.cmd}, Timeout: 5 * time.Second})
+			for i := 0; err == nil && i < 10; i++ {
+				// The bomb's first process exited early; it is noticed by
+				// the next command that needs to fork.
+				time.Sleep(time.Second)
+				res, err = sb.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", "for i in 1 2 3 4 5 6 7 8; do /bin/true; done"}, Timeout: 5 * time.Second})
+			}
+			var re *sandboxagent.ResourceError
+			if !errors.Is(err, sandboxagent.ErrPidsLimit) || !errors.As(err, &re) {
+				t.Fatalf("want a pids ResourceError, got %v (exit %d)", err, res.ExitCode)
+			}
+			if re.Limit != limit || re.Events <= 0 {
+				t.Errorf("ResourceError = %+v, want limit %d and refused forks", re, limit)
+			}
+			t.Logf("reported: %v", err)
+			// The bomb is gone, the keepalive survived it, and the sandbox
+			// is usable again.
+			if n := pidsCurrent(t, sb); n > 4 {
+				t.Errorf("%d processes left in the sandbox after the bomb was reported", n)
+			}
+			out, err := sb.Exec(ctx, []string{"sh", "-c", "echo ok | cat"})
+			if err != nil || string(out.Stdout) != "ok\n" {
+				t.Errorf("sandbox after the bomb: %q %v", out.Stdout, err)
+			}
+		})
+	}
+}
+
+func TestIntegrationFaultMemoryHog(t *testing.T) {
+	rt := testenv.Runtime(t)
+	const limit = 64 << 20
+	sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{MemoryBytes: limit})
+	ctx := ctxT(t)
+	// A shell doubling a string until the OOM killer stops it.
+	res, err := sb.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", "x=a; while :; do x=$x$x; done"}, Timeout: 2 * time.Minute})
+	var re *sandboxagent.ResourceError
+	if !errors.Is(err, sandboxagent.ErrOutOfMemory) || !errors.As(err, &re) {
+		t.Fatalf("want an out-of-memory ResourceError, got %v (exit %d, timed out %v)", err, res.ExitCode, res.TimedOut)
+	}
+	if re.Limit != limit || re.Events < 1 || res.ExitCode != 137 {
+		t.Errorf("ResourceError = %+v, exit %d; want limit %d, one kill, exit 137", re, res.ExitCode, limit)
+	}
+	t.Logf("reported: %v", err)
+	// The sandbox survives its command's death; a later failure is not
+	// blamed on the old kill.
+	out, err := sb.Exec(ctx, []string{"sh", "-c", "echo ok; kill -9 $$"})
+	if err != nil || string(out.Stdout) != "ok\n" || out.ExitCode != 137 {
+		t.Errorf("after the OOM kill: %q exit %d err %v; want ok, 137, no error", out.Stdout, out.ExitCode, err)
+	}
+}
+
+func TestIntegrationFaultIgnoresSIGTERM(t *testing.T) {
+	rt := testenv.Runtime(t)
+	sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{})
+	ctx := ctxT(t)
+	start := time.Now()
+	res, err := sb.Run(ctx, sandboxagent.ExecRequest{
+		Cmd:     []string{"sh", "-c", `trap "" TERM; echo started; while :; do sleep 1; done`},
+		Timeout: 2 * time.Second,
+	})
+	took := time.Since(start)
+	if err != nil || !res.TimedOut || res.ExitCode != sandboxagent.ExitCodeTimeout {
+		t.Fatalf("got exit %d timed out %v err %v; want a timeout (124) and no error", res.ExitCode, res.TimedOut, err)
+	}
+	if string(res.Stdout) != "started\n" {
+		t.Errorf("output so far lost: %q", res.Stdout)
+	}
+	if took > 30*time.Second {
+		t.Errorf("a TERM-ignoring command took %v to stop", took)
+	}
+	if s := survivors(t, ctx, sb, "while"); s != "" {
+		t.Errorf("survivor after SIGKILL: %s", s)
+	}
+}
+
+// piAgentWithTool starts pi (the lightest CLI here) against a fake model
+// whose first answer runs a shell command that marks /tmp/fault-mark and
+// then sleeps: the turn is then certainly mid-stream.
+func piAgentWithTool(t *testing.T) (*sandboxagent.Agent, string) {
+	t.Helper()
+	srv := drivertest.FakeModel(t, drivertest.ShellThenDone("echo started > /tmp/fault-mark; sleep 300"))
+	drv := pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
+	auditRoot := drivertest.AuditRoot(t)
+	return drivertest.StartAgent(t, drv, auditRoot), auditRoot
+}
+
+// whenToolRuns calls fn once the fake model's shell command runs in the
+// sandbox.
+func whenToolRuns(ctx context.Context, sb *sandboxagent.Sandbox, fn func()) {
+	go func() {
+		for ctx.Err() == nil {
+			res, err := sb.Exec(ctx, []string{"cat", "/tmp/fault-mark"})
+			if err == nil && string(res.Stdout) == "started\n" {
+				fn()
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+}
+
+// turnEvents runs one streamed turn and returns its result, error and the
+// events the callback saw.
+func turnEvents(ctx context.Context, a *sandboxagent.Agent) (sandboxagent.TurnResult, error, []sandboxagent.Event) {
+	var mu sync.Mutex
+	var seen []sandboxagent.Event
+	res, err := a.Stream(ctx, "run the command", func(e sandboxagent.Event) {
+		mu.Lock()
+		seen = append(seen, e)
+		mu.Unlock()
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	return res, err, seen
+}
+
+// checkKept checks that the turn's events up to the fault were delivered
+// and written to the audit: the session, the tool call, then error and
+// done.
+func checkKept(t *testing.T, res sandboxagent.TurnResult, seen []sandboxagent.Event) {
+	t.Helper()
+	kinds := map[sandboxagent.EventKind]int{}
+	for _, e := range seen {
+		kinds[e.Kind]++
+	}
+	for _, k := range []sandboxagent.EventKind{sandboxagent.KindSession, sandboxagent.KindToolCall, sandboxagent.KindError, sandboxagent.KindDone} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s event among %v", k, kinds)
+		}
+	}
+	if len(res.Events) != len(seen) {
+		t.Errorf("TurnResult has %d events, the callback saw %d", len(res.Events), len(seen))
+	}
+	if n := drivertest.AuditFiles(t, res.AuditDir, drivertest.Key); n == 0 {
+		t.Errorf("audit %s kept no raw line", res.AuditDir)
+	}
+}
+
+func TestIntegrationFaultContainerKilledDuringAsk(t *testing.T) {
+	rt := testenv.Runtime(t)
+	a, _ := piAgentWithTool(t)
+	ctx := drivertest.Ctx(t)
+	var killedAt time.Time
+	whenToolRuns(ctx, a.Container(), func() {
+		killedAt = time.Now()
+		if err := rt.Kill(ctx, a.Container().ID()); err != nil {
+			t.Errorf("kill: %v", err)
+		}
+	})
+	res, err, seen := turnEvents(ctx, a)
+	if killedAt.IsZero() {
+		t.Fatalf("the turn ended before the container was killed: %v", err)
+	}
+	t.Logf("Ask returned %v after the kill: %v", time.Since(killedAt), err)
+	if !errors.Is(err, sandboxagent.ErrContainerNotFound) {
+		t.Errorf("want an error wrapping ErrContainerNotFound, got %v", err)
+	}
+	checkKept(t, res, seen)
+	if err := a.Close(); err != nil {
+		t.Errorf("Close after the container died: %v", err)
+	}
+	if _, err := rt.Inspect(ctx, a.Container().ID()); !errors.Is(err, sandboxagent.ErrContainerNotFound) {
+		t.Errorf("container still there after Close: %v", err)
+	}
+}
+
+func TestIntegrationFaultCLICrashesMidStream(t *testing.T) {
+	a, _ := piAgentWithTool(t)
+	ctx := drivertest.Ctx(t)
+	crashed := make(chan error, 1)
+	whenToolRuns(ctx, a.Container(), func() {
+		// SIGSEGV to the CLI while its tool runs (pi names its node
+		// process "pi").
+		res, err := a.Container().Exec(ctx, []string{"sh", "-c", "pkill -SEGV -x pi || pkill -SEGV -x node"})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("pkill exit %d: %s", res.ExitCode, res.Stderr)
+		}
+		crashed <- err
+	})
+	res, err, seen := turnEvents(ctx, a)
+	select {
+	case kerr := <-crashed:
+		if kerr != nil {
+			t.Fatalf("crashing the CLI: %v", kerr)
+		}
+	default:
+		t.Fatalf("the turn ended before the CLI was crashed: %v", err)
+	}
+	var de *sandboxagent.DriverError
+	if !errors.As(err, &de) || de.ExitCode != 128+11 {
+		t.Fatalf("want a DriverError with exit 139, got %#v", err)
+	}
+	t.Logf("reported: %v", err)
+	checkKept(t, res, seen)
+	// The sandbox outlives its CLI.
+	out, err := a.Container().Exec(ctx, []string{"echo", "ok"})
+	if err != nil || string(out.Stdout) != "ok\n" {
+		t.Errorf("sandbox after the crash: %q %v", out.Stdout, err)
+	}
+}

@@ -1,0 +1,247 @@
+package sandboxagent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limits a sandbox's commands can hit, for ResourceError.
+const (
+	ResourceMemory = "memory"
+	ResourcePids   = "pids"
+)
+
+// ResourceError: a command ran into a limit of its sandbox — the kernel's
+// OOM killer killed a process (memory), or forks failed because the
+// sandbox had as many processes as its pids limit allows. errors.Is
+// matches ErrOutOfMemory or ErrPidsLimit.
+type ResourceError struct {
+	Resource string // ResourceMemory or ResourcePids
+	Limit    int64  // bytes for memory, processes for pids
+	Events   int64  // OOM kills, or refused forks, since the last check
+	Cmd      string // the command that was running
+}
+
+func (e *ResourceError) Error() string {
+	switch e.Resource {
+	case ResourceMemory:
+		return fmt.Sprintf("%s: out of memory: the sandbox's memory limit (%d bytes) was reached and the OOM killer killed %d process(es)", e.Cmd, e.Limit, e.Events)
+	default:
+		return fmt.Sprintf("%s: process limit reached: the sandbox allows %d processes and %d fork(s) were refused; the largest process tree was killed", e.Cmd, e.Limit, e.Events)
+	}
+}
+
+func (e *ResourceError) Unwrap() error {
+	if e.Resource == ResourceMemory {
+		return ErrOutOfMemory
+	}
+	return ErrPidsLimit
+}
+
+// ResourceEvents are the sandbox's cgroup counters: how often the OOM
+// killer struck and how many forks the pids limit refused since the
+// sandbox started.
+type ResourceEvents struct {
+	OOMKills  int64
+	PidsLimit int64 // refused forks
+}
+
+// countersScript prints the counters from cgroup v2 or v1 files without
+// forking: it must work while a fork bomb holds every pid.
+const countersScript = `for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
+  [ -r "$f" ] && while read -r k v; do [ "$k" = oom_kill ] && echo "oom $v"; done < "$f"
+done
+for f in /sys/fs/cgroup/pids.events /sys/fs/cgroup/pids/pids.events; do
+  [ -r "$f" ] && while read -r k v; do [ "$k" = max ] && echo "pids $v"; done < "$f"
+done
+exit 0`
+
+// ResourceEvents reads the sandbox's resource counters (one exec).
+func (s *Sandbox) ResourceEvents(ctx context.Context) (ResourceEvents, error) {
+	if s.isClosed() {
+		return ResourceEvents{}, ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	code, err := s.rt.Exec(ctx, s.id, RuntimeExec{Cmd: []string{"/bin/sh", "-c", countersScript}, Stdout: &out, Stderr: &out})
+	if err != nil {
+		return ResourceEvents{}, fmt.Errorf("read resource counters: %w", err)
+	}
+	if code != 0 {
+		return ResourceEvents{}, fmt.Errorf("read resource counters: exit %d: %s", code, bytes.TrimSpace(out.Bytes()))
+	}
+	return parseCounters(out.Bytes()), nil
+}
+
+func parseCounters(b []byte) ResourceEvents {
+	var ev ResourceEvents
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			continue
+		}
+		switch k {
+		case "oom":
+			ev.OOMKills = n
+		case "pids":
+			ev.PidsLimit = n
+		}
+	}
+	return ev
+}
+
+// suspectLimits says whether a finished command may have hit a limit and
+// the counters are worth an exec: it was killed by a signal (the OOM
+// killer sends SIGKILL), timed out, or complained of a failed fork.
+func suspectLimits(res ExecResult) bool {
+	if res.TimedOut || res.ExitCode >= 128 {
+		return true
+	}
+	for _, p := range []string{"fork", "Resource temporarily unavailable", "EAGAIN"} {
+		if bytes.Contains(res.Stderr, []byte(p)) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkLimits compares the counters with those last seen and turns new
+// events into a ResourceError (memory first: an OOM kill also explains a
+// signal exit). Counting is per sandbox: with concurrent commands an event
+// is blamed on the first one to look.
+//
+// When the counters cannot be read because the container is gone, the
+// error wraps ErrContainerNotFound (the command died with its sandbox), or
+// ErrEngineUnavailable when the engine itself went away.
+func (s *Sandbox) checkLimits(cmd string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ev, err := s.ResourceEvents(ctx)
+	if err != nil {
+		return s.died(ctx, cmd)
+	}
+	s.limitsMu.Lock()
+	defer s.limitsMu.Unlock()
+	oom := ev.OOMKills - s.seen.OOMKills
+	pids := ev.PidsLimit - s.seen.PidsLimit
+	s.seen = ev
+	switch {
+	case oom > 0:
+		return &ResourceError{Resource: ResourceMemory, Limit: s.memoryBytes, Events: oom, Cmd: cmd}
+	case pids > 0:
+		return &ResourceError{Resource: ResourcePids, Limit: s.pidsLimit, Events: pids, Cmd: cmd}
+	}
+	return nil
+}
+
+// died explains a failed counter read: an error wrapping
+// ErrContainerNotFound when the container is gone or stopped, or
+// ErrEngineUnavailable when the engine cannot be reached; nil when the
+// container runs. The engine may still call a just-killed container
+// running for a moment, so it looks again for up to two seconds.
+func (s *Sandbox) died(ctx context.Context, cmd string) error {
+	for range 10 {
+		st, err := s.rt.Inspect(ctx, s.id)
+		switch {
+		case errors.Is(err, ErrContainerNotFound) || (err == nil && !st.Running):
+			return fmt.Errorf("%s: the sandbox's container died while the command ran: %w", cmd, ErrContainerNotFound)
+		case errors.Is(err, ErrEngineUnavailable):
+			return fmt.Errorf("%s: the container engine went away while the command ran: %w", cmd, err)
+		case err != nil:
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return nil
+}
+
+// killBomb kills the process group owning the most processes, without
+// forking inside the sandbox (a fork bomb leaves no pid to fork with):
+// each step is its own exec, which the engine attaches to the container
+// even at its pids limit. Every exec runs as its own process group and a
+// bomb's processes stay in it, so one kill(-pgid) takes all of them at
+// once — listing pids would not: a bomb's processes live milliseconds.
+// The container's own session (init, keepalive) is never chosen. It
+// reports whether a group was killed.
+func (s *Sandbox) killBomb(user string) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	run := func(cmd ...string) (string, int, error) {
+		var out, errb bytes.Buffer
+		code, err := s.rt.Exec(ctx, s.id, RuntimeExec{Cmd: cmd, User: user, Stdout: &out, Stderr: &errb})
+		return out.String(), code, err
+	}
+	groups := func() (map[int]int, error) {
+		out, _, err := run("/bin/sh", "-c", `for p in /proc/[0-9]*/stat; do read -r l < "$p" && echo "$l"; done 2>/dev/null; exit 0`)
+		if err != nil {
+			return nil, err
+		}
+		return parseGroups(out), nil
+	}
+	g, err := groups()
+	if err != nil {
+		return false, err
+	}
+	pgid, most := 0, 0
+	for id, n := range g {
+		if n > most {
+			pgid, most = id, n
+		}
+	}
+	if pgid == 0 {
+		return false, nil
+	}
+	for range 10 {
+		arg := "-" + strconv.Itoa(pgid)
+		// procps kill, else bash's builtin (dash's cannot signal groups).
+		if _, code, err := run("kill", "-s", "KILL", "--", arg); err != nil || code >= 126 {
+			_, _, _ = run("bash", "-c", `kill -s KILL -- "$1"`, "sandbox-agent-kill", arg)
+		}
+		g, err := groups()
+		if err != nil {
+			return true, err
+		}
+		if g[pgid] == 0 {
+			return true, nil
+		}
+	}
+	return true, fmt.Errorf("process group %d survived 10 kills", pgid)
+}
+
+// parseGroups counts processes per process group in /proc/PID/stat
+// lines, leaving out the container's main session (sid 0 or 1: init and
+// the keepalive).
+func parseGroups(out string) map[int]int {
+	g := map[int]int{}
+	for _, line := range strings.Split(out, "\n") {
+		// "pid (comm) state ppid pgrp session ..."; comm may hold
+		// spaces and parentheses: fields start after the last ')'.
+		i := strings.LastIndexByte(line, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(line[i+1:])
+		if len(f) < 4 {
+			continue
+		}
+		pgrp, err1 := strconv.Atoi(f[2])
+		sid, err2 := strconv.Atoi(f[3])
+		if err1 != nil || err2 != nil || pgrp <= 1 || sid <= 1 {
+			continue
+		}
+		g[pgrp]++
+	}
+	return g
+}
