@@ -9,6 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +20,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/pi"
+	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
@@ -252,5 +256,82 @@ func TestIntegrationFaultCLICrashesMidStream(t *testing.T) {
 	out, err := a.Container().Exec(ctx, []string{"echo", "ok"})
 	if err != nil || string(out.Stdout) != "ok\n" {
 		t.Errorf("sandbox after the crash: %q %v", out.Stdout, err)
+	}
+}
+
+// piShim goes first in PATH and prints what no CLI should before running
+// the real pi: text that is not JSON, a cut-off object, binary bytes and
+// one 256 MiB line.
+const piShim = `#!/bin/sh
+echo 'this is not json {'
+printf '{"type":"message_update","half":'; echo
+head -c 268435456 /dev/zero | tr '\0' x; echo
+printf '\377\376 binary \001 garbage\n'
+exec /usr/local/bin/pi "$@"
+`
+
+func TestIntegrationFaultCLIMalformedAndEnormousLines(t *testing.T) {
+	srv := drivertest.FakeModel(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "DONE"}}})
+	drv := pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
+	a := drivertest.StartAgent(t, drv, drivertest.AuditRoot(t))
+	ctx := drivertest.Ctx(t)
+	res, err := a.Container().Run(ctx, sandboxagent.ExecRequest{
+		Cmd: []string{"sh", "-c", "cat > /usr/local/sbin/pi && chmod 755 /usr/local/sbin/pi"}, User: "root", Stdin: strings.NewReader(piShim),
+	})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("install the shim: exit %d %v %s", res.ExitCode, err, res.Stderr)
+	}
+
+	// Peak heap while 256 MiB go through one line: the agent keeps at most
+	// 8 MiB of a line, in several copies (line buffer, audit, raw event and
+	// its JSON) plus garbage the GC has not collected yet — about 80 MiB
+	// measured whether the line is 64 or 256 MiB. Holding the line would
+	// take 256 MiB.
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	stop := make(chan struct{})
+	peak := make(chan uint64)
+	go func() {
+		var m runtime.MemStats
+		var most uint64
+		for {
+			runtime.ReadMemStats(&m)
+			most = max(most, m.HeapInuse)
+			select {
+			case <-stop:
+				peak <- most
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	turn, err, seen := turnEvents(ctx, a)
+	close(stop)
+	grew := int64(<-peak) - int64(before.HeapInuse)
+	t.Logf("heap grew by at most %d MiB while a 256 MiB line streamed", grew>>20)
+	if err != nil {
+		t.Fatalf("the turn failed: %v", err)
+	}
+	if turn.Reply != "DONE" {
+		t.Errorf("reply %q, want DONE: the real CLI's output after the garbage was lost", turn.Reply)
+	}
+	if grew > 128<<20 {
+		t.Errorf("heap grew by %d MiB: output is not bounded", grew>>20)
+	}
+	var raw, cut int
+	for _, e := range seen {
+		if e.Kind == sandboxagent.KindRaw {
+			raw++
+			if e.Payload.IsError && strings.Contains(e.Payload.Text, "was cut") {
+				cut++
+			}
+		}
+	}
+	if raw < 4 || cut != 1 {
+		t.Errorf("%d raw events and %d cut-line reports; want the 4 bad lines as raw events and one cut report", raw, cut)
+	}
+	if fi, err := os.Stat(filepath.Join(turn.AuditDir, "session.jsonl")); err != nil || fi.Size() > 16<<20 {
+		t.Errorf("audit session.jsonl: %v (size %d): want it written and bounded", err, fi.Size())
 	}
 }
