@@ -122,6 +122,12 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags) (*sand
 			if f.keepalive > 0 {
 				so.Keepalive = f.keepalive
 			}
+			if opts.MemoryBytes > 0 {
+				so.MemoryBytes = opts.MemoryBytes
+			}
+			if opts.PidsLimit > 0 {
+				so.PidsLimit = opts.PidsLimit
+			}
 		}),
 	}
 	ag, err := sandboxagent.Start(ctx, rt, drv, agentOpts...)
@@ -220,7 +226,8 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 
 func isAgentFailure(err error) bool {
 	var de *sandboxagent.DriverError
-	return errors.As(err, &de) || errors.Is(err, sandboxagent.ErrCLIMissing)
+	var re *sandboxagent.ResourceError
+	return errors.As(err, &de) || errors.As(err, &re) || errors.Is(err, sandboxagent.ErrCLIMissing)
 }
 
 func indent(s string) string {

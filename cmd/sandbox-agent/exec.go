@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	units "github.com/docker/go-units"
 	"strings"
 	"time"
 
@@ -46,6 +47,8 @@ type sandboxFlags struct {
 	image     string
 	network   string
 	keepalive time.Duration
+	memory    string
+	pids      int64
 	env       multiFlag
 	uploads   multiFlag
 	downloads multiFlag
@@ -55,6 +58,8 @@ func (f *sandboxFlags) register(fs *flag.FlagSet, defaultImage string) {
 	fs.StringVar(&f.image, "image", defaultImage, "image to run")
 	fs.StringVar(&f.network, "network", "", "network mode: none (default), bridge, host or a network name")
 	fs.DurationVar(&f.keepalive, "keepalive", 0, "idle time after which a left-behind sandbox removes itself (default from config, 1h)")
+	fs.StringVar(&f.memory, "memory", "", "memory limit of the sandbox, e.g. 512m or 2g (default 4g; swap is never added)")
+	fs.Int64Var(&f.pids, "pids", 0, "process limit of the sandbox (default 1024)")
 	fs.Var(&f.env, "env", "KEY=VALUE in the sandbox (repeatable)")
 	fs.Var(&f.uploads, "upload", "HOST:CTR copy a host file or directory in before running (repeatable)")
 	fs.Var(&f.downloads, "download", "CTR:HOST copy a container file or directory out afterwards (repeatable)")
@@ -62,6 +67,17 @@ func (f *sandboxFlags) register(fs *flag.FlagSet, defaultImage string) {
 
 func (f *sandboxFlags) options(cfg sandboxagent.Config) (sandboxagent.SandboxOptions, []copySpec, []copySpec, error) {
 	opts := sandboxagent.SandboxOptions{Image: f.image, Config: cfg, Network: f.network, Keepalive: f.keepalive, Env: map[string]string{}}
+	if f.memory != "" {
+		n, err := units.RAMInBytes(f.memory)
+		if err != nil || n < 6<<20 {
+			return opts, nil, nil, fmt.Errorf("--memory %q: want a size of at least 6m, like 512m or 2g", f.memory)
+		}
+		opts.MemoryBytes = n
+	}
+	if f.pids < 0 {
+		return opts, nil, nil, fmt.Errorf("--pids %d: want a positive number", f.pids)
+	}
+	opts.PidsLimit = f.pids
 	for _, kv := range f.env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -146,7 +162,13 @@ func runExec(ctx context.Context, a *app, args []string) int {
 		Cmd: cmd, WorkDir: *workdir, User: *user, Timeout: *timeout,
 		Stdin: nil, Stdout: a.stdout, Stderr: a.stderr,
 	})
-	if err != nil && !res.TimedOut {
+	var rerr *sandboxagent.ResourceError
+	switch {
+	case errors.As(err, &rerr):
+		// CMD hit a limit: say so, keep its exit code (137 for an OOM
+		// kill) and still download what it left.
+		fmt.Fprintf(a.stderr, "sandbox-agent: %v\n", err)
+	case err != nil && !res.TimedOut:
 		return a.fail(err)
 	}
 	if res.TimedOut {

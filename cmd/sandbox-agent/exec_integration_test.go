@@ -38,6 +38,21 @@ func TestIntegrationCLIExec(t *testing.T) {
 			t.Errorf("stderr %q", stderr)
 		}
 	})
+	t.Run("OOM kill is reported and keeps exit 137", func(t *testing.T) {
+		code, stdout, stderr := runCLI(t, cliEnv(), "exec", "--image", img, "--memory", "64m", "--",
+			"sh", "-c", "echo start; x=a; while :; do x=$x$x; done")
+		if code != 137 || stdout != "start\n" || !strings.Contains(stderr, "out of memory") {
+			t.Fatalf("exit %d stdout %q stderr %q; want 137 and an out-of-memory report", code, stdout, stderr)
+		}
+	})
+	t.Run("bad limits are our error", func(t *testing.T) {
+		for _, args := range [][]string{{"--memory", "lots"}, {"--memory", "1k"}, {"--pids", "-1"}} {
+			code, _, stderr := runCLI(t, cliEnv(), append(append([]string{"exec", "--image", img}, args...), "--", "true")...)
+			if code != exitError || !strings.Contains(stderr, args[0]) {
+				t.Errorf("%v: exit %d stderr %q", args, code, stderr)
+			}
+		}
+	})
 	t.Run("missing image is our error", func(t *testing.T) {
 		code, _, stderr := runCLI(t, cliEnv(), "exec", "--image", "sandbox-agent-test/none:1", "--", "true")
 		if code != exitError || !strings.Contains(stderr, "image not found") {
