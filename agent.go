@@ -274,6 +274,9 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 		err = fmt.Errorf("%s turn interrupted: %w", a.drv.Name(), ctx.Err())
 	case xres.TimedOut:
 		err = fmt.Errorf("%s turn: %w after %v (timeout_ask); the CLI's processes were killed", a.drv.Name(), ErrTimeout, a.cfg.Timeouts.Ask)
+		if xerr != nil { // a limit hit on the way, say
+			err = fmt.Errorf("%w; %w", err, xerr)
+		}
 	case xerr != nil:
 		err = fmt.Errorf("%s turn: %w", a.drv.Name(), xerr)
 	case (xres.ExitCode == 126 || xres.ExitCode == 127) && t.lines < t.firstLine:
