@@ -162,6 +162,9 @@ func engineIsPodman(v client.ServerVersionResult) bool {
 
 // Create creates a container from spec without starting it.
 func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (string, error) {
+	if err := r.podmanExtraHosts(ctx, spec.ExtraHosts); err != nil {
+		return "", classify("create container", err, nil)
+	}
 	capDrop, capAdd, err := r.podmanCaps(ctx, spec)
 	if err != nil {
 		return "", classify("create container", err, nil)
@@ -348,6 +351,9 @@ func (r *Runtime) CopyTo(ctx context.Context, id, dir string, tar io.Reader) err
 func (r *Runtime) CopyFrom(ctx context.Context, id, path string) (io.ReadCloser, error) {
 	res, err := r.cli.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: path})
 	if err != nil {
+		if pathVanished(err) {
+			return nil, fmt.Errorf("copy from container %s: %w: %w", path, sandboxagent.ErrPathNotFound, err)
+		}
 		return nil, classify("copy from container "+path, err, sandboxagent.ErrPathNotFound)
 	}
 	if res.Stat.Mode&os.ModeSymlink != 0 {

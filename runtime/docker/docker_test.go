@@ -292,6 +292,10 @@ func TestErrorClassification(t *testing.T) {
 			errReply(404, "Could not find the file /x in container c1"), copyFrom, sandboxagent.ErrPathNotFound},
 		{"podman copy from missing path", podman, "GET /containers/c1/archive",
 			errReply(404, "no such file or directory"), copyFrom, sandboxagent.ErrPathNotFound},
+		{"podman copy from a path gone between stat and copy (500)", podman, "GET /containers/c1/archive",
+			errReply(500, "no such file or directory"), copyFrom, sandboxagent.ErrPathNotFound},
+		{"podman copy from a path in a removed container (500)", podman, "GET /containers/c1/archive",
+			errReply(500, "container has already been removed: no such file or directory"), copyFrom, sandboxagent.ErrContainerNotFound},
 		{"docker copy from removed container", "", "GET /containers/c1/archive",
 			errReply(404, "No such container: c1"), copyFrom, sandboxagent.ErrContainerNotFound},
 		{"podman copy from removed container", podman, "GET /containers/c1/archive",
@@ -579,5 +583,50 @@ func TestCreateDeadEngine(t *testing.T) {
 	_, err = rt.Create(context.Background(), sandboxagent.ContainerSpec{Image: "img", CapDrop: []string{"ALL"}, CapAdd: []string{"CHOWN"}})
 	if !errors.Is(err, sandboxagent.ErrEngineUnavailable) {
 		t.Fatalf("Create on a dead engine: %v, want ErrEngineUnavailable", err)
+	}
+}
+
+// host-gateway in ExtraHosts: passed to Docker and to Podman 5; refused on
+// Podman 4, whose compat API would write it into /etc/hosts unresolved.
+func TestCreateHostGateway(t *testing.T) {
+	tests := []struct {
+		name, podman string
+		hosts        []string
+		refused      bool
+	}{
+		{"docker", "", []string{"host.docker.internal:host-gateway"}, false},
+		{"podman 4", "4.3.1", []string{"gw:10.0.0.1", "host.docker.internal:host-gateway"}, true},
+		{"podman 4, = form", "4.9.3", []string{"gw=host-gateway"}, true},
+		{"podman 4, plain address", "4.3.1", []string{"gw:10.88.0.1"}, false},
+		{"podman 5", "5.0.0", []string{"gw:host-gateway"}, false},
+		{"podman, unparsable version", "dev", []string{"gw:host-gateway"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var sent []string
+			rt, f := newFake(t, tt.podman, map[string]func(*http.Request) *http.Response{
+				"POST /containers/create": func(r *http.Request) *http.Response {
+					var body struct{ HostConfig struct{ ExtraHosts []string } }
+					if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+						t.Error(err)
+					}
+					sent = body.HostConfig.ExtraHosts
+					return reply(http.StatusCreated, `{"Id":"c1"}`)
+				},
+			})
+			_, err := rt.Create(context.Background(), sandboxagent.ContainerSpec{Image: "img", ExtraHosts: tt.hosts})
+			if tt.refused {
+				if !errors.Is(err, sandboxagent.ErrInvalidArgument) || !strings.Contains(err.Error(), "host.containers.internal") {
+					t.Fatalf("Create = %v, want ErrInvalidArgument naming host.containers.internal", err)
+				}
+				if f.called("POST /containers/create") {
+					t.Fatal("the container was created anyway")
+				}
+				return
+			}
+			if err != nil || !slices.Equal(sent, tt.hosts) {
+				t.Fatalf("Create = %v, sent ExtraHosts %v, want %v", err, sent, tt.hosts)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -39,6 +40,21 @@ import (
 //   - Errors: Podman words refusals differently (e.g. killing a stopped
 //     container is "container state improper", 409) and sometimes answers
 //     500 where Docker answers 404; isGone and classify know both.
+//   - Copy-out of a path that disappears between Podman's stat and its
+//     copy (a container racing its own download) fails with 500 "no such
+//     file or directory", not 404; pathVanished knows it.
+//   - Copy-out resolves a symlinked source inside the container when it
+//     copies: a source that was a directory at stat time and a symlink a
+//     moment later streams the symlink's target (another directory of
+//     the container, or its whole root filesystem) under the requested
+//     name. Docker sends the symlink itself. Either way the archive only
+//     holds container files; the download's caps bound the size.
+//   - ExtraHosts "NAME:host-gateway": Podman 4's compat API does not
+//     resolve host-gateway (Podman 5 does, containers/podman#19152): it
+//     writes "host-gateway NAME" into /etc/hosts, so NAME resolves to
+//     nothing. podmanExtraHosts refuses it there. Podman adds
+//     host.containers.internal (the host, as seen from the container's
+//     network) to /etc/hosts by itself.
 //   - Auto-remove is done by conmon's cleanup process a moment after the
 //     main process exits; until then inspect still shows the container
 //     (state "exited" or "stopping"). Remove waits for it to be gone on
@@ -237,4 +253,39 @@ func (r *Runtime) engine(ctx context.Context) (string, bool, error) {
 	}
 	v, ok := r.podman()
 	return v, ok, nil
+}
+
+// pathVanished reports a copy-out error meaning the source path is gone.
+// Docker answers 404 (classify knows it); Podman answers 500 "no such
+// file or directory" when the path disappears between its stat and its
+// copy.
+func pathVanished(err error) bool {
+	return !containerGone(err) && errorHas(err, "no such file or directory")
+}
+
+// hostGateway reports an ExtraHosts entry naming Docker's special
+// host-gateway address ("NAME:host-gateway", or "NAME=host-gateway").
+func hostGateway(entry string) bool {
+	return strings.HasSuffix(entry, ":host-gateway") || strings.HasSuffix(entry, "=host-gateway")
+}
+
+// podmanExtraHosts refuses host-gateway entries on a Podman older than 5,
+// which would write them into /etc/hosts unresolved. Docker, and a
+// version it cannot parse, pass.
+func (r *Runtime) podmanExtraHosts(ctx context.Context, hosts []string) error {
+	i := slices.IndexFunc(hosts, hostGateway)
+	if i < 0 {
+		return nil
+	}
+	version, ok, err := r.engine(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	major, _, _ := strings.Cut(strings.TrimPrefix(version, "v"), ".")
+	if n, err := strconv.Atoi(major); err != nil || n >= 5 {
+		return nil
+	}
+	return fmt.Errorf("%w: extra host %q: Podman %s does not resolve host-gateway (Podman 5 does); "+
+		"use host.containers.internal, which Podman adds to /etc/hosts itself, or host networking",
+		sandboxagent.ErrInvalidArgument, hosts[i], version)
 }

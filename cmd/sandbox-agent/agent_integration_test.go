@@ -1,0 +1,125 @@
+//go:build integration
+
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
+	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+)
+
+// agentDriver is the agent CLI this suite runs end to end against the
+// built-in fake model. pi has the smallest image; it is the agent run of
+// the engine suite on Podman, so .ci/run copies its image into Podman's
+// store (.ci/podman.sh "$(sandbox-agent images which pi)"). On Docker the
+// conformance suite runs every driver too.
+const agentDriver = "pi"
+
+// agentUnavailable skips (fails in CI) when the agent image is not in the
+// engine's store.
+func agentUnavailable(t *testing.T, code int, stderr string) {
+	t.Helper()
+	if code == exitError && strings.Contains(stderr, "image not found") {
+		img, _ := sandboxagent.DefaultImage(agentDriver)
+		testenv.Unavailable(t, "%s image %s is not in the engine's store (Docker: .ci/setup; Podman: .ci/podman.sh %s): %s", agentDriver, img, img, stderr)
+	}
+}
+
+// One agent turn through the command users run: the CLI in its image on
+// host networking reaches the fake model on the host's loopback, runs a
+// shell tool, answers, and what it wrote comes back with --download.
+func TestIntegrationCLIAgentAsk(t *testing.T) {
+	info := testenv.Engine(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "script.json")
+	const command = "mkdir -p /tmp/agent && echo made-by-the-agent > /tmp/agent/out.txt"
+	s, _ := json.Marshal(map[string]any{"responses": []map[string]string{
+		{"tool": "shell", "command": command},
+		{"text": "DONE"},
+	}})
+	if err := os.WriteFile(script, s, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	audit := filepath.Join(dir, "audit")
+	dest := filepath.Join(dir, "result")
+	code, stdout, stderr := runCLI(t, cliEnv(), "ask", "--driver", agentDriver, "--fake-model", script,
+		"--json", "--timeout", "4m", "--audit-root", audit, "--download", "/tmp/agent:"+dest,
+		"Create /tmp/agent/out.txt, then answer DONE.")
+	agentUnavailable(t, code, stderr)
+	if code != exitOK {
+		t.Fatalf("%s on %s: exit %d\nstdout:\n%s\nstderr:\n%s", agentDriver, info.Name, code, stdout, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	var result resultLine
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &result); err != nil || result.Kind != "result" {
+		t.Fatalf("last line %q is not a result line (%v)", lines[len(lines)-1], err)
+	}
+	if result.Reply != "DONE" || result.ExitCode != 0 || result.Error != "" || result.SessionID == "" {
+		t.Errorf("result %+v", result)
+	}
+	var sawCall, sawDone bool
+	for _, l := range lines[:len(lines)-1] {
+		var e sandboxagent.Event
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("not an event line: %q (%v)", l, err)
+		}
+		switch e.Kind {
+		case sandboxagent.KindToolCall:
+			sawCall = sawCall || strings.Contains(e.Payload.Command, "made-by-the-agent")
+		case sandboxagent.KindDone:
+			sawDone = e.Payload.Text == "DONE"
+		}
+	}
+	if !sawCall || !sawDone {
+		t.Errorf("tool_call seen %v, done DONE %v; events:\n%s", sawCall, sawDone, stdout)
+	}
+	if b, err := os.ReadFile(filepath.Join(dest, "out.txt")); err != nil || string(b) != "made-by-the-agent\n" {
+		t.Errorf("downloaded out.txt = %q, %v", b, err)
+	}
+	if result.AuditDir == "" || !strings.HasPrefix(result.AuditDir, audit+string(filepath.Separator)) {
+		t.Errorf("audit dir %q not under %s", result.AuditDir, audit)
+	} else if _, err := os.Stat(filepath.Join(result.AuditDir, "session.jsonl")); err != nil {
+		t.Errorf("audit: %v", err)
+	}
+	t.Logf("%s turn on %s %s passed", agentDriver, info.Name, info.Version)
+}
+
+// The smoke command for one driver: every step of the seed's behaviours
+// (sessions, fork, skills, dump/load across containers, a bad key) on the
+// engine under test.
+func TestIntegrationCLIAgentSmoke(t *testing.T) {
+	info := testenv.Engine(t)
+	env := cliEnv()
+	env["SANDBOX_AGENT_TIMEOUT_ASK"] = "4m"
+	code, stdout, stderr := runCLI(t, env, "smoke", agentDriver, "--fake-model", "--json")
+	var results []smoke.StepResult
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		if line == "" {
+			continue
+		}
+		var r smoke.StepResult
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("not a JSON step line: %q (%v)", line, err)
+		}
+		results = append(results, r)
+		if r.Status == smoke.Fail && strings.Contains(r.Detail, "image not found") {
+			agentUnavailable(t, exitError, r.Detail)
+		}
+		t.Logf("%-9s %-15s %-4s %6.1fs %s", r.Driver, r.Step, r.Status, r.Seconds, r.Detail)
+		if r.Status == smoke.Fail {
+			t.Errorf("%s/%s on %s: %s", r.Driver, r.Step, info.Name, r.Detail)
+		}
+	}
+	if len(results) != len(smoke.Steps) {
+		t.Errorf("%d step results, want %d (stderr %s)", len(results), len(smoke.Steps), stderr)
+	}
+	if (code != exitOK) != t.Failed() {
+		t.Errorf("exit %d does not match the step results (stderr %s)", code, stderr)
+	}
+}
