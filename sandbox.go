@@ -150,14 +150,19 @@ func (c Config) withDefaults() Config {
 
 // keepaliveScript is the container's main process: it exits (and the
 // container removes itself) once no other process has run for $1 seconds,
-// checking every $2 seconds. The process count at start (init + this
-// shell) is the idle baseline; anything above it is a running command.
-// Under bash it waits with read -t on a pipe that never delivers, so it
-// forks nothing at all: a fork bomb that exhausts the pids limit must not
-// kill the watchdog (and with it the container) with a failed fork. Other
-// shells fork sleep.
+// checking every $2 seconds. Any process but init (pid 1) and this shell
+// is a running command: counting against a baseline taken at start would
+// miss a command that started before the shell did. Under bash it waits
+// with read -t on a pipe that never delivers, so it forks nothing at all:
+// a fork bomb that exhausts the pids limit must not kill the watchdog
+// (and with it the container) with a failed fork. Other shells fork sleep.
 const keepaliveScript = `ka=$1; iv=$2
-set -- /proc/[0-9]*; base=$#
+busy() {
+  for p in /proc/[0-9]*; do
+    case ${p#/proc/} in 1|$$) ;; *) return 0 ;; esac
+  done
+  return 1
+}
 if [ -n "$BASH_VERSION" ]; then
   eval 'exec 3<> <(:)'
   nap() { read -rt "$iv" -u 3; }
@@ -168,8 +173,7 @@ read -r up _ < /proc/uptime; last=${up%.*}
 while :; do
   nap
   read -r up _ < /proc/uptime; now=${up%.*}
-  set -- /proc/[0-9]*
-  if [ $# -gt "$base" ]; then last=$now; fi
+  if busy; then last=$now; fi
   if [ $((now - last)) -ge "$ka" ]; then exit 0; fi
 done`
 
