@@ -167,7 +167,7 @@ func TestIntegrationExecTimeoutKillsTree(t *testing.T) {
 			if string(res.Stdout) != tt.wantOut {
 				t.Errorf("partial stdout = %q, want %q", res.Stdout, tt.wantOut)
 			}
-			if d := time.Since(start); d > 8*time.Second {
+			if d := time.Since(start); d > 30*time.Second { // a hang guard, not a benchmark
 				t.Errorf("timeout took %v", d)
 			}
 			if left := survivors(t, ctx, sb, "sleep 100"); left != "" {
