@@ -200,18 +200,27 @@ func TestIntegrationFaultContainerKilledDuringAsk(t *testing.T) {
 	rt := testenv.Runtime(t)
 	a, _ := piAgentWithTool(t)
 	ctx := drivertest.Ctx(t)
-	var killedAt time.Time
+	killedAt := make(chan time.Time, 1)
+	killErr := make(chan error, 1)
 	whenToolRuns(ctx, a.Container(), func() {
-		killedAt = time.Now()
-		if err := rt.Kill(ctx, a.Container().ID()); err != nil {
-			t.Errorf("kill: %v", err)
-		}
+		killedAt <- time.Now()
+		// Its own context: Podman answers the kill only once the
+		// container is cleaned up, which may be after the turn ended.
+		kctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		killErr <- rt.Kill(kctx, a.Container().ID())
 	})
 	res, err, seen := turnEvents(ctx, a)
-	if killedAt.IsZero() {
+	var at time.Time
+	select {
+	case at = <-killedAt:
+	default:
 		t.Fatalf("the turn ended before the container was killed: %v", err)
 	}
-	t.Logf("Ask returned %v after the kill: %v", time.Since(killedAt), err)
+	t.Logf("Ask returned %v after the kill: %v", time.Since(at), err)
+	if kerr := <-killErr; kerr != nil {
+		t.Errorf("kill: %v", kerr)
+	}
 	if !errors.Is(err, sandboxagent.ErrContainerNotFound) {
 		t.Errorf("want an error wrapping ErrContainerNotFound, got %v", err)
 	}
@@ -227,8 +236,10 @@ func TestIntegrationFaultContainerKilledDuringAsk(t *testing.T) {
 func TestIntegrationFaultCLICrashesMidStream(t *testing.T) {
 	a, _ := piAgentWithTool(t)
 	ctx := drivertest.Ctx(t)
+	crashing := make(chan struct{})
 	crashed := make(chan error, 1)
 	whenToolRuns(ctx, a.Container(), func() {
+		close(crashing)
 		// SIGSEGV to the CLI while its tool runs (pi names its node
 		// process "pi"). Retried: on a loaded machine a try may miss.
 		var err error
@@ -247,12 +258,13 @@ func TestIntegrationFaultCLICrashesMidStream(t *testing.T) {
 	})
 	res, err, seen := turnEvents(ctx, a)
 	select {
-	case kerr := <-crashed:
-		if kerr != nil {
-			t.Fatalf("crashing the CLI: %v", kerr)
-		}
+	case <-crashing:
 	default:
 		t.Fatalf("the turn ended before the CLI was crashed: %v", err)
+	}
+	// pkill's own exec may report after the turn has ended.
+	if kerr := <-crashed; kerr != nil {
+		t.Fatalf("crashing the CLI: %v", kerr)
 	}
 	var de *sandboxagent.DriverError
 	if !errors.As(err, &de) || de.ExitCode != 128+11 {
