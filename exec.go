@@ -210,17 +210,7 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 		if !suspectLimits(res) {
 			return res, nil
 		}
-		rerr := s.checkLimits(req.Cmd[0])
-		if rerr == nil {
-			return res, nil
-		}
-		if re, ok := rerr.(*ResourceError); ok && re.Resource == ResourcePids {
-			// The tree that holds the pids (a fork bomb, perhaps started
-			// by an earlier command whose first process exited) must not
-			// keep them.
-			_, _ = s.killBomb(user)
-		}
-		return res, rerr
+		return res, s.checkLimits(req.Cmd[0], user)
 	case <-timer.C:
 	case <-ctx.Done():
 		cause = ctx.Err()
@@ -247,10 +237,7 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 	if killErr != nil {
 		return res, fmt.Errorf("exec %q timed out and its processes could not all be killed: %w", req.Cmd[0], killErr)
 	}
-	if rerr := s.checkLimits(req.Cmd[0]); rerr != nil {
-		if re, ok := rerr.(*ResourceError); ok && re.Resource == ResourcePids {
-			_, _ = s.killBomb(user)
-		}
+	if rerr := s.checkLimits(req.Cmd[0], user); rerr != nil {
 		if cause != nil {
 			return res, fmt.Errorf("%w; %w", cause, rerr)
 		}

@@ -33,7 +33,7 @@ func (e *ResourceError) Error() string {
 	case ResourceMemory:
 		return fmt.Sprintf("%s: out of memory: the sandbox's memory limit (%d bytes) was reached and the OOM killer killed %d process(es)", e.Cmd, e.Limit, e.Events)
 	default:
-		return fmt.Sprintf("%s: process limit reached: the sandbox allows %d processes and %d fork(s) were refused; the largest process tree was killed", e.Cmd, e.Limit, e.Events)
+		return fmt.Sprintf("%s: process limit reached: the sandbox allows %d processes and %d fork(s) were refused", e.Cmd, e.Limit, e.Events)
 	}
 }
 
@@ -125,7 +125,7 @@ func suspectLimits(res ExecResult) bool {
 // When the counters cannot be read because the container is gone, the
 // error wraps ErrContainerNotFound (the command died with its sandbox), or
 // ErrEngineUnavailable when the engine itself went away.
-func (s *Sandbox) checkLimits(cmd string) error {
+func (s *Sandbox) checkLimits(cmd, user string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ev, err := s.ResourceEvents(ctx)
@@ -133,14 +133,17 @@ func (s *Sandbox) checkLimits(cmd string) error {
 		return s.died(ctx, cmd)
 	}
 	s.limitsMu.Lock()
-	defer s.limitsMu.Unlock()
 	oom := ev.OOMKills - s.seen.OOMKills
 	pids := ev.PidsLimit - s.seen.PidsLimit
 	s.seen = ev
+	s.limitsMu.Unlock()
 	switch {
 	case oom > 0:
 		return &ResourceError{Resource: ResourceMemory, Limit: s.memoryBytes, Events: oom, Cmd: cmd}
 	case pids > 0:
+		// The tree holding the pids (a fork bomb, perhaps started by an
+		// earlier command whose first process exited) must not keep them.
+		_, _ = s.killBomb(user)
 		return &ResourceError{Resource: ResourcePids, Limit: s.pidsLimit, Events: pids, Cmd: cmd}
 	}
 	return nil
@@ -183,16 +186,24 @@ func (s *Sandbox) killBomb(user string) (bool, error) {
 		code, err := s.rt.Exec(ctx, s.id, RuntimeExec{Cmd: cmd, User: user, Stdout: &out, Stderr: &errb})
 		return out.String(), code, err
 	}
+	var current int64 = -1
 	groups := func() (map[int]int, error) {
-		out, _, err := run("/bin/sh", "-c", `for p in /proc/[0-9]*/stat; do read -r l < "$p" && echo "$l"; done 2>/dev/null; exit 0`)
+		out, _, err := run("/bin/sh", "-c", scanScript)
 		if err != nil {
 			return nil, err
 		}
+		current = parseCurrent(out)
 		return parseGroups(out), nil
 	}
 	g, err := groups()
 	if err != nil {
 		return false, err
+	}
+	// Once the bomb is gone (its own exec's kill may have got it) the
+	// largest group is an innocent command: kill only while the limit
+	// is still (about) exhausted.
+	if current >= 0 && current*2 < s.pidsLimit {
+		return false, nil
 	}
 	pgid, most := 0, 0
 	for id, n := range g {
@@ -218,6 +229,27 @@ func (s *Sandbox) killBomb(user string) (bool, error) {
 		}
 	}
 	return true, fmt.Errorf("process group %d survived 10 kills", pgid)
+}
+
+// scanScript prints the pids cgroup's process count ("current N", v2
+// or v1 file) and every /proc/PID/stat line, with builtins only.
+const scanScript = `for f in /sys/fs/cgroup/pids.current /sys/fs/cgroup/pids/pids.current; do
+  [ -r "$f" ] && read -r n < "$f" && echo "current $n"
+done
+for p in /proc/[0-9]*/stat; do read -r l < "$p" && echo "$l"; done 2>/dev/null
+exit 0`
+
+// parseCurrent finds the "current N" line of scanScript's output; -1
+// when there is none.
+func parseCurrent(out string) int64 {
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, "current "); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 // parseGroups counts processes per process group in /proc/PID/stat

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"reflect"
-	"strings"
 	"testing"
 )
 
@@ -84,6 +83,7 @@ func TestRunReportsLimits(t *testing.T) {
 		code     int
 		stderr   string
 		counters string // output of the counters script; "gone" = container died
+		bombGone bool   // the pids are free again when the bomb is looked for
 		wantIs   error
 	}
 	for _, tc := range []struct {
@@ -96,6 +96,9 @@ func TestRunReportsLimits(t *testing.T) {
 		}},
 		{"fork failures", []step{
 			{code: 2, stderr: "sh: 1: Cannot fork", counters: "oom 0\npids 40\n", wantIs: ErrPidsLimit},
+		}},
+		{"fork failures after the bomb is gone kill nothing", []step{
+			{code: 2, stderr: "sh: 1: Cannot fork", counters: "oom 0\npids 40\n", bombGone: true, wantIs: ErrPidsLimit},
 		}},
 		{"plain failure reads no counters", []step{
 			{code: 1, stderr: "boom", counters: "oom 9\npids 9\n", wantIs: nil},
@@ -124,10 +127,12 @@ func TestRunReportsLimits(t *testing.T) {
 					}
 					io.WriteString(req.Stdout, cur.counters)
 					return 0, nil
-				case len(req.Cmd) > 2 && strings.Contains(req.Cmd[2], "/proc/[0-9]*/stat"):
-					io.WriteString(req.Stdout, "1 (docker-init) S 0 1 1\n9 (bash) S 1 9 1\n")
-					if killedGroup == "" { // the bomb, until killed
-						io.WriteString(req.Stdout, "30 (sh) R 0 30 30\n31 (sh) R 1 30 30\n40 (node) S 0 40 40\n")
+				case len(req.Cmd) > 2 && req.Cmd[2] == scanScript:
+					io.WriteString(req.Stdout, "1 (docker-init) S 0 1 1\n9 (bash) S 1 9 1\n40 (node) S 0 40 40\n")
+					if killedGroup == "" && !cur.bombGone { // the bomb, until killed
+						io.WriteString(req.Stdout, "current 97\n30 (sh) R 0 30 30\n31 (sh) R 1 30 30\n")
+					} else {
+						io.WriteString(req.Stdout, "current 3\n")
 					}
 					return 0, nil
 				case req.Cmd[0] == "kill":
