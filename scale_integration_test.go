@@ -22,7 +22,6 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
-	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -99,7 +98,7 @@ func BenchmarkScale(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { srv.Close() })
-	drv, err := drivers.New(driverName, smoke.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: key, Provider: "sandbox"})
+	drv, err := drivers.New(driverName, drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: key, Provider: "sandbox"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,10 +7,16 @@
 #
 #   .ci/build_base.sh            # needs root (debootstrap) and the docker CLI
 #   SUITE=trixie MIRROR=http://deb.debian.org/debian .ci/build_base.sh
+#   BASE_FROM=NAME:TAG   import under another name; BASE_PULL=0 skips the pull
+# On a bare Debian/Ubuntu machine it installs debootstrap itself (.ci/lib.sh).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-image=${BASE_FROM:-$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["base"]["from"])' "$root/versions.json" 2>/dev/null || echo debian:stable-slim)}
+# shellcheck source=.ci/lib.sh
+. "$root/.ci/lib.sh"
+# base.from of versions.json, read without python or jq (a bare machine has neither).
+from=$(sed -n 's/^[[:space:]]*"from":[[:space:]]*"\([^"]*\)".*/\1/p' "$root/versions.json" | head -n 1)
+image=${BASE_FROM:-${from:-debian:stable-slim}}
 suite=${SUITE:-trixie}
 mirror=${MIRROR:-http://deb.debian.org/debian}
 
@@ -19,20 +25,19 @@ if docker image inspect "$image" >/dev/null 2>&1; then
     exit 0
 fi
 
-echo "==> $image is missing: trying docker pull" >&2
-if timeout 120 docker pull "$image" >&2; then
-    exit 0
+if [ "${BASE_PULL:-1}" != 0 ]; then
+    echo "==> $image is missing: trying docker pull" >&2
+    if timeout 120 docker pull "$image" >&2; then
+        exit 0
+    fi
 fi
 
 echo "==> pull failed: debootstrap $suite from $mirror and docker import as $image" >&2
-if ! command -v debootstrap >/dev/null; then
-    echo "build_base.sh: debootstrap is not installed (apt-get install -y debootstrap)" >&2
-    exit 1
-fi
 if [ "$(id -u)" != 0 ]; then
     echo "build_base.sh: debootstrap needs root" >&2
     exit 1
 fi
+need_pkgs debootstrap:debootstrap
 
 rootfs=$(mktemp -d /tmp/sandbox-agent-rootfs.XXXXXX)
 trap 'rm -rf "$rootfs"' EXIT

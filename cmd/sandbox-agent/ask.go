@@ -70,7 +70,7 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags) (*sand
 	if err != nil {
 		return nil, stop, err
 	}
-	var ep endpoint
+	var ep drivers.Endpoint
 	network := f.network
 	switch {
 	case f.fake != "":

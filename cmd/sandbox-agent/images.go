@@ -12,9 +12,11 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/images"
 )
 
-const imagesUsage = `usage: sandbox-agent images COMMAND [ARGS...]
+// imagesUsage is the help of `images`; the CLI names come from versions.json.
+var imagesUsage = `usage: sandbox-agent images COMMAND [ARGS...]
 
 commands:
+  names                     print every image name (base first, then each CLI), one per line
   list                      print every image tag (base first), one per line
   which CLI                 print the image CLI runs in
   build [flags] [NAME...]   build images (default: base and every CLI; base first)
@@ -27,7 +29,7 @@ commands:
                             check the images exist locally (and, with --registry, in their
                             registry); exit 125 when one is missing
 
-NAME is a CLI (opencode, codex, claude, pi, dsh) or "base". Tags come from the
+NAME is a CLI (` + strings.Join(sandboxagent.Versions().CLINames(), ", ") + `) or "base". Tags come from the
 versions.json compiled into this binary; SANDBOX_AGENT_IMAGE_NAME (image_name)
 replaces the repository part.
 `
@@ -42,6 +44,8 @@ func runImages(ctx context.Context, a *app, args []string) int {
 	case "-h", "--help", "help":
 		fmt.Fprint(a.stdout, imagesUsage)
 		return exitOK
+	case "names":
+		return imagesNames(a, args[1:])
 	case "list":
 		return imagesList(a, args[1:])
 	case "which":
@@ -61,6 +65,23 @@ func imagesFlags(a *app, name string) *flag.FlagSet {
 	fs.SetOutput(a.stderr)
 	fs.Usage = func() { fmt.Fprint(a.stderr, imagesUsage) }
 	return fs
+}
+
+// imagesNames prints the names `build` and `check` take: scripts loop
+// over them instead of keeping their own list of CLIs.
+func imagesNames(a *app, args []string) int {
+	fs := imagesFlags(a, "names")
+	if err := fs.Parse(args); err != nil {
+		return exitError
+	}
+	if fs.NArg() > 0 {
+		return a.fail(fmt.Errorf("%w: images names takes no arguments", sandboxagent.ErrInvalidArgument))
+	}
+	fmt.Fprintln(a.stdout, sandboxagent.BaseImageName)
+	for _, n := range sandboxagent.Versions().CLINames() {
+		fmt.Fprintln(a.stdout, n)
+	}
+	return exitOK
 }
 
 func imagesList(a *app, args []string) int {

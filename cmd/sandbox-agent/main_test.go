@@ -6,6 +6,8 @@ import (
 	"flag"
 	"strings"
 	"testing"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 )
 
 // runCLI runs the command in-process with an empty environment (plus env).
@@ -106,5 +108,19 @@ func TestParseInterspersed(t *testing.T) {
 		if err != nil || strings.Join(pos, ",") != tt.pos || *fake != tt.fake {
 			t.Errorf("%v: pos %v fake %v err %v", tt.args, pos, *fake, err)
 		}
+	}
+}
+
+func TestImagesNames(t *testing.T) {
+	code, out, stderr := runCLI(t, nil, "images", "names")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	want := append([]string{"base"}, sandboxagent.Versions().CLINames()...)
+	if got := strings.Fields(out); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("images names = %v, want %v", got, want)
+	}
+	if code, _, stderr := runCLI(t, nil, "images", "names", "extra"); code != exitError || !strings.Contains(stderr, "takes no arguments") {
+		t.Errorf("images names extra: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -74,7 +74,7 @@ func TestConformanceEvents(t *testing.T) {
 				{Thinking: "THINKING-MARKER reasoning", Tool: fakemodel.ToolShell, Command: "echo conf > /tmp/conf.txt"},
 				{Text: "DONE", Usage: &fakemodel.Usage{InputTokens: 321, OutputTokens: 12}},
 			}})
-			drv := drivers.All()[name](smoke.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
+			drv := drivers.All()[name](drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
 			caps := drv.Capabilities()
 			a := drivertest.StartAgent(t, drv, drivertest.AuditRoot(t))
 			res, err := a.Stream(drivertest.Ctx(t), "conformance events", nil)
@@ -115,7 +115,7 @@ func TestConformanceBadKey(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := drivertest.FakeModel(t, drivertest.Unauthorized())
-			drv := drivers.All()[name](smoke.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
+			drv := drivers.All()[name](drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
 			a := drivertest.StartAgent(t, drv, drivertest.AuditRoot(t))
 			start := time.Now()
 			_, err := a.Ask(drivertest.Ctx(t), "hello")

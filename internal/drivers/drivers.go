@@ -1,10 +1,11 @@
 // Package drivers is the table of every driver, built from an endpoint:
-// the command line and the conformance suite share it.
+// the command line, the smoke run and the conformance suite share it.
+// versions.json is the one list of CLIs; this table must have a driver for
+// each of them (its test checks).
 package drivers
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
@@ -13,47 +14,61 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/driver/dsh"
 	"github.com/sandbox-agent/sandbox-agent/driver/opencode"
 	"github.com/sandbox-agent/sandbox-agent/driver/pi"
-	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
 )
 
+// Endpoint is where a driver's CLI finds its model.
+type Endpoint struct {
+	BaseURL  string
+	APIKey   string
+	Provider string // opencode's provider id
+}
+
 // Factory builds a driver for an endpoint.
-type Factory func(smoke.Endpoint) sandboxagent.Driver
+type Factory func(Endpoint) sandboxagent.Driver
+
+var factories = map[string]Factory{
+	"claude": func(ep Endpoint) sandboxagent.Driver {
+		// claude appends /v1/messages itself.
+		return claude.New(claude.Options{BaseURL: strings.TrimSuffix(ep.BaseURL, "/v1"), APIKey: ep.APIKey})
+	},
+	"dsh": func(ep Endpoint) sandboxagent.Driver {
+		return dsh.New(dsh.Options{BaseURL: ep.BaseURL, APIKey: ep.APIKey})
+	},
+	"opencode": func(ep Endpoint) sandboxagent.Driver {
+		return opencode.New(opencode.Options{BaseURL: ep.BaseURL, APIKey: ep.APIKey, Provider: ep.Provider})
+	},
+	"pi": func(ep Endpoint) sandboxagent.Driver {
+		return pi.New(pi.Options{BaseURL: ep.BaseURL, APIKey: ep.APIKey})
+	},
+	"codex": func(ep Endpoint) sandboxagent.Driver {
+		return codex.New(codex.Options{BaseURL: ep.BaseURL, APIKey: ep.APIKey})
+	},
+}
 
 // All returns every driver's factory by name.
 func All() map[string]Factory {
-	return map[string]Factory{
-		"claude": func(ep smoke.Endpoint) sandboxagent.Driver {
-			// claude appends /v1/messages itself.
-			return claude.New(claude.Options{BaseURL: strings.TrimSuffix(ep.BaseURL, "/v1"), APIKey: ep.APIKey})
-		},
-		"dsh": func(ep smoke.Endpoint) sandboxagent.Driver {
-			return dsh.New(dsh.Options{BaseURL: ep.BaseURL, APIKey: ep.APIKey})
-		},
-		"opencode": func(ep smoke.Endpoint) sandboxagent.Driver {
-			return opencode.New(opencode.Options{BaseURL: ep.BaseURL, APIKey: ep.APIKey, Provider: ep.Provider})
-		},
-		"pi": func(ep smoke.Endpoint) sandboxagent.Driver {
-			return pi.New(pi.Options{BaseURL: ep.BaseURL, APIKey: ep.APIKey})
-		},
-		"codex": func(ep smoke.Endpoint) sandboxagent.Driver {
-			return codex.New(codex.Options{BaseURL: ep.BaseURL, APIKey: ep.APIKey})
-		},
+	out := make(map[string]Factory, len(factories))
+	for n, f := range factories {
+		out[n] = f
 	}
+	return out
 }
 
-// Names lists the drivers, sorted.
+// Names lists the drivers in versions.json's order (opencode, codex,
+// claude, pi, dsh).
 func Names() []string {
 	var names []string
-	for n := range All() {
-		names = append(names, n)
+	for _, n := range sandboxagent.Versions().CLINames() {
+		if _, ok := factories[n]; ok {
+			names = append(names, n)
+		}
 	}
-	sort.Strings(names)
 	return names
 }
 
 // New builds the named driver.
-func New(name string, ep smoke.Endpoint) (sandboxagent.Driver, error) {
-	f, ok := All()[name]
+func New(name string, ep Endpoint) (sandboxagent.Driver, error) {
+	f, ok := factories[name]
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown driver %q (have: %s)", sandboxagent.ErrInvalidArgument, name, strings.Join(Names(), ", "))
 	}

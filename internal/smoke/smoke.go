@@ -22,23 +22,17 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 )
-
-// Endpoint is where a driver's CLI finds its model.
-type Endpoint struct {
-	BaseURL  string
-	APIKey   string
-	Provider string
-}
 
 // Target is one driver to smoke-test.
 type Target struct {
 	Name string
 	// New builds the driver for an endpoint.
-	New func(Endpoint) sandboxagent.Driver
+	New drivers.Factory
 	// Real is the endpoint for a run against a real model; unused with
 	// the fake model.
-	Real Endpoint
+	Real drivers.Endpoint
 	// Model is passed to the agent ("" = the driver's default).
 	Model string
 }
@@ -115,7 +109,7 @@ type run struct {
 	t      Target
 	ctx    context.Context
 	fake   *fakemodel.Server
-	ep     Endpoint
+	ep     drivers.Endpoint
 	caps   sandboxagent.Capabilities
 	agent  *sandboxagent.Agent
 	audit  string
@@ -179,7 +173,7 @@ func (r *run) setup() error {
 			return err
 		}
 		r.fake = srv
-		r.ep = Endpoint{BaseURL: srv.URL() + "/v1", APIKey: "sk-smoke-" + randHex(16), Provider: "sandbox"}
+		r.ep = drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: "sk-smoke-" + randHex(16), Provider: "sandbox"}
 		if err := r.script(fakemodel.Script{}); err != nil {
 			return err
 		}
@@ -205,7 +199,7 @@ func (r *run) script(s fakemodel.Script) error {
 }
 
 // start starts an agent (its own container) for an endpoint.
-func (r *run) start(ep Endpoint) (*sandboxagent.Agent, error) {
+func (r *run) start(ep drivers.Endpoint) (*sandboxagent.Agent, error) {
 	cfg := r.o.Config
 	cfg.AuditRoot = r.audit
 	cfg.AuditEnabled = true

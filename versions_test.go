@@ -78,7 +78,7 @@ func TestParseVersionsRejects(t *testing.T) {
 		{"range version", func(m map[string]any) { cli(m, "codex")["version"] = "^0.171.0" }, "clis.codex.version"},
 		{"x-range", func(m map[string]any) { cli(m, "pi")["version"] = "0.73.x" }, "clis.pi.version"},
 		{"partial version", func(m map[string]any) { cli(m, "pi")["version"] = "0.73" }, "clis.pi.version"},
-		{"missing cli", func(m map[string]any) { delete(m["clis"].(map[string]any), "dsh") }, "clis.dsh is missing"},
+		{"no cli", func(m map[string]any) { m["clis"] = map[string]any{} }, "clis is empty"},
 		{"cli named base", func(m map[string]any) {
 			m["clis"].(map[string]any)["base"] = map[string]any{"package": "x", "version": "1.0.0"}
 		}, `"base" is not a valid CLI name`},
@@ -104,6 +104,24 @@ func TestParseVersionsRejects(t *testing.T) {
 	}
 	if _, err := ParseVersions([]byte("{")); err == nil {
 		t.Error("truncated JSON accepted")
+	}
+}
+
+func TestCLINamesFollowTheDocument(t *testing.T) {
+	// versions.json is the one list of CLIs: its key order is the order
+	// they are listed and built in, whatever the names.
+	doc := `{"repo":"r/x","image_date":"20260101","base":{"from":"debian:stable-slim","node_version":"1.2.3","npm_version":"1.2.3"},
+	  "clis":{"zed":{"package":"zed","version":"1.0.0"},"alpha":{"package":"alpha","version":"2.0.0"},"mid":{"package":"mid","version":"3.0.0"}}}`
+	v, err := ParseVersions([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(v.CLINames(), ","); got != "zed,alpha,mid" {
+		t.Errorf("CLINames = %s, want the document's order zed,alpha,mid", got)
+	}
+	v.CLIs["beta"] = CLISpec{Package: "beta", Version: "1.0.0"}
+	if got := strings.Join(v.CLINames(), ","); got != "zed,alpha,mid,beta" {
+		t.Errorf("CLINames after adding in code = %s", got)
 	}
 }
 

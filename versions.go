@@ -27,9 +27,6 @@ const DefaultImageRepo = "ghcr.io/sandbox-agent/sandbox-agent"
 // and wherever a list of image names is accepted.
 const BaseImageName = "base"
 
-// knownCLIs is the order the CLIs are listed and built in.
-var knownCLIs = []string{"opencode", "codex", "claude", "pi", "dsh"}
-
 // VersionsFile is versions.json: the single source of every image tag and
 // of what goes into each image.
 type VersionsFile struct {
@@ -41,7 +38,13 @@ type VersionsFile struct {
 	// Base describes the base image every CLI image is built on.
 	Base BaseSpec `json:"base"`
 	// CLIs maps a CLI name (opencode, codex, claude, pi, dsh) to its pin.
+	// versions.json is the one list of CLIs: everything that lists them
+	// (image builds, set-up scripts, the driver table's test) reads it.
 	CLIs map[string]CLISpec `json:"clis"`
+
+	// order is the order of the "clis" keys in the parsed document: the
+	// order CLIs are listed and built in.
+	order []string
 }
 
 // BaseSpec is the base image's parameters (build args of
@@ -101,7 +104,8 @@ var (
 
 // ParseVersions parses and validates a versions.json document: the date is
 // YYYYMMDD, every version is exact (no ranges, no "latest"), package names
-// and the repository are well formed, and the five known CLIs are present.
+// and the repository are well formed, and at least one CLI is pinned. The
+// order of the "clis" keys is kept (CLINames).
 func ParseVersions(data []byte) (VersionsFile, error) {
 	var v VersionsFile
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -109,6 +113,11 @@ func ParseVersions(data []byte) (VersionsFile, error) {
 	if err := dec.Decode(&v); err != nil {
 		return VersionsFile{}, fmt.Errorf("versions.json: %w", err)
 	}
+	order, err := cliOrder(data)
+	if err != nil {
+		return VersionsFile{}, fmt.Errorf("versions.json: %w", err)
+	}
+	v.order = order
 	if err := v.Validate(); err != nil {
 		return VersionsFile{}, err
 	}
@@ -145,10 +154,8 @@ func (v VersionsFile) Validate() error {
 	if v.Base.NPMIntegrity != "" && !sriRe.MatchString(v.Base.NPMIntegrity) {
 		bad("base.npm_integrity is not a sha512 SRI hash")
 	}
-	for _, name := range knownCLIs {
-		if _, ok := v.CLIs[name]; !ok {
-			bad("clis.%s is missing", name)
-		}
+	if len(v.CLIs) == 0 {
+		bad("clis is empty")
 	}
 	for _, name := range sortedKeys(v.CLIs) {
 		c := v.CLIs[name]
@@ -212,21 +219,51 @@ func Versions() VersionsFile {
 // docker/ directory (Dockerfile.base, Dockerfile.<cli>, helper scripts).
 func ImageFiles() fs.FS { return imageFiles }
 
-// CLINames returns the CLI names of v: the known ones in their fixed order
-// (opencode, codex, claude, pi, dsh), then any others sorted.
+// CLINames returns the CLI names of v in the order versions.json lists
+// them (opencode, codex, claude, pi, dsh for the embedded file); names
+// added to CLIs in code come after, sorted.
 func (v VersionsFile) CLINames() []string {
 	out := make([]string, 0, len(v.CLIs))
-	for _, n := range knownCLIs {
+	for _, n := range v.order {
 		if _, ok := v.CLIs[n]; ok {
 			out = append(out, n)
 		}
 	}
 	for _, n := range sortedKeys(v.CLIs) {
-		if !slices.Contains(knownCLIs, n) {
+		if !slices.Contains(out, n) {
 			out = append(out, n)
 		}
 	}
 	return out
+}
+
+// cliOrder reads the keys of the top-level "clis" object in document
+// order (a Go map forgets it).
+func cliOrder(data []byte) ([]string, error) {
+	var top struct {
+		CLIs json.RawMessage `json:"clis"`
+	}
+	if err := json.Unmarshal(data, &top); err != nil || len(top.CLIs) == 0 {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(top.CLIs))
+	if _, err := dec.Token(); err != nil { // {
+		return nil, err
+	}
+	var names []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		name, _ := tok.(string)
+		names = append(names, name)
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil, err
+		}
+	}
+	return names, nil
 }
 
 // BaseImage returns the base image under repo ("" = v.Repo).
