@@ -302,7 +302,7 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 		case ferr != nil:
 			err = ferr
 		case t.lines < t.firstLine && out.Reply == "":
-			err = &DriverError{Driver: a.drv.Name(), Message: ErrNoOutput.Error(), ExitCode: xres.ExitCode, Stderr: stderr}
+			err = &DriverError{Driver: a.drv.Name(), Message: ErrNoOutput.Error(), ExitCode: xres.ExitCode, Stderr: stderr, Err: ErrNoOutput}
 		}
 	}
 	if t.session == "" && t.lines > 0 {

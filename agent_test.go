@@ -212,6 +212,9 @@ func TestAgentErrors(t *testing.T) {
 			if !errors.As(err, &de) || !strings.Contains(de.Message, "printed nothing") {
 				t.Errorf("err %v", err)
 			}
+			if !errors.Is(err, ErrNoOutput) {
+				t.Errorf("errors.Is(%v, ErrNoOutput) = false", err)
+			}
 		}},
 		{"timeout", func(string) (string, string, int) { return "", "", -1 }, func(t *testing.T, err error) {
 			if !errors.Is(err, ErrTimeout) {

@@ -2,7 +2,6 @@ package sandboxagent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
@@ -145,35 +144,3 @@ type SessionDump struct {
 	Files     map[string][]byte `json:"files"` // driver-defined names
 	Meta      map[string]string `json:"meta,omitempty"`
 }
-
-// DriverError is a failure the CLI itself reported: a rejected key, an API
-// error, a crash. Callers branch on it with errors.As.
-type DriverError struct {
-	Driver   string
-	Message  string // what the CLI said, in one line
-	ExitCode int
-	Stderr   string // the CLI's stderr (capped), for diagnosis
-	// Status is the HTTP status of the API error, when the CLI reported one.
-	Status int
-}
-
-func (e *DriverError) Error() string {
-	msg := fmt.Sprintf("%s: %s", e.Driver, e.Message)
-	if e.Status != 0 {
-		msg += fmt.Sprintf(" (HTTP %d)", e.Status)
-	}
-	if e.ExitCode != 0 {
-		msg += fmt.Sprintf(" (exit %d)", e.ExitCode)
-	}
-	return msg
-}
-
-// Errors of agents.
-var (
-	// ErrUnsupported: the driver does not support this (see Capabilities).
-	ErrUnsupported = errors.New("not supported by this driver")
-	// ErrNoOutput: the CLI exited without printing anything usable.
-	ErrNoOutput = errors.New("agent CLI printed nothing")
-	// ErrCLIMissing: the CLI is not installed in the image.
-	ErrCLIMissing = errors.New("agent CLI not found in the image")
-)

@@ -68,3 +68,73 @@ func (e *HardeningError) Error() string {
 }
 
 func (e *HardeningError) Unwrap() error { return ErrHardening }
+
+// Limits a sandbox's commands can hit, for ResourceError.
+const (
+	ResourceMemory = "memory"
+	ResourcePids   = "pids"
+)
+
+// ResourceError: a command ran into a limit of its sandbox — the kernel's
+// OOM killer killed a process (memory), or forks failed because the
+// sandbox had as many processes as its pids limit allows. errors.Is
+// matches ErrOutOfMemory or ErrPidsLimit.
+type ResourceError struct {
+	Resource string // ResourceMemory or ResourcePids
+	Limit    int64  // bytes for memory, processes for pids
+	Events   int64  // OOM kills, or refused forks, since the last check
+	Cmd      string // the command that was running
+}
+
+func (e *ResourceError) Error() string {
+	switch e.Resource {
+	case ResourceMemory:
+		return fmt.Sprintf("%s: out of memory: the sandbox's memory limit (%d bytes) was reached and the OOM killer killed %d process(es)", e.Cmd, e.Limit, e.Events)
+	default:
+		return fmt.Sprintf("%s: process limit reached: the sandbox allows %d processes and %d fork(s) were refused", e.Cmd, e.Limit, e.Events)
+	}
+}
+
+func (e *ResourceError) Unwrap() error {
+	if e.Resource == ResourceMemory {
+		return ErrOutOfMemory
+	}
+	return ErrPidsLimit
+}
+
+// DriverError is a failure the CLI itself reported: a rejected key, an API
+// error, a crash. Callers branch on it with errors.As.
+type DriverError struct {
+	Driver   string
+	Message  string // what the CLI said, in one line
+	ExitCode int
+	Stderr   string // the CLI's stderr (capped), for diagnosis
+	// Status is the HTTP status of the API error, when the CLI reported one.
+	Status int
+	// Err is the sentinel the failure matches, if any (ErrNoOutput when
+	// the CLI printed nothing usable).
+	Err error
+}
+
+func (e *DriverError) Error() string {
+	msg := fmt.Sprintf("%s: %s", e.Driver, e.Message)
+	if e.Status != 0 {
+		msg += fmt.Sprintf(" (HTTP %d)", e.Status)
+	}
+	if e.ExitCode != 0 {
+		msg += fmt.Sprintf(" (exit %d)", e.ExitCode)
+	}
+	return msg
+}
+
+func (e *DriverError) Unwrap() error { return e.Err }
+
+// Errors of agents.
+var (
+	// ErrUnsupported: the driver does not support this (see Capabilities).
+	ErrUnsupported = errors.New("not supported by this driver")
+	// ErrNoOutput: the CLI exited without printing anything usable.
+	ErrNoOutput = errors.New("agent CLI printed nothing")
+	// ErrCLIMissing: the CLI is not installed in the image.
+	ErrCLIMissing = errors.New("agent CLI not found in the image")
+)

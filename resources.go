@@ -11,39 +11,6 @@ import (
 	"time"
 )
 
-// Limits a sandbox's commands can hit, for ResourceError.
-const (
-	ResourceMemory = "memory"
-	ResourcePids   = "pids"
-)
-
-// ResourceError: a command ran into a limit of its sandbox — the kernel's
-// OOM killer killed a process (memory), or forks failed because the
-// sandbox had as many processes as its pids limit allows. errors.Is
-// matches ErrOutOfMemory or ErrPidsLimit.
-type ResourceError struct {
-	Resource string // ResourceMemory or ResourcePids
-	Limit    int64  // bytes for memory, processes for pids
-	Events   int64  // OOM kills, or refused forks, since the last check
-	Cmd      string // the command that was running
-}
-
-func (e *ResourceError) Error() string {
-	switch e.Resource {
-	case ResourceMemory:
-		return fmt.Sprintf("%s: out of memory: the sandbox's memory limit (%d bytes) was reached and the OOM killer killed %d process(es)", e.Cmd, e.Limit, e.Events)
-	default:
-		return fmt.Sprintf("%s: process limit reached: the sandbox allows %d processes and %d fork(s) were refused", e.Cmd, e.Limit, e.Events)
-	}
-}
-
-func (e *ResourceError) Unwrap() error {
-	if e.Resource == ResourceMemory {
-		return ErrOutOfMemory
-	}
-	return ErrPidsLimit
-}
-
 // ResourceEvents are the sandbox's cgroup counters: how often the OOM
 // killer struck and how many forks the pids limit refused since the
 // sandbox started.
