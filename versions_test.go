@@ -135,19 +135,21 @@ func TestParseVersionsAcceptsPrerelease(t *testing.T) {
 	}
 }
 
+// testVersions is a versions.json parsed as the embedded one is (so its
+// CLI order is the document's).
 func testVersions() VersionsFile {
-	return VersionsFile{
-		Repo:      "ghcr.io/sandbox-agent/sandbox-agent",
-		ImageDate: "20260102",
-		Base:      BaseSpec{From: "debian:stable-slim", NodeVersion: "22.23.3", NPMVersion: "11.21.2"},
-		CLIs: map[string]CLISpec{
-			"opencode": {Package: "opencode-ai", Version: "1.18.33"},
-			"codex":    {Package: "@openai/codex", Version: "0.171.0"},
-			"claude":   {Package: "@anthropic-ai/claude-code", Version: "2.1.332"},
-			"pi":       {Package: "@mariozechner/pi-coding-agent", Version: "0.73.1"},
-			"dsh":      {Package: "@deepseek-ai/dsh", Version: "0.1.0-rc.8"},
-		},
+	v, err := ParseVersions([]byte(`{"repo": "ghcr.io/sandbox-agent/sandbox-agent", "image_date": "20260102",
+	  "base": {"from": "debian:stable-slim", "node_version": "22.23.3", "npm_version": "11.21.2"},
+	  "clis": {
+	    "opencode": {"package": "opencode-ai", "version": "1.18.33"},
+	    "codex": {"package": "@openai/codex", "version": "0.171.0"},
+	    "claude": {"package": "@anthropic-ai/claude-code", "version": "2.1.332"},
+	    "pi": {"package": "@mariozechner/pi-coding-agent", "version": "0.73.1"},
+	    "dsh": {"package": "@deepseek-ai/dsh", "version": "0.1.0-rc.8"}}}`))
+	if err != nil {
+		panic(err)
 	}
+	return v
 }
 
 func TestTagDerivation(t *testing.T) {
