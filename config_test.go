@@ -50,8 +50,8 @@ func TestLoadConfigPrecedence(t *testing.T) {
 				t.Errorf("unset key changed: %v", c.Timeouts.Start)
 			}
 		}},
-		{"env over file", file, map[string]string{"SANDBOX_AGENT_TIMEOUT_EXEC": "5m", "SANDBOX_AGENT_IMAGE_NAME": "reg.example/x", "GATEWAY_URL": "http://127.0.0.1:9"}, func(t *testing.T, c Config) {
-			if c.Timeouts.Exec != 5*time.Minute || c.ImageName != "reg.example/x" || c.GatewayURL != "http://127.0.0.1:9" {
+		{"env over file", file, map[string]string{"SANDBOX_AGENT_TIMEOUT_EXEC": "5m", "SANDBOX_AGENT_IMAGE_NAME": "reg.example/x"}, func(t *testing.T, c Config) {
+			if c.Timeouts.Exec != 5*time.Minute || c.ImageName != "reg.example/x" {
 				t.Errorf("got %+v", c)
 			}
 			if c.Keepalive != 2*time.Hour {
@@ -61,6 +61,11 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		{"SSL_CERT_FILE is the CA default", "", map[string]string{"SSL_CERT_FILE": "/etc/ca.pem"}, func(t *testing.T, c Config) {
 			if c.CACertFile != "/etc/ca.pem" {
 				t.Errorf("got %q", c.CACertFile)
+			}
+		}},
+		{"the command line's keys are accepted and left alone", writeConfig(t, `{"gateway_url": "http://127.0.0.1:9", "docker_host": "unix:///x.sock", "gateway_key": "k", "max_concurrent_starts": 3, "keepalive": 60}`), nil, func(t *testing.T, c Config) {
+			if c.Keepalive != time.Minute {
+				t.Errorf("got %+v", c)
 			}
 		}},
 		{"retention zero allowed", "", map[string]string{"SANDBOX_AGENT_AUDIT_RETENTION_DAYS": "0"}, func(t *testing.T, c Config) {

@@ -142,9 +142,6 @@ func (c Config) withDefaults() Config {
 	if c.MaxOutputBytes <= 0 {
 		c.MaxOutputBytes = d.MaxOutputBytes
 	}
-	if c.MaxConcurrentStarts <= 0 {
-		c.MaxConcurrentStarts = d.MaxConcurrentStarts
-	}
 	return c
 }
 

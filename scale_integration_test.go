@@ -74,12 +74,15 @@ func BenchmarkScale(b *testing.B) {
 	if v := os.Getenv("SANDBOX_AGENT_SCALE_DRIVER"); v != "" {
 		driverName = v
 	}
-	env, err := sandboxagent.LoadConfig("", os.Getenv)
-	if err != nil {
-		b.Fatal(err)
+	// The start queue's width, as the command line reads it.
+	width := sandboxagent.DefaultMaxConcurrentStarts
+	if v := os.Getenv("SANDBOX_AGENT_MAX_CONCURRENT_STARTS"); v != "" {
+		var err error
+		if width, err = strconv.Atoi(v); err != nil || width < 1 {
+			b.Fatalf("SANDBOX_AGENT_MAX_CONCURRENT_STARTS=%q: want a positive integer", v)
+		}
 	}
 	cfg := testenv.Config()
-	cfg.MaxConcurrentStarts = env.MaxConcurrentStarts
 	cfg.AuditRoot = filepath.Join(b.TempDir(), "audit") // the audit trail is part of the work
 	// Generous: 50 CLIs starting together on 2 cores take minutes.
 	cfg.Timeouts.Start = 5 * time.Minute
@@ -142,7 +145,7 @@ func BenchmarkScale(b *testing.B) {
 	loadBefore := loadAvg()
 	round := time.Now()
 	tr := newTimedRuntime(base)
-	rt := sandboxagent.LimitStarts(tr, cfg.MaxConcurrentStarts)
+	rt := sandboxagent.LimitStarts(tr, width)
 
 	memBefore, memErr := memAvailable()
 	memMin := memBefore
@@ -318,7 +321,7 @@ func BenchmarkScale(b *testing.B) {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	var tbl strings.Builder
 	fmt.Fprintf(&tbl, "scale: %d sandboxes, driver %s (CLI %s), max_concurrent_starts %d, %d execs of `true` each, 1 ask each\n",
-		n, driverName, cli, cfg.MaxConcurrentStarts, scaleExecs)
+		n, driverName, cli, width, scaleExecs)
 	fmt.Fprintf(&tbl, "round %.1fs; load average %s before, %s after\n", roundTime.Seconds(), loadBefore, loadAvg())
 	if !asksEnd.IsZero() && !execsEnd.IsZero() && !startsEnd.IsZero() {
 		execPhase := execsEnd.Sub(startsEnd)

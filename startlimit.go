@@ -2,13 +2,17 @@ package sandboxagent
 
 import "context"
 
+// DefaultMaxConcurrentStarts is LimitStarts' width when given none (the
+// command line's max_concurrent_starts default).
+const DefaultMaxConcurrentStarts = 8
+
 // LimitStarts wraps rt so that at most n container creates and starts run
 // at once; the others wait their turn (or their context). Many sandboxes
 // starting together then queue instead of stampeding the engine. Share
 // the returned Runtime between the sandboxes to be bounded together.
 func LimitStarts(rt Runtime, n int) Runtime {
 	if n <= 0 {
-		n = DefaultConfig().MaxConcurrentStarts
+		n = DefaultMaxConcurrentStarts
 	}
 	return &limitedRuntime{Runtime: rt, slots: make(chan struct{}, n)}
 }

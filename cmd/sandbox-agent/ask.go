@@ -52,9 +52,10 @@ func fakeKey() string {
 }
 
 // startAgent resolves the endpoint (fake model, provider or gateway),
-// builds the driver and starts the agent. The returned stop func shuts
-// the fake model down.
-func (a *app) startAgent(ctx context.Context, name string, f *agentFlags) (*sandboxagent.Agent, func(), error) {
+// builds the driver and starts the agent in a sandbox with opts (parsed
+// from f's sandbox flags). The returned stop func shuts the fake model
+// down.
+func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts sandboxagent.SandboxOptions) (*sandboxagent.Agent, func(), error) {
 	stop := func() {}
 	cfg := a.cfg
 	if f.timeout > 0 {
@@ -66,11 +67,8 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags) (*sand
 	if f.noAudit {
 		cfg.AuditEnabled = false
 	}
-	opts, _, _, err := f.sandboxFlags.options(cfg)
-	if err != nil {
-		return nil, stop, err
-	}
 	var ep drivers.Endpoint
+	var err error
 	network := f.network
 	switch {
 	case f.fake != "":
@@ -169,11 +167,11 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 	if strings.TrimSpace(prompt) == "" {
 		return a.fail(errors.New("ask: no prompt given"))
 	}
-	_, ups, downs, err := af.sandboxFlags.options(a.cfg)
+	opts, ups, downs, err := af.sandboxFlags.options(a.cfg)
 	if err != nil {
 		return a.fail(fmt.Errorf("ask: %w", err))
 	}
-	ag, stop, err := a.startAgent(ctx, *driver, &af)
+	ag, stop, err := a.startAgent(ctx, *driver, &af, opts)
 	defer stop()
 	if err != nil {
 		return a.fail(err)

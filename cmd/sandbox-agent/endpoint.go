@@ -20,7 +20,7 @@ func (a *app) realEndpoint(name, provider, keyEnv string) (drivers.Endpoint, err
 		}
 		return drivers.Endpoint{Provider: provider, APIKey: key}, nil
 	}
-	ep := drivers.Endpoint{BaseURL: a.cfg.GatewayURL, APIKey: a.cfg.GatewayKey}
+	ep := drivers.Endpoint{BaseURL: a.cli.gatewayURL, APIKey: a.cli.gatewayKey}
 	if keyEnv != "" {
 		ep.APIKey = a.getenv(keyEnv)
 	}

@@ -130,12 +130,12 @@ func imagesWhich(a *app, args []string) int {
 }
 
 func (a *app) imageBuilder(ctx context.Context, opts images.Options) (*images.Builder, error) {
-	rt, err := a.runtime(ctx)
+	eng, err := a.engine(ctx)
 	if err != nil {
 		return nil, err
 	}
 	opts.Repo = a.cfg.ImageName
-	return images.New(images.NewEngine(rt.Client()), opts)
+	return images.New(eng.images, opts)
 }
 
 func imagesBuild(ctx context.Context, a *app, args []string) int {

@@ -13,7 +13,6 @@ import (
 	"syscall"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/runtime/docker"
 )
 
 // Exit codes of sandbox-agent itself. exec passes the command's own exit
@@ -23,27 +22,38 @@ const (
 	exitError = 125 // sandbox-agent failed: usage, engine, image, I/O
 )
 
-// app carries what every subcommand needs: the configuration loaded once,
-// the standard streams, and a lazily connected engine.
+// app carries what every subcommand needs: the configuration loaded once
+// (the library's and the command line's own keys), the standard streams,
+// and a lazily connected engine.
 type app struct {
 	cfg    sandboxagent.Config
+	cli    settings
 	getenv func(string) string
 	stdout io.Writer
 	stderr io.Writer
-	rt     *docker.Runtime
+	eng    *engine
 }
 
 // runtime connects to the engine on first use.
-func (a *app) runtime(ctx context.Context) (*docker.Runtime, error) {
-	if a.rt != nil {
-		return a.rt, nil
-	}
-	rt, err := docker.New(ctx, docker.Options{Host: a.cfg.DockerHost})
+func (a *app) runtime(ctx context.Context) (sandboxagent.Runtime, error) {
+	eng, err := a.engine(ctx)
 	if err != nil {
 		return nil, err
 	}
-	a.rt = rt
-	return rt, nil
+	return eng.rt, nil
+}
+
+// engine connects on first use.
+func (a *app) engine(ctx context.Context) (*engine, error) {
+	if a.eng != nil {
+		return a.eng, nil
+	}
+	eng, err := connect(ctx, a.cli.dockerHost)
+	if err != nil {
+		return nil, err
+	}
+	a.eng = eng
+	return eng, nil
 }
 
 // fail prints a sandbox-agent error and returns its exit code.
@@ -98,14 +108,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		usage(stderr)
 		return exitError
 	}
-	cfg, err := sandboxagent.LoadConfig(configPath(getenv), getenv)
+	cfg, cli, err := loadConfig(configPath(getenv), getenv)
 	if err != nil {
 		return a.fail(err)
 	}
-	a.cfg = cfg
+	a.cfg, a.cli = cfg, cli
 	defer func() {
-		if a.rt != nil {
-			a.rt.Close()
+		if a.eng != nil {
+			a.eng.close()
 		}
 	}()
 	return cmd.run(ctx, a, args[1:])

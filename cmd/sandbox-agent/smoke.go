@@ -64,7 +64,7 @@ func runSmoke(ctx context.Context, a *app, args []string) int {
 	var mu sync.Mutex
 	enc := json.NewEncoder(a.stdout)
 	results := smoke.Run(ctx, smoke.Options{
-		Runtime: sandboxagent.LimitStarts(rt, a.cfg.MaxConcurrentStarts), Config: a.cfg, Fake: *fake, Image: *image,
+		Runtime: sandboxagent.LimitStarts(rt, a.cli.maxConcurrentStarts), Config: a.cfg, Fake: *fake, Image: *image,
 		Progress: func(r smoke.StepResult) {
 			mu.Lock()
 			defer mu.Unlock()

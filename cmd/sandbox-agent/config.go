@@ -1,0 +1,61 @@
+package main
+
+import (
+	"errors"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/configfile"
+)
+
+// settings are the keys only the command line reads (which engine, which
+// gateway, how many sandboxes start at once), beside the library's Config.
+// Same file, same precedence, one key table in the README.
+type settings struct {
+	// dockerHost overrides DOCKER_HOST for the engine connection.
+	dockerHost string
+	// gatewayURL and gatewayKey: the OpenAI/Anthropic compatible gateway
+	// the CLIs other than opencode use against real models.
+	gatewayURL string
+	gatewayKey string
+	// maxConcurrentStarts bounds how many sandboxes start at once (smoke).
+	maxConcurrentStarts int
+}
+
+func defaultSettings() settings {
+	return settings{
+		gatewayURL:          "http://127.0.0.1:4000",
+		gatewayKey:          "sk-sandbox-agent",
+		maxConcurrentStarts: sandboxagent.DefaultMaxConcurrentStarts,
+	}
+}
+
+// settingsKeys are the command line's own keys (the library's are in
+// sandboxagent.ConfigKeys).
+var settingsKeys = []configfile.Key[settings]{
+	configfile.String("docker_host", "DOCKER_HOST", func(s *settings) *string { return &s.dockerHost }),
+	configfile.String("gateway_url", "GATEWAY_URL", func(s *settings) *string { return &s.gatewayURL }),
+	configfile.String("gateway_key", "GATEWAY_KEY", func(s *settings) *string { return &s.gatewayKey }),
+	configfile.Int("max_concurrent_starts", 1, func(s *settings, n int64) { s.maxConcurrentStarts = int(n) }),
+}
+
+// loadConfig reads the library's keys and the command line's from the
+// same file and environment. Errors are *sandboxagent.ConfigError.
+func loadConfig(path string, getenv func(string) string) (sandboxagent.Config, settings, error) {
+	lib, err := sandboxagent.LoadConfig(path, getenv)
+	if err != nil {
+		return sandboxagent.Config{}, settings{}, err
+	}
+	s := defaultSettings()
+	var libKeys []string
+	for _, k := range sandboxagent.ConfigKeys() {
+		libKeys = append(libKeys, k[0])
+	}
+	if err := configfile.Load(&s, path, getenv, settingsKeys, libKeys); err != nil {
+		var fe *configfile.Error
+		if errors.As(err, &fe) {
+			err = &sandboxagent.ConfigError{Key: fe.Key, Source: fe.Source, Err: fe.Err}
+		}
+		return sandboxagent.Config{}, settings{}, err
+	}
+	return lib, s, nil
+}
