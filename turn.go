@@ -1,0 +1,343 @@
+package sandboxagent
+
+// The turn machinery: one turn runs the driver's command, splits the CLI's
+// output into lines, parses them into events, learns the session id, and
+// writes the audit trail (events.jsonl, session.jsonl, status.json) as it
+// goes.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/audit"
+)
+
+// sessionState is what the agent knows of one CLI session: where its
+// audit folder is, how many raw lines it has, and its status record.
+type sessionState struct {
+	created time.Time
+	lines   int
+	status  sessionStatus
+}
+
+// sessionStatus is status.json.
+type sessionStatus struct {
+	SessionID string       `json:"session_id"`
+	Driver    string       `json:"driver"`
+	Model     string       `json:"model,omitempty"`
+	Image     string       `json:"image"`
+	Container string       `json:"container"`
+	Created   time.Time    `json:"created"`
+	Updated   time.Time    `json:"updated"`
+	Turns     []turnStatus `json:"turns"`
+}
+
+type turnStatus struct {
+	Turn       int       `json:"turn"`
+	Prompt     string    `json:"prompt"`
+	Started    time.Time `json:"started"`
+	DurationMS int64     `json:"duration_ms"`
+	ExitCode   int       `json:"exit_code"`
+	Reply      string    `json:"reply,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	Events     int       `json:"events"`
+	FirstLine  int       `json:"first_line,omitempty"`
+	LastLine   int       `json:"last_line,omitempty"`
+}
+
+// maxLineBytes bounds one line of CLI output held in memory; a longer
+// line is cut (and flagged in a raw event).
+const maxLineBytes = 8 << 20
+
+// maxStderrBytes bounds the CLI stderr kept for error reports.
+const maxStderrBytes = 1 << 20
+
+// turn is the state of one running turn.
+type turn struct {
+	a       *Agent
+	no      int
+	spec    Turn
+	fn      func(Event)
+	started time.Time
+	parser  Parser
+
+	session   string // known session id
+	lines     int    // raw lines of this session so far
+	firstLine int
+	pending   [][]byte // raw lines seen before the session id was known
+	events    []Event
+	log       *audit.Log
+	auditErr  bool
+}
+
+func (t *turn) run(ctx context.Context) (TurnResult, error) {
+	a := t.a
+	inv, err := a.drv.Command(t.spec)
+	if err != nil {
+		return TurnResult{}, fmt.Errorf("%s: build command: %w", a.drv.Name(), err)
+	}
+	t.parser = a.drv.NewParser(t.spec)
+	if t.spec.SessionID != "" {
+		t.setSession(t.spec.SessionID)
+	}
+	lines := &lineSplitter{max: maxLineBytes, fn: t.line}
+	req := ExecRequest{
+		Cmd: inv.Cmd, Env: inv.Env, WorkDir: inv.WorkDir, Stdout: lines,
+		Timeout: a.cfg.Timeouts.Ask, MaxOutputBytes: maxStderrBytes,
+	}
+	if inv.Stdin != nil {
+		req.Stdin = bytes.NewReader(inv.Stdin)
+	}
+	xres, xerr := a.sb.Run(ctx, req)
+	lines.flush()
+	res := TurnResult{ExitCode: xres.ExitCode, Duration: time.Since(t.started)}
+	stderr := t.redact(string(xres.Stderr))
+	switch {
+	case xres.TimedOut && ctx.Err() != nil:
+		err = fmt.Errorf("%s turn interrupted: %w", a.drv.Name(), ctx.Err())
+	case xres.TimedOut:
+		err = fmt.Errorf("%s turn: %w after %v (timeout_ask); the CLI's processes were killed", a.drv.Name(), ErrTimeout, a.cfg.Timeouts.Ask)
+		if xerr != nil { // a limit hit on the way, say
+			err = fmt.Errorf("%w; %w", err, xerr)
+		}
+	case xerr != nil:
+		err = fmt.Errorf("%s turn: %w", a.drv.Name(), xerr)
+	case (xres.ExitCode == 126 || xres.ExitCode == 127) && t.lines < t.firstLine:
+		err = fmt.Errorf("%s: %w (image %s): %s", a.drv.Name(), ErrCLIMissing, a.image, strings.TrimSpace(stderr))
+	default:
+		out, ferr := t.parser.Finish(xres.ExitCode, xres.Stderr)
+		if out.SessionID != "" {
+			t.setSession(out.SessionID)
+		}
+		res.Reply = out.Reply
+		var de *DriverError
+		switch {
+		case errors.As(ferr, &de):
+			if de.Driver == "" {
+				de.Driver = a.drv.Name()
+			}
+			de.Stderr = t.redact(de.Stderr)
+			if de.Stderr == "" {
+				de.Stderr = stderr
+			}
+			de.Message = t.redact(de.Message)
+			err = de
+		case ferr != nil:
+			err = ferr
+		case t.lines < t.firstLine && out.Reply == "":
+			err = &DriverError{Driver: a.drv.Name(), Message: ErrNoOutput.Error(), ExitCode: xres.ExitCode, Stderr: stderr, Err: ErrNoOutput}
+		}
+	}
+	if t.session == "" && t.lines > 0 {
+		// The CLI never named its session (it crashed early, say): keep
+		// its output under the container's name.
+		t.setSession("unknown-" + a.sb.Name())
+	}
+	res.SessionID = t.session
+	done := Payload{Text: res.Reply}
+	if err != nil {
+		t.emit(Event{Kind: KindError, Payload: Payload{Text: t.redact(err.Error()), IsError: true}})
+		done.IsError = true
+		done.Text = ""
+	}
+	code := xres.ExitCode
+	done.ExitCode = &code
+	t.emit(Event{Kind: KindDone, Payload: done})
+	res.Events = t.events
+	if t.log != nil {
+		res.AuditDir = t.log.Dir()
+	}
+	return res, err
+}
+
+func (t *turn) redact(s string) string {
+	for _, sec := range t.a.drv.Secrets() {
+		if len(sec) >= 4 {
+			s = strings.ReplaceAll(s, sec, audit.Redacted)
+		}
+	}
+	return s
+}
+
+// line handles one raw stdout line.
+func (t *turn) line(raw []byte, cut bool) {
+	t.lines++
+	no := t.lines
+	if t.log != nil {
+		t.writeRaw(raw)
+	} else if t.a.audit && t.session == "" {
+		t.pending = append(t.pending, append([]byte(nil), raw...))
+	}
+	evs := t.parser.Parse(raw)
+	if cut {
+		evs = append(evs, Event{Kind: KindRaw, Payload: Payload{Text: fmt.Sprintf("line longer than %d bytes was cut", maxLineBytes), IsError: true}})
+	}
+	for _, ev := range evs {
+		if ev.Kind == KindSession && ev.SessionID != "" {
+			t.setSession(ev.SessionID)
+		}
+		if ev.SessionID != "" && t.session == "" {
+			t.setSession(ev.SessionID)
+		}
+		ev.Line = no
+		t.emit(ev)
+	}
+}
+
+// setSession records the session id and opens its audit folder, writing
+// the lines that arrived before the id was known.
+func (t *turn) setSession(id string) {
+	if id == t.session && (t.log != nil || !t.a.audit) {
+		return
+	}
+	if t.session != "" && t.session != id {
+		// A new id mid-turn (a CLI that forked): audit goes on in the
+		// first folder; the agent continues the new id.
+		t.session = id
+		return
+	}
+	t.session = id
+	st := t.a.sessions[id]
+	if st == nil {
+		st = &sessionState{created: t.started}
+		t.a.sessions[id] = st
+	}
+	if !t.a.audit || t.log != nil {
+		return
+	}
+	l, err := audit.Open(t.a.cfg.AuditRoot, st.created, id, t.a.drv.Secrets())
+	if err != nil {
+		t.warn(err)
+		return
+	}
+	t.log = l
+	for _, raw := range t.pending {
+		t.writeRaw(raw)
+	}
+	for _, ev := range t.events {
+		if err := t.log.Event(ev); err != nil {
+			t.warn(err)
+		}
+	}
+	t.pending = nil
+}
+
+func (t *turn) writeRaw(raw []byte) {
+	if err := t.log.Raw(raw); err != nil {
+		t.warn(err)
+	}
+}
+
+func (t *turn) warn(err error) {
+	if !t.auditErr { // one warning per turn is enough
+		t.a.log.Warn("sandbox-agent: audit write failed; the turn goes on", "err", err)
+		t.auditErr = true
+	}
+}
+
+// emit completes an event, records it, audits it and hands it out.
+func (t *turn) emit(ev Event) {
+	ev.Turn = t.no
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	if ev.SessionID == "" {
+		ev.SessionID = t.session
+	}
+	t.events = append(t.events, ev)
+	if t.log != nil {
+		if err := t.log.Event(ev); err != nil {
+			t.warn(err)
+		}
+	}
+	if t.fn != nil {
+		t.fn(ev)
+	}
+}
+
+// finish records the turn in the session's state and status.json.
+func (t *turn) finish(res TurnResult, err error) {
+	a := t.a
+	if t.session != "" {
+		st := a.sessions[t.session]
+		if st == nil {
+			st = &sessionState{created: t.started}
+			a.sessions[t.session] = st
+		}
+		st.lines = t.lines
+		ts := turnStatus{
+			Turn: t.no, Prompt: t.redact(t.spec.Prompt), Started: t.started.UTC(), DurationMS: res.Duration.Milliseconds(),
+			ExitCode: res.ExitCode, Reply: res.Reply, Events: len(res.Events),
+		}
+		if t.lines >= t.firstLine {
+			ts.FirstLine, ts.LastLine = t.firstLine, t.lines
+		}
+		if err != nil {
+			ts.Error = t.redact(err.Error())
+		}
+		st.status.Turns = append(st.status.Turns, ts)
+		st.status.SessionID = t.session
+		st.status.Driver = a.drv.Name()
+		st.status.Model = a.model
+		st.status.Image = a.image
+		st.status.Container = a.sb.Name()
+		st.status.Created = st.created.UTC()
+		st.status.Updated = time.Now().UTC()
+		if t.log != nil {
+			if err := t.log.Status(st.status); err != nil {
+				t.warn(err)
+			}
+		}
+	}
+	if t.log != nil {
+		t.log.Close()
+	}
+}
+
+// lineSplitter cuts a byte stream into lines for fn, holding at most max
+// bytes of one line; the rest of an overlong line is dropped.
+type lineSplitter struct {
+	max int
+	fn  func(line []byte, cut bool)
+	buf []byte
+	cut bool
+}
+
+func (l *lineSplitter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		chunk := p
+		if i >= 0 {
+			chunk = p[:i]
+		}
+		if room := l.max - len(l.buf); room < len(chunk) {
+			l.buf = append(l.buf, chunk[:max(room, 0)]...)
+			l.cut = true
+		} else {
+			l.buf = append(l.buf, chunk...)
+		}
+		if i < 0 {
+			break
+		}
+		l.emit()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+func (l *lineSplitter) emit() {
+	l.fn(l.buf, l.cut)
+	l.buf = l.buf[:0]
+	l.cut = false
+}
+
+func (l *lineSplitter) flush() {
+	if len(l.buf) > 0 || l.cut {
+		l.emit()
+	}
+}
