@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // line is the union of the stream-json line shapes the parser reads.
@@ -384,7 +385,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 	r := p.result
 	switch {
 	case r == nil && exitCode != 0:
-		msg := firstLine(errText)
+		msg := kit.FirstLine(errText)
 		if msg == "" {
 			msg = p.apiError
 		}
@@ -414,7 +415,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 		out.Reply = p.lastText
 	}
 	if exitCode != 0 {
-		msg := firstLine(errText)
+		msg := kit.FirstLine(errText)
 		if msg == "" {
 			msg = fmt.Sprintf("claude exited with code %d", exitCode)
 		}

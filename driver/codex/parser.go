@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // line is one `codex exec --json` line.
@@ -279,7 +280,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 	out := sandboxagent.TurnOutcome{Reply: p.reply, SessionID: p.session}
 	errText := strings.TrimSpace(string(stderr))
 	fail := func(msg string) (sandboxagent.TurnOutcome, error) {
-		msg = oneLine(msg)
+		msg = kit.Fold(msg)
 		return out, &sandboxagent.DriverError{
 			Driver: "codex", Message: msg, ExitCode: exitCode, Stderr: errText, Status: httpStatus(msg),
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // exitType is the type of the line the turn's wrapper prints last: dsh's
@@ -455,7 +456,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 	case jsError.MatchString(serr):
 		de.Message = oneLine(jsError.FindString(serr))
 	case serr != "":
-		de.Message = firstLine(serr)
+		de.Message = kit.FirstLine(serr)
 	case p.wrapErr != "":
 		de.Message = oneLine(p.wrapErr)
 	case !p.turnEnded:

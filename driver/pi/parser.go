@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // line is one line of pi's --mode json output. Only the fields the parser
@@ -394,7 +395,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 		apiErr = p.retryFail
 	}
 	if exitCode != 0 {
-		msg := firstLine(errText)
+		msg := kit.FirstLine(errText)
 		if apiErr != "" {
 			msg = apiErr
 		}
@@ -410,7 +411,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 		msg := "pi ended without an answer"
 		if len(p.extraLines) > 0 {
 			msg += ": " + p.extraLines[len(p.extraLines)-1]
-		} else if l := firstLine(errText); l != "" {
+		} else if l := kit.FirstLine(errText); l != "" {
 			msg += ": " + l
 		}
 		return fail(msg, 0)
@@ -424,7 +425,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 
 // oneLine is the first non-empty line of s.
 func oneLine(s string) string {
-	if l := firstLine(s); l != "" {
+	if l := kit.FirstLine(s); l != "" {
 		return l
 	}
 	return strings.TrimSpace(s)

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/driver/internal/sandboxsh"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // DefaultModel is the model id used when neither the turn nor
@@ -121,7 +121,13 @@ type Driver struct {
 	o Options
 }
 
-var _ sandboxagent.Driver = (*Driver)(nil)
+var (
+	_ sandboxagent.Driver         = (*Driver)(nil)
+	_ sandboxagent.Forker         = (*Driver)(nil)
+	_ sandboxagent.SkillInstaller = (*Driver)(nil)
+	_ sandboxagent.RulesInstaller = (*Driver)(nil)
+	_ sandboxagent.SessionStore   = (*Driver)(nil)
+)
 
 // New returns a pi driver.
 func New(o Options) *Driver { return &Driver{o: o} }
@@ -132,22 +138,14 @@ func (d *Driver) Name() string { return "pi" }
 // Image is Options.Image ("" = the built-in pi image).
 func (d *Driver) Image() string { return d.o.Image }
 
-// Capabilities: everything. pi streams text and thinking deltas in JSON
-// mode and reports per-request usage.
-func (d *Driver) Capabilities() sandboxagent.Capabilities {
-	return sandboxagent.Capabilities{
-		Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true,
-		Thinking: true, Usage: true, Deltas: true,
-	}
+// Traits: everything. pi streams text and thinking deltas in JSON mode
+// and reports per-request usage.
+func (d *Driver) Traits() sandboxagent.Traits {
+	return sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Deltas: true}
 }
 
 // Secrets returns the API key.
-func (d *Driver) Secrets() []string {
-	if d.o.APIKey == "" {
-		return nil
-	}
-	return []string{d.o.APIKey}
-}
+func (d *Driver) Secrets() []string { return kit.Secrets(d.o.APIKey) }
 
 func (d *Driver) custom() bool { return d.o.BaseURL != "" }
 
@@ -323,19 +321,15 @@ func (d *Driver) Setup(ctx context.Context, c sandboxagent.ContainerOps) error {
 	if err := d.check(); err != nil {
 		return err
 	}
-	res, err := c.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", "command -v pi"}})
-	if err != nil {
-		return fmt.Errorf("pi: %w", err)
-	}
-	if res.ExitCode != 0 {
-		return fmt.Errorf("pi: %w", sandboxagent.ErrCLIMissing)
+	if err := sh.Require(ctx, c, "pi"); err != nil {
+		return err
 	}
 	models, err := d.ModelsJSON()
 	if err != nil {
 		return err
 	}
 	if models != nil {
-		if err := writeHomeFile(ctx, c, agentDir+"/models.json", models, 0o600); err != nil {
+		if err := sh.WriteFile(ctx, c, agentDir+"/models.json", models, 0o600); err != nil {
 			return err
 		}
 	}
@@ -343,7 +337,7 @@ func (d *Driver) Setup(ctx context.Context, c sandboxagent.ContainerOps) error {
 	if err != nil {
 		return err
 	}
-	return writeHomeFile(ctx, c, agentDir+"/settings.json", settings, 0o600)
+	return sh.WriteFile(ctx, c, agentDir+"/settings.json", settings, 0o600)
 }
 
 // model splits the turn's model into pi's --provider and --model: a
@@ -378,7 +372,7 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 		cmd = append(cmd, "--thinking", d.o.Thinking)
 	}
 	if t.SessionID != "" {
-		if err := checkID(t.SessionID); err != nil {
+		if err := ids.Check(t.SessionID); err != nil {
 			return sandboxagent.Invocation{}, err
 		}
 		cmd = append(cmd, "--session", t.SessionID)
@@ -404,9 +398,6 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 	return &parser{session: t.SessionID}
 }
-
-// firstLine is s's first non-empty line, trimmed.
-func firstLine(s string) string { return sandboxsh.FirstLine(s) }
 
 func trimStderr(b []byte) string { return string(bytes.TrimSpace(b)) }
 

@@ -75,7 +75,7 @@ func TestConformanceEvents(t *testing.T) {
 				{Text: "DONE", Usage: &fakemodel.Usage{InputTokens: 321, OutputTokens: 12}},
 			}})
 			drv := drivers.All()[name](smoke.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
-			caps := drv.Capabilities()
+			caps := sandboxagent.CapabilitiesOf(drv)
 			a := drivertest.StartAgent(t, drv, drivertest.AuditRoot(t))
 			res, err := a.Stream(drivertest.Ctx(t), "conformance events", nil)
 			if err != nil {

@@ -191,7 +191,7 @@ func (r *run) setup() error {
 		return err
 	}
 	r.agent = a
-	r.caps = a.Driver().Capabilities()
+	r.caps = sandboxagent.CapabilitiesOf(a.Driver())
 	return nil
 }
 

@@ -1,0 +1,11 @@
+// Package kit is what the drivers share: running small sh scripts in the
+// sandbox through ContainerOps.Run (Shell), writing and removing the CLI's
+// files as the sandbox's user (Files), installing skills and rules,
+// checking session ids, and parsing session listings.
+//
+// A driver declares its Shell (its name, for errors, and the directory its
+// files live in) and its SessionIDs once, and builds its optional
+// behaviours (Forker, SkillInstaller, RulesInstaller, SessionStore) from
+// these pieces. Nothing here validates a Skill again: Agent.InstallSkill
+// did.
+package kit
