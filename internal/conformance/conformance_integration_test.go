@@ -24,8 +24,9 @@ import (
 
 // TestConformance runs `sandbox-agent smoke all --fake-model --json`, the
 // command users run, and checks every step of every driver: each must pass,
-// or be not applicable because the driver declared the capability missing
-// (smoke decides n/a only from Capabilities, so an undeclared gap fails).
+// or be not applicable because the driver lacks the capability (smoke
+// decides n/a only from sandboxagent.CapabilitiesOf, so any other gap
+// fails).
 func TestConformance(t *testing.T) {
 	testenv.Runtime(t)
 	bin := filepath.Join(t.TempDir(), "sandbox-agent")

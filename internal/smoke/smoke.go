@@ -61,8 +61,8 @@ type Status string
 const (
 	Pass Status = "pass"
 	Fail Status = "fail"
-	// NotApplicable: the driver declares it does not support the
-	// behaviour (Capabilities); it is not a failure.
+	// NotApplicable: the driver does not support the behaviour
+	// (sandboxagent.CapabilitiesOf); it is not a failure.
 	NotApplicable Status = "n/a"
 )
 
