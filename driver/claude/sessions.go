@@ -45,6 +45,8 @@ const findScript = `f=$(find "$HOME/` + projectsDir + `" -mindepth 2 -maxdepth 2
 [ -n "$f" ] || exit 3
 `
 
+var _ sandboxagent.Forker = (*Driver)(nil)
+
 // Fork copies session id (its transcript, with the id replaced by the new
 // one, and its folder) into a new session beside it.
 func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, id string) (string, error) {
@@ -73,17 +75,23 @@ mv -f -- "$dir/$2.jsonl.tmp" "$dir/$2.jsonl"`
 	return nid, nil
 }
 
+var _ sandboxagent.SkillInstaller = (*Driver)(nil)
+
 // InstallSkill puts the skill in ~/.claude/skills/<name>/, replacing any
 // skill of that name.
 func (d *Driver) InstallSkill(ctx context.Context, c sandboxagent.ContainerOps, s sandboxagent.Skill) error {
 	return kit.InstallSkill(ctx, c, sh, skillsDir, s, kit.PlainFiles)
 }
 
+var _ sandboxagent.RulesInstaller = (*Driver)(nil)
+
 // InstallRules writes the user-global ~/.claude/CLAUDE.md (empty rules
 // remove it).
 func (d *Driver) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error {
 	return kit.InstallRules(ctx, c, sh, rulesFile, rules)
 }
+
+var _ sandboxagent.SessionStore = (*Driver)(nil)
 
 // ListSessions lists every transcript under ~/.claude/projects, newest
 // first.

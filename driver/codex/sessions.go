@@ -18,12 +18,16 @@ import (
 // maxForkDepth bounds the chain of parents a dump follows.
 const maxForkDepth = 32
 
+var _ sandboxagent.RulesInstaller = (*Driver)(nil)
+
 // InstallRules implements sandboxagent.RulesInstaller: rules become
 // $CODEX_HOME/AGENTS.md, codex's global instructions (empty rules remove
 // it).
 func (d *Driver) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error {
 	return kit.InstallRules(ctx, c, d.sh(), "AGENTS.md", rules)
 }
+
+var _ sandboxagent.SkillInstaller = (*Driver)(nil)
 
 // InstallSkill implements sandboxagent.SkillInstaller: the skill's files
 // go to $CODEX_HOME/skills/<name>/, replacing an older copy; a file that
@@ -92,6 +96,8 @@ func (d *Driver) find(ctx context.Context, c sandboxagent.ContainerOps, id strin
 	return rs[0], nil
 }
 
+var _ sandboxagent.SessionStore = (*Driver)(nil)
+
 // ListSessions implements sandboxagent.Driver: the rollout files, newest
 // first.
 func (d *Driver) ListSessions(ctx context.Context, c sandboxagent.ContainerOps) ([]sandboxagent.SessionInfo, error) {
@@ -109,6 +115,8 @@ func (d *Driver) ListSessions(ctx context.Context, c sandboxagent.ContainerOps) 
 	}
 	return out, nil
 }
+
+var _ sandboxagent.Forker = (*Driver)(nil)
 
 // Fork implements sandboxagent.Driver with `codex exec fork ID` (no prompt,
 // so no model request).

@@ -52,6 +52,8 @@ for x in "$H/` + sessionsDir + `"/*/"$1"/session.jsonl; do [ -f "$x" ] && f="$x"
 [ -n "$f" ] || exit 3
 `
 
+var _ sandboxagent.Forker = (*Driver)(nil)
+
 // Fork copies session id's folder into a new session beside it, with the
 // new id in the log's header; dsh then resumes it as any other session.
 // The copy shares nothing with the original.
@@ -88,17 +90,23 @@ mv -- "$tmp" "$proj/$2"`
 	return nid, nil
 }
 
+var _ sandboxagent.SkillInstaller = (*Driver)(nil)
+
 // InstallSkill puts the skill in $DSH_HOME/skills/<name>/, replacing any
 // skill of that name.
 func (d *Driver) InstallSkill(ctx context.Context, c sandboxagent.ContainerOps, s sandboxagent.Skill) error {
 	return kit.InstallSkill(ctx, c, sh, skillsDir, s, kit.PlainFiles)
 }
 
+var _ sandboxagent.RulesInstaller = (*Driver)(nil)
+
 // InstallRules writes the user-global $DSH_HOME/AGENTS.md (empty rules
 // remove it).
 func (d *Driver) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error {
 	return kit.InstallRules(ctx, c, sh, rulesFile, rules)
 }
+
+var _ sandboxagent.SessionStore = (*Driver)(nil)
 
 // ListSessions lists every session log under $DSH_HOME/sessions, newest
 // first, titled with the session's latest title.

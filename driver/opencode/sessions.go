@@ -71,6 +71,8 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+var _ sandboxagent.Forker = (*Driver)(nil)
+
 // Fork copies a session into a new one through opencode's server API.
 func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, sessionID string) (string, error) {
 	if err := ids.Check(sessionID); err != nil {
@@ -96,6 +98,8 @@ func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, sessionI
 	return info.ID, nil
 }
 
+var _ sandboxagent.RulesInstaller = (*Driver)(nil)
+
 // InstallRules writes the global AGENTS.md (empty rules remove it).
 func (d *Driver) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error {
 	dir, err := configFiles(ctx, c)
@@ -104,6 +108,8 @@ func (d *Driver) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, 
 	}
 	return kit.InstallRules(ctx, c, dir, "AGENTS.md", rules)
 }
+
+var _ sandboxagent.SkillInstaller = (*Driver)(nil)
 
 // InstallSkill writes a skill under the global skills directory,
 // replacing one of the same name.
@@ -121,6 +127,8 @@ func configFiles(ctx context.Context, c sandboxagent.ContainerOps) (kit.OpsDir, 
 	dir, err := configDir(ctx, c)
 	return kit.OpsDir{Driver: "opencode", Root: dir}, err
 }
+
+var _ sandboxagent.SessionStore = (*Driver)(nil)
 
 // ListSessions lists the sessions of the sandbox's working directory,
 // newest first.

@@ -121,13 +121,7 @@ type Driver struct {
 	o Options
 }
 
-var (
-	_ sandboxagent.Driver         = (*Driver)(nil)
-	_ sandboxagent.Forker         = (*Driver)(nil)
-	_ sandboxagent.SkillInstaller = (*Driver)(nil)
-	_ sandboxagent.RulesInstaller = (*Driver)(nil)
-	_ sandboxagent.SessionStore   = (*Driver)(nil)
-)
+var _ sandboxagent.Driver = (*Driver)(nil)
 
 // New returns a pi driver.
 func New(o Options) *Driver { return &Driver{o: o} }

@@ -193,6 +193,8 @@ func relHome(home, p string) (string, error) {
 	return rel, nil
 }
 
+var _ sandboxagent.Forker = (*Driver)(nil)
+
 // Fork copies session id into a new session beside it: the same entries
 // under a new header (new id and time, parentSession = the original file),
 // which is what pi's own --fork writes. The original is never touched.
@@ -235,6 +237,8 @@ func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, id strin
 	return nid, nil
 }
 
+var _ sandboxagent.SkillInstaller = (*Driver)(nil)
+
 // InstallSkill writes the skill to ~/.pi/agent/skills/<name>/ (replacing
 // an earlier one of that name). pi lists it in the system prompt (name and
 // description from SKILL.md's front matter) and the model reads it with
@@ -266,6 +270,8 @@ func hasDescription(md []byte) bool {
 	return false
 }
 
+var _ sandboxagent.RulesInstaller = (*Driver)(nil)
+
 // InstallRules writes ~/.pi/agent/AGENTS.md, the global context file pi
 // appends to its system prompt in every session (replaced on each call;
 // empty rules remove it).
@@ -281,6 +287,8 @@ const listScript = `for f in "$HOME/` + sessionsDir + `"/*/*.jsonl; do
   head -n 1 -- "$f" | head -c 65536 | sed 's/^/H\t/'; echo
   grep -m 1 '"role":"user"' -- "$f" | head -c 65536 | sed 's/^/U\t/'; echo
 done`
+
+var _ sandboxagent.SessionStore = (*Driver)(nil)
 
 // ListSessions lists every session file under ~/.pi/agent/sessions,
 // newest first; Title is the session's first prompt.
