@@ -171,12 +171,7 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 			env["ANTHROPIC_API_KEY"] = d.o.APIKey
 		}
 	}
-	return sandboxagent.Invocation{
-		Cmd:     cmd,
-		Env:     env,
-		WorkDir: t.WorkDir,
-		Stdin:   []byte(t.Prompt),
-	}, nil
+	return sandboxagent.Invocation{Cmd: cmd, Env: env, WorkDir: t.WorkDir, Stdin: []byte(t.Prompt)}, nil
 }
 
 // NewParser returns the parser of one turn's stream-json output.

@@ -50,9 +50,6 @@ var _ sandboxagent.Forker = (*Driver)(nil)
 // Fork copies session id (its transcript, with the id replaced by the new
 // one, and its folder) into a new session beside it.
 func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, id string) (string, error) {
-	if err := ids.Check(id); err != nil {
-		return "", err
-	}
 	nid, err := newID()
 	if err != nil {
 		return "", err
@@ -63,12 +60,10 @@ dir=$(dirname -- "$f")
 sed "s/$1/$2/g" "$f" > "$dir/$2.jsonl.tmp"
 if [ -d "$dir/$1" ]; then cp -R -- "$dir/$1" "$dir/$2"; fi
 mv -f -- "$dir/$2.jsonl.tmp" "$dir/$2.jsonl"`
-	_, code, err := sh.Run(ctx, c, nil, script, id, nid)
+	_, code, err := ids.Run(ctx, c, sh, script, id, nid)
 	switch {
 	case err != nil:
 		return "", err
-	case code == kit.ExitNoSession:
-		return "", ids.NotFound(id)
 	case code == kit.ExitExists:
 		return "", ids.Exists("fork", nid)
 	}
@@ -129,9 +124,6 @@ func parseList(out []byte) []sandboxagent.SessionInfo {
 
 // DeleteSession removes the session's transcript, folder and session-env.
 func (d *Driver) DeleteSession(ctx context.Context, c sandboxagent.ContainerOps, id string) error {
-	if err := ids.Check(id); err != nil {
-		return err
-	}
 	script := `found=0
 for f in "$HOME/` + projectsDir + `"/*/"$1.jsonl"; do
   [ -f "$f" ] || continue
@@ -140,30 +132,18 @@ for f in "$HOME/` + projectsDir + `"/*/"$1.jsonl"; do
 done
 rm -rf -- "$HOME/` + sessionEnv + `/$1"
 [ "$found" = 1 ] || exit 3`
-	_, code, err := sh.Run(ctx, c, nil, script, id)
-	if err != nil {
-		return err
-	}
-	if code != 0 {
-		return ids.NotFound(id)
-	}
-	return nil
+	_, _, err := ids.Run(ctx, c, sh, script, id)
+	return err
 }
 
 // DumpSession reads the session's transcript and folder.
 func (d *Driver) DumpSession(ctx context.Context, c sandboxagent.ContainerOps, id string) (sandboxagent.SessionDump, error) {
-	if err := ids.Check(id); err != nil {
-		return sandboxagent.SessionDump{}, err
-	}
 	script := findScript + `printf '%s\n' "$f"
 dir="${f%.jsonl}"
 if [ -d "$dir" ]; then find "$dir" -type f -printf '%P\n'; fi`
-	out, code, err := sh.Run(ctx, c, nil, script, id)
+	out, _, err := ids.Run(ctx, c, sh, script, id)
 	if err != nil {
 		return sandboxagent.SessionDump{}, err
-	}
-	if code != 0 {
-		return sandboxagent.SessionDump{}, ids.NotFound(id)
 	}
 	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
 	file := lines[0]

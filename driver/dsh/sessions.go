@@ -58,9 +58,6 @@ var _ sandboxagent.Forker = (*Driver)(nil)
 // new id in the log's header; dsh then resumes it as any other session.
 // The copy shares nothing with the original.
 func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, id string) (string, error) {
-	if err := ids.Check(id); err != nil {
-		return "", err
-	}
 	nid, err := newID()
 	if err != nil {
 		return "", err
@@ -78,12 +75,10 @@ cp -R -p -- "$dir" "$tmp"
 { head -n 1 -- "$f" | sed "s/\"id\":\"$1\"/\"id\":\"$2\"/"; tail -n +2 -- "$f"; } > "$tmp/session.jsonl"
 head -n 1 -- "$tmp/session.jsonl" | grep -q "\"id\":\"$2\""
 mv -- "$tmp" "$proj/$2"`
-	_, code, err := sh.Run(ctx, c, nil, script, id, nid)
+	_, code, err := ids.Run(ctx, c, sh, script, id, nid)
 	switch {
 	case err != nil:
-		return "", fmt.Errorf("dsh: fork %s: %w", id, err)
-	case code == kit.ExitNoSession:
-		return "", ids.NotFound(id)
+		return "", err
 	case code == kit.ExitExists:
 		return "", ids.Exists("fork", nid)
 	}
@@ -145,32 +140,17 @@ func parseList(out []byte) []sandboxagent.SessionInfo {
 
 // DeleteSession removes the session's folder.
 func (d *Driver) DeleteSession(ctx context.Context, c sandboxagent.ContainerOps, id string) error {
-	if err := ids.Check(id); err != nil {
-		return err
-	}
-	_, code, err := sh.Run(ctx, c, nil, findScript+`rm -rf -- "$(dirname -- "$f")"`, id)
-	if err != nil {
-		return err
-	}
-	if code == kit.ExitNoSession {
-		return ids.NotFound(id)
-	}
-	return nil
+	_, _, err := ids.Run(ctx, c, sh, findScript+`rm -rf -- "$(dirname -- "$f")"`, id)
+	return err
 }
 
 // DumpSession reads the session's folder: its log and any other file.
 func (d *Driver) DumpSession(ctx context.Context, c sandboxagent.ContainerOps, id string) (sandboxagent.SessionDump, error) {
-	if err := ids.Check(id); err != nil {
-		return sandboxagent.SessionDump{}, err
-	}
 	script := findScript + `printf '%s\n' "$f"
 find "$(dirname -- "$f")" -type f ! -name session.jsonl -printf '%P\n'`
-	out, code, err := sh.Run(ctx, c, nil, script, id)
+	out, _, err := ids.Run(ctx, c, sh, script, id)
 	if err != nil {
 		return sandboxagent.SessionDump{}, err
-	}
-	if code != 0 {
-		return sandboxagent.SessionDump{}, ids.NotFound(id)
 	}
 	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
 	file := lines[0]

@@ -380,12 +380,7 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 		k, _ := d.keyEnv() // checked above
 		env[k] = d.o.APIKey
 	}
-	return sandboxagent.Invocation{
-		Cmd:     cmd,
-		Env:     env,
-		WorkDir: t.WorkDir,
-		Stdin:   []byte(t.Prompt),
-	}, nil
+	return sandboxagent.Invocation{Cmd: cmd, Env: env, WorkDir: t.WorkDir, Stdin: []byte(t.Prompt)}, nil
 }
 
 // NewParser returns the parser of one turn's --mode json output.

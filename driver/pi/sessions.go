@@ -86,15 +86,9 @@ done
 
 // find returns the absolute path of session id's file.
 func find(ctx context.Context, c sandboxagent.ContainerOps, id string) (string, error) {
-	if err := ids.Check(id); err != nil {
-		return "", err
-	}
-	out, code, err := sh.Run(ctx, c, nil, findScript+`printf '%s' "$f"`, id)
+	out, _, err := ids.Run(ctx, c, sh, findScript+`printf '%s' "$f"`, id)
 	if err != nil {
 		return "", err
-	}
-	if code == kit.ExitNoSession {
-		return "", ids.NotFound(id)
 	}
 	p := strings.TrimSpace(string(out))
 	if !path.IsAbs(p) {
@@ -362,17 +356,8 @@ func title(s string) string { return kit.Title(oneLine(s), 101) }
 
 // DeleteSession removes session id's file.
 func (d *Driver) DeleteSession(ctx context.Context, c sandboxagent.ContainerOps, id string) error {
-	if err := ids.Check(id); err != nil {
-		return err
-	}
-	_, code, err := sh.Run(ctx, c, nil, findScript+`rm -f -- "$f"`, id)
-	if err != nil {
-		return err
-	}
-	if code == kit.ExitNoSession {
-		return ids.NotFound(id)
-	}
-	return nil
+	_, _, err := ids.Run(ctx, c, sh, findScript+`rm -f -- "$f"`, id)
+	return err
 }
 
 // DumpSession captures session id: Files["session.jsonl"] is its file;

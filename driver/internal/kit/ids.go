@@ -1,6 +1,7 @@
 package kit
 
 import (
+	"context"
 	"crypto/rand"
 	"fmt"
 
@@ -75,4 +76,19 @@ func (s SessionIDs) CheckDump(d sandboxagent.SessionDump) error {
 		return fmt.Errorf("%w: a %s session cannot be loaded into %s", sandboxagent.ErrInvalidArgument, d.Driver, s.Driver)
 	}
 	return nil
+}
+
+// Run checks id, then runs a session script with sh: id is $1, args
+// follow. A script that exits ExitNoSession gives NotFound(id); otherwise
+// Run returns stdout and the exit code (0, or ExitExists for the caller to
+// interpret).
+func (s SessionIDs) Run(ctx context.Context, c sandboxagent.ContainerOps, sh Shell, script, id string, args ...string) ([]byte, int, error) {
+	if err := s.Check(id); err != nil {
+		return nil, 0, err
+	}
+	out, code, err := sh.Run(ctx, c, nil, script, append([]string{id}, args...)...)
+	if err == nil && code == ExitNoSession {
+		err = s.NotFound(id)
+	}
+	return out, code, err
 }

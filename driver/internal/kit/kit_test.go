@@ -237,6 +237,20 @@ func TestIDs(t *testing.T) {
 	if err := ids.Exists("fork", id); !errors.Is(err, sandboxagent.ErrDestinationExists) || !strings.HasPrefix(err.Error(), "x: fork: ") {
 		t.Errorf("Exists: %v", err)
 	}
+	h := newHostOps(t)
+	sh := Shell{Driver: "x"}
+	if out, code, err := ids.Run(context.Background(), h, sh, `printf '%s %s' "$1" "$2"`, id, "more"); err != nil || code != 0 || string(out) != id+" more" {
+		t.Errorf("Run: %q %d %v", out, code, err)
+	}
+	if _, _, err := ids.Run(context.Background(), h, sh, `exit 3`, id); !errors.Is(err, sandboxagent.ErrPathNotFound) {
+		t.Errorf("Run exit 3: %v", err)
+	}
+	if _, code, err := ids.Run(context.Background(), h, sh, `exit 4`, id); err != nil || code != ExitExists {
+		t.Errorf("Run exit 4: %d %v", code, err)
+	}
+	if _, _, err := ids.Run(context.Background(), h, sh, `touch ran`, "../x"); !errors.Is(err, sandboxagent.ErrInvalidArgument) || len(h.cmds) != 3 {
+		t.Errorf("Run with a bad id: %v (%d commands)", err, len(h.cmds))
+	}
 	for _, d := range []string{"", "x"} {
 		if err := ids.CheckDump(sandboxagent.SessionDump{Driver: d}); err != nil {
 			t.Errorf("CheckDump(%q): %v", d, err)
