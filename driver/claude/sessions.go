@@ -180,12 +180,9 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 		return "", err
 	}
 	id := dump.SessionID
-	if err := ids.Check(id); err != nil {
+	tr, err := ids.DumpFile(dump, dumpTranscript)
+	if err != nil {
 		return "", err
-	}
-	tr, ok := dump.Files[dumpTranscript]
-	if !ok {
-		return "", fmt.Errorf("%w: claude session dump without %s", sandboxagent.ErrInvalidArgument, dumpTranscript)
 	}
 	project := dump.Meta[metaProject]
 	if project == "" {

@@ -228,9 +228,6 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 	if err := ids.CheckDump(dump); err != nil {
 		return "", err
 	}
-	if err := ids.Check(dump.SessionID); err != nil {
-		return "", err
-	}
 	names := make([]string, 0, len(dump.Files))
 	own := false
 	for n := range dump.Files {

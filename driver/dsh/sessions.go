@@ -211,12 +211,9 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 		return "", err
 	}
 	id := dump.SessionID
-	if err := ids.Check(id); err != nil {
+	log, err := ids.DumpFile(dump, dumpLog)
+	if err != nil {
 		return "", err
-	}
-	log, ok := dump.Files[dumpLog]
-	if !ok {
-		return "", fmt.Errorf("%w: dsh session dump without %s", sandboxagent.ErrInvalidArgument, dumpLog)
 	}
 	h, err := header(log)
 	if err != nil {

@@ -213,9 +213,9 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 	if err := ids.CheckDump(dump); err != nil {
 		return "", err
 	}
-	data, ok := dump.Files[dumpFile]
-	if !ok {
-		return "", fmt.Errorf("%w: opencode: session dump has no %s", sandboxagent.ErrInvalidArgument, dumpFile)
+	data, err := ids.DumpFile(dump, dumpFile)
+	if err != nil {
+		return "", err
 	}
 	var exp struct {
 		Info struct {

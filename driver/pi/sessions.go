@@ -392,12 +392,9 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 		return "", err
 	}
 	id := dump.SessionID
-	if err := ids.Check(id); err != nil {
+	data, err := ids.DumpFile(dump, dumpSession)
+	if err != nil {
 		return "", err
-	}
-	data, ok := dump.Files[dumpSession]
-	if !ok {
-		return "", fmt.Errorf("%w: pi session dump has no %s", sandboxagent.ErrInvalidArgument, dumpSession)
 	}
 	h, rest, err := splitHeader(data)
 	if err != nil {

@@ -70,12 +70,22 @@ func (s SessionIDs) Exists(op, id string) error {
 }
 
 // CheckDump fails with ErrInvalidArgument when d is another driver's
-// dump.
+// dump or its SessionID is not valid.
 func (s SessionIDs) CheckDump(d sandboxagent.SessionDump) error {
 	if d.Driver != "" && d.Driver != s.Driver {
 		return fmt.Errorf("%w: a %s session cannot be loaded into %s", sandboxagent.ErrInvalidArgument, d.Driver, s.Driver)
 	}
-	return nil
+	return s.Check(d.SessionID)
+}
+
+// DumpFile is the file name of dump d; ErrInvalidArgument when d has no
+// such file.
+func (s SessionIDs) DumpFile(d sandboxagent.SessionDump, name string) ([]byte, error) {
+	b, ok := d.Files[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s session dump has no %s", sandboxagent.ErrInvalidArgument, s.Driver, name)
+	}
+	return b, nil
 }
 
 // Run checks id, then runs a session script with sh: id is $1, args

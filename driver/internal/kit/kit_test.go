@@ -252,12 +252,21 @@ func TestIDs(t *testing.T) {
 		t.Errorf("Run with a bad id: %v (%d commands)", err, len(h.cmds))
 	}
 	for _, d := range []string{"", "x"} {
-		if err := ids.CheckDump(sandboxagent.SessionDump{Driver: d}); err != nil {
+		if err := ids.CheckDump(sandboxagent.SessionDump{Driver: d, SessionID: id}); err != nil {
 			t.Errorf("CheckDump(%q): %v", d, err)
 		}
 	}
-	if err := ids.CheckDump(sandboxagent.SessionDump{Driver: "y"}); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
-		t.Errorf("CheckDump(y): %v", err)
+	for _, d := range []sandboxagent.SessionDump{{Driver: "y", SessionID: id}, {Driver: "x"}, {SessionID: "../x"}} {
+		if err := ids.CheckDump(d); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("CheckDump(%+v): %v", d, err)
+		}
+	}
+	dump := sandboxagent.SessionDump{Files: map[string][]byte{"a.jsonl": []byte("A")}}
+	if b, err := ids.DumpFile(dump, "a.jsonl"); err != nil || string(b) != "A" {
+		t.Errorf("DumpFile: %q %v", b, err)
+	}
+	if _, err := ids.DumpFile(dump, "b.jsonl"); !errors.Is(err, sandboxagent.ErrInvalidArgument) || !strings.Contains(err.Error(), "x session dump has no b.jsonl") {
+		t.Errorf("DumpFile missing: %v", err)
 	}
 }
 
