@@ -101,18 +101,14 @@ type parser struct {
 // call's result ("Exit code 2\n...").
 var exitCodeRE = regexp.MustCompile(`^(?:Error: )?Exit code (-?\d+)`)
 
-func raw(b []byte) []sandboxagent.Event {
-	return []sandboxagent.Event{{Kind: sandboxagent.KindRaw, Payload: sandboxagent.Payload{Raw: string(b)}}}
-}
-
 // Parse maps one stdout line to events.
 func (p *parser) Parse(b []byte) []sandboxagent.Event {
-	if len(bytes.TrimSpace(b)) == 0 {
+	if kit.Blank(b) {
 		return nil
 	}
 	var l line
-	if err := json.Unmarshal(b, &l); err != nil || l.Type == "" {
-		return raw(b)
+	if !kit.Decode(b, &l) || l.Type == "" {
+		return kit.Raw(b)
 	}
 	if l.SessionID != "" && p.session == "" {
 		p.session = l.SessionID
@@ -129,14 +125,14 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 	case "stream_event":
 		return p.stream(&l, b)
 	}
-	return raw(b)
+	return kit.Raw(b)
 }
 
 func (p *parser) system(l *line, b []byte) []sandboxagent.Event {
 	switch l.Subtype {
 	case "init":
 		if l.SessionID == "" {
-			return raw(b)
+			return kit.Raw(b)
 		}
 		p.session = l.SessionID
 		return []sandboxagent.Event{{Kind: sandboxagent.KindSession, SessionID: l.SessionID}}
@@ -164,7 +160,7 @@ func (p *parser) system(l *line, b []byte) []sandboxagent.Event {
 			Text: text, Tool: l.ToolName, CallID: l.ToolUseID, IsError: true,
 		}}}
 	}
-	return raw(b)
+	return kit.Raw(b)
 }
 
 // blocks are the content blocks of an assistant or user line's message (a
@@ -202,7 +198,7 @@ func str(r json.RawMessage) string {
 func (p *parser) assistant(l *line, b []byte) []sandboxagent.Event {
 	bs, ok := p.blocks(l)
 	if !ok {
-		return raw(b)
+		return kit.Raw(b)
 	}
 	if apiErr := str(l.Error); l.IsAPIErrorMessage || apiErr != "" {
 		// A message the CLI made up to report an API failure.
@@ -243,7 +239,7 @@ func (p *parser) assistant(l *line, b []byte) []sandboxagent.Event {
 		}
 	}
 	if unknown {
-		evs = append(evs, raw(b)...)
+		evs = append(evs, kit.Raw(b)...)
 	}
 	return evs
 }
@@ -272,7 +268,7 @@ func toolCall(bl block) sandboxagent.Event {
 func (p *parser) user(l *line, b []byte) []sandboxagent.Event {
 	bs, ok := p.blocks(l)
 	if !ok {
-		return raw(b)
+		return kit.Raw(b)
 	}
 	var evs []sandboxagent.Event
 	other := false
@@ -298,7 +294,7 @@ func (p *parser) user(l *line, b []byte) []sandboxagent.Event {
 	}
 	if other {
 		// User text (a subagent's prompt, a replayed message): keep it.
-		evs = append(evs, raw(b)...)
+		evs = append(evs, kit.Raw(b)...)
 	}
 	return evs
 }
@@ -355,7 +351,7 @@ func (p *parser) resultLine(l *line, b []byte) []sandboxagent.Event {
 
 func (p *parser) stream(l *line, b []byte) []sandboxagent.Event {
 	if l.Event == nil {
-		return raw(b)
+		return kit.Raw(b)
 	}
 	if l.Event.Type != "content_block_delta" || l.Event.Delta == nil {
 		return nil // start/stop frames: the whole blocks follow as assistant lines

@@ -71,24 +71,19 @@ func newParser(t sandboxagent.Turn) *parser {
 	return &parser{turn: t, calls: map[string]bool{}}
 }
 
-func raw(b []byte) []sandboxagent.Event {
-	return []sandboxagent.Event{{Kind: sandboxagent.KindRaw, Payload: sandboxagent.Payload{Raw: string(b)}}}
-}
-
 // Parse implements sandboxagent.Parser.
 func (p *parser) Parse(b []byte) []sandboxagent.Event {
-	trimmed := bytes.TrimSpace(b)
-	if len(trimmed) == 0 {
+	if kit.Blank(b) {
 		return nil
 	}
 	var l line
-	if trimmed[0] != '{' || json.Unmarshal(trimmed, &l) != nil || l.Type == "" {
-		return raw(b)
+	if !kit.Decode(b, &l) || l.Type == "" {
+		return kit.Raw(b)
 	}
 	switch l.Type {
 	case "thread.started":
 		if l.ThreadID == "" {
-			return raw(b)
+			return kit.Raw(b)
 		}
 		if p.session == "" {
 			p.session = l.ThreadID
@@ -127,7 +122,7 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 			return evs
 		}
 	}
-	return raw(b)
+	return kit.Raw(b)
 }
 
 // item maps one item line; ok is false for what it does not understand.

@@ -1,7 +1,6 @@
 package dsh
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -130,30 +129,26 @@ func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 	return &parser{driver: d.Name(), session: t.SessionID, tools: map[string]string{}}
 }
 
-func raw(line []byte) []sandboxagent.Event {
-	return []sandboxagent.Event{{Kind: sandboxagent.KindRaw, Payload: sandboxagent.Payload{Raw: string(line)}}}
-}
-
 func (p *parser) Parse(line []byte) []sandboxagent.Event {
-	if len(bytes.TrimSpace(line)) == 0 {
+	if kit.Blank(line) {
 		return nil
 	}
 	var r record
-	if err := json.Unmarshal(line, &r); err != nil || r.Type == "" {
-		return raw(line)
+	if !kit.Decode(line, &r) || r.Type == "" {
+		return kit.Raw(line)
 	}
 	var evs []sandboxagent.Event
 	var err error
 	switch {
 	case r.Type == "session" && r.Seq == nil:
 		if r.ID == "" {
-			return raw(line)
+			return kit.Raw(line)
 		}
 		p.session = r.ID
 		return []sandboxagent.Event{{Kind: sandboxagent.KindSession, SessionID: r.ID}}
 	case r.Type == exitType:
 		if r.Code == nil {
-			return raw(line)
+			return kit.Raw(line)
 		}
 		p.exit, p.stdout, p.wrapErr = r.Code, r.Stdout, r.Error
 		if r.Session == "" || !p.sessionSeen(r.Session) {
@@ -177,10 +172,10 @@ func (p *parser) Parse(line []byte) []sandboxagent.Event {
 	case r.Type == "turn/end":
 		evs, err = p.turnEnd(r.Data)
 	default:
-		return raw(line)
+		return kit.Raw(line)
 	}
 	if err != nil {
-		return raw(line)
+		return kit.Raw(line)
 	}
 	return evs
 }

@@ -101,24 +101,19 @@ var quiet = map[string]bool{
 	"queue_update": true, "compaction_start": true,
 }
 
-func raw(b []byte) []sandboxagent.Event {
-	return []sandboxagent.Event{{Kind: sandboxagent.KindRaw, Payload: sandboxagent.Payload{Raw: string(b)}}}
-}
-
 // Parse maps one stdout line to events (see the package doc).
 func (p *parser) Parse(b []byte) []sandboxagent.Event {
-	trimmed := bytes.TrimSpace(b)
-	if len(trimmed) == 0 {
+	if kit.Blank(b) {
 		return nil
 	}
 	var l line
-	if trimmed[0] != '{' || json.Unmarshal(trimmed, &l) != nil || l.Type == "" {
+	if !kit.Decode(b, &l) || l.Type == "" {
 		// pi prints a few plain lines on stdout (e.g. "Session found in
 		// different project: ..."); keep them for the error message.
 		if len(p.extraLines) < 20 {
-			p.extraLines = append(p.extraLines, string(trimmed))
+			p.extraLines = append(p.extraLines, string(bytes.TrimSpace(b)))
 		}
-		return raw(b)
+		return kit.Raw(b)
 	}
 	if quiet[l.Type] {
 		return nil
@@ -128,7 +123,7 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 	switch l.Type {
 	case "session":
 		if l.ID == "" {
-			return raw(b)
+			return kit.Raw(b)
 		}
 		p.session = l.ID
 		return []sandboxagent.Event{{Kind: sandboxagent.KindSession, SessionID: l.ID}}
@@ -156,7 +151,7 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 		evs = []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: msg}}}
 	case "auto_retry_end":
 		if l.Success == nil {
-			return raw(b)
+			return kit.Raw(b)
 		}
 		if *l.Success {
 			return nil
@@ -179,10 +174,10 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 		}
 		evs = []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: "extension error: " + oneLine(msg), IsError: true}}}
 	default:
-		return raw(b)
+		return kit.Raw(b)
 	}
 	if err != nil {
-		return raw(b)
+		return kit.Raw(b)
 	}
 	return evs
 }

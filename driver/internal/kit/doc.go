@@ -1,7 +1,8 @@
 // Package kit is what the drivers share: running small sh scripts in the
 // sandbox through ContainerOps.Run (Shell), writing and removing the CLI's
 // files as the sandbox's user (Files), installing skills and rules,
-// checking session ids, and parsing session listings.
+// checking session ids, parsing session listings, and the first steps of
+// every JSON-lines parser (Blank, Decode, Raw).
 //
 // A driver declares its Shell (its name, for errors, and the directory its
 // files live in) and its SessionIDs once, and builds its optional

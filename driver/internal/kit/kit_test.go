@@ -323,3 +323,23 @@ func TestTextHelpers(t *testing.T) {
 		t.Error("ParseTime x")
 	}
 }
+
+func TestParseHelpers(t *testing.T) {
+	if ev := Raw([]byte("plain")); len(ev) != 1 || ev[0].Kind != sandboxagent.KindRaw || ev[0].Payload.Raw != "plain" {
+		t.Errorf("Raw %+v", ev)
+	}
+	if !Blank([]byte(" \t\r")) || !Blank(nil) || Blank([]byte(" x ")) {
+		t.Error("Blank")
+	}
+	var v struct {
+		Type string `json:"type"`
+	}
+	if !Decode([]byte(` {"type":"a"} `), &v) || v.Type != "a" {
+		t.Errorf("Decode object: %+v", v)
+	}
+	for _, bad := range []string{"", "plain text", `"str"`, `[1]`, `null`, `{"type":`} {
+		if Decode([]byte(bad), &v) {
+			t.Errorf("Decode(%q)", bad)
+		}
+	}
+}
