@@ -247,21 +247,9 @@ func (p *parser) assistant(l *line, b []byte) []sandboxagent.Event {
 // toolCall is the event of one tool_use block.
 func toolCall(bl block) sandboxagent.Event {
 	pl := sandboxagent.Payload{Tool: bl.Name, CallID: bl.ID, Input: bl.Input}
-	var in map[string]any
-	_ = json.Unmarshal(bl.Input, &in)
-	str := func(k string) string {
-		s, _ := in[k].(string)
-		return s
-	}
-	if c := str("command"); c != "" {
-		pl.Command = c
-	}
-	for _, k := range []string{"file_path", "notebook_path", "path"} {
-		if s := str(k); s != "" {
-			pl.Path = s
-			break
-		}
-	}
+	args := kit.ParseToolArgs(bl.Input)
+	pl.Command = args.Str("command")
+	pl.Path = args.First("file_path", "notebook_path", "path")
 	return sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: pl}
 }
 

@@ -290,20 +290,12 @@ func (p *parser) toolCall(data json.RawMessage) ([]sandboxagent.Event, error) {
 		input, _ = json.Marshal(string(input))
 	}
 	pl := sandboxagent.Payload{Tool: c.Name, CallID: c.CallID, Input: input}
-	var fields map[string]any
-	if json.Unmarshal(input, &fields) == nil {
-		str := func(k string) string { s, _ := fields[k].(string); return s }
-		switch c.Name {
-		case "bash", "pwsh", "powershell":
-			pl.Command = str("command")
-		default:
-			for _, k := range []string{"file_path", "path", "filePath"} {
-				if s := str(k); s != "" {
-					pl.Path = s
-					break
-				}
-			}
-		}
+	fields := kit.ParseToolArgs(input)
+	switch c.Name {
+	case "bash", "pwsh", "powershell":
+		pl.Command = fields.Str("command")
+	default:
+		pl.Path = fields.First("file_path", "path", "filePath")
 	}
 	return []sandboxagent.Event{{Kind: sandboxagent.KindToolCall, Payload: pl}}, nil
 }

@@ -181,18 +181,11 @@ func toolEvents(pt part) []sandboxagent.Event {
 	call := sandboxagent.Payload{Tool: pt.Tool, CallID: pt.CallID}
 	if len(st.Input) > 0 && string(st.Input) != "null" {
 		call.Input = append(json.RawMessage(nil), st.Input...)
-		var in map[string]any
-		if json.Unmarshal(st.Input, &in) == nil {
-			if pt.Tool == "bash" || pt.Tool == "shell" {
-				call.Command, _ = in["command"].(string)
-			}
-			for _, k := range []string{"filePath", "file_path", "path"} {
-				if v, ok := in[k].(string); ok && v != "" {
-					call.Path = v
-					break
-				}
-			}
+		args := kit.ParseToolArgs(st.Input)
+		if pt.Tool == "bash" || pt.Tool == "shell" {
+			call.Command = args.Str("command")
 		}
+		call.Path = args.First("filePath", "file_path", "path")
 	}
 	evs := []sandboxagent.Event{{Kind: sandboxagent.KindToolCall, Payload: call}}
 	res := sandboxagent.Payload{Tool: pt.Tool, CallID: pt.CallID, Command: call.Command, Path: call.Path}

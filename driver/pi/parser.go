@@ -291,31 +291,15 @@ func toolCall(b block) sandboxagent.Event {
 	args := bytes.TrimSpace(b.Arguments)
 	if len(args) > 0 && string(args) != "null" {
 		pl.Input = append(json.RawMessage(nil), args...)
-		var a map[string]json.RawMessage
-		if json.Unmarshal(args, &a) == nil {
-			str := func(k string) string {
-				var s string
-				if v, ok := a[k]; ok && json.Unmarshal(v, &s) == nil {
-					return s
-				}
-				return ""
-			}
-			switch {
-			case b.Name == "bash":
-				pl.Command = str("command")
-			case pathTools[b.Name]:
-				pl.Path = str("path")
-			default:
-				if s := str("command"); s != "" {
-					pl.Command = s
-				}
-				for _, k := range []string{"path", "file_path", "filePath"} {
-					if s := str(k); s != "" {
-						pl.Path = s
-						break
-					}
-				}
-			}
+		a := kit.ParseToolArgs(args)
+		switch {
+		case b.Name == "bash":
+			pl.Command = a.Str("command")
+		case pathTools[b.Name]:
+			pl.Path = a.Str("path")
+		default:
+			pl.Command = a.Str("command")
+			pl.Path = a.First("path", "file_path", "filePath")
 		}
 	}
 	return sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: pl}

@@ -343,3 +343,18 @@ func TestParseHelpers(t *testing.T) {
 		}
 	}
 }
+
+func TestToolArgs(t *testing.T) {
+	a := ParseToolArgs([]byte(`{"command":"ls","path":"","filePath":"/f","n":3}`))
+	if a.Str("command") != "ls" || a.Str("n") != "" || a.Str("missing") != "" {
+		t.Errorf("Str %v", a)
+	}
+	if got := a.First("path", "file_path", "filePath"); got != "/f" {
+		t.Errorf("First %q", got)
+	}
+	for _, bad := range []string{"", "not json", `["a"]`, `"s"`} {
+		if a := ParseToolArgs([]byte(bad)); a.Str("command") != "" || a.First("path") != "" {
+			t.Errorf("ParseToolArgs(%q) = %v", bad, a)
+		}
+	}
+}

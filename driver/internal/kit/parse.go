@@ -24,3 +24,32 @@ func Decode(line []byte, v any) bool {
 	line = bytes.TrimSpace(line)
 	return len(line) > 0 && line[0] == '{' && json.Unmarshal(line, v) == nil
 }
+
+// ToolArgs are a tool call's arguments, for the strings the events show
+// (payload command and path).
+type ToolArgs map[string]any
+
+// ParseToolArgs decodes a tool call's input; anything but a JSON object
+// gives no arguments.
+func ParseToolArgs(input []byte) ToolArgs {
+	var a ToolArgs
+	_ = json.Unmarshal(input, &a)
+	return a
+}
+
+// Str is the string argument k, or "".
+func (a ToolArgs) Str(k string) string {
+	s, _ := a[k].(string)
+	return s
+}
+
+// First is the first non-empty string argument among keys (CLIs name a
+// file tool's path file_path, filePath or path), or "".
+func (a ToolArgs) First(keys ...string) string {
+	for _, k := range keys {
+		if s := a.Str(k); s != "" {
+			return s
+		}
+	}
+	return ""
+}
