@@ -60,14 +60,7 @@ dir=$(dirname -- "$f")
 sed "s/$1/$2/g" "$f" > "$dir/$2.jsonl.tmp"
 if [ -d "$dir/$1" ]; then cp -R -- "$dir/$1" "$dir/$2"; fi
 mv -f -- "$dir/$2.jsonl.tmp" "$dir/$2.jsonl"`
-	_, code, err := ids.Run(ctx, c, sh, script, id, nid)
-	switch {
-	case err != nil:
-		return "", err
-	case code == kit.ExitExists:
-		return "", ids.Exists("fork", nid)
-	}
-	return nid, nil
+	return ids.Copy(ctx, c, sh, script, id, nid)
 }
 
 var _ sandboxagent.SkillInstaller = (*Driver)(nil)
@@ -204,12 +197,8 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 			return "", fmt.Errorf("%w: claude session dump file %q", sandboxagent.ErrInvalidArgument, name)
 		}
 	}
-	_, code, err := sh.Run(ctx, c, nil, findScript+`exit 4`, id)
-	if err != nil {
+	if err := ids.CheckAbsent(ctx, c, sh, findScript, id); err != nil {
 		return "", err
-	}
-	if code == kit.ExitExists {
-		return "", ids.Exists("load", id)
 	}
 	base := path.Join(projectsDir, project)
 	for name, data := range dump.Files {

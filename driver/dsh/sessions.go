@@ -75,14 +75,7 @@ cp -R -p -- "$dir" "$tmp"
 { head -n 1 -- "$f" | sed "s/\"id\":\"$1\"/\"id\":\"$2\"/"; tail -n +2 -- "$f"; } > "$tmp/session.jsonl"
 head -n 1 -- "$tmp/session.jsonl" | grep -q "\"id\":\"$2\""
 mv -- "$tmp" "$proj/$2"`
-	_, code, err := ids.Run(ctx, c, sh, script, id, nid)
-	switch {
-	case err != nil:
-		return "", err
-	case code == kit.ExitExists:
-		return "", ids.Exists("fork", nid)
-	}
-	return nid, nil
+	return ids.Copy(ctx, c, sh, script, id, nid)
 }
 
 var _ sandboxagent.SkillInstaller = (*Driver)(nil)
@@ -235,12 +228,8 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 			return "", fmt.Errorf("%w: dsh session dump file %q", sandboxagent.ErrInvalidArgument, name)
 		}
 	}
-	_, code, err := sh.Run(ctx, c, nil, findScript+`exit 4`, id)
-	if err != nil {
+	if err := ids.CheckAbsent(ctx, c, sh, findScript, id); err != nil {
 		return "", err
-	}
-	if code == kit.ExitExists {
-		return "", ids.Exists("load", id)
 	}
 	base := path.Join(sessionsDir, project, id)
 	names := make([]string, 0, len(dump.Files))

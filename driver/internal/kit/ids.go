@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"strconv"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 )
@@ -101,4 +102,31 @@ func (s SessionIDs) Run(ctx context.Context, c sandboxagent.ContainerOps, sh She
 		err = s.NotFound(id)
 	}
 	return out, code, err
+}
+
+// Copy runs a fork script that copies session id ($1) into the new
+// session newID ($2), exiting ExitNoSession when there is no $1 and
+// ExitExists when $2 exists. It returns newID.
+func (s SessionIDs) Copy(ctx context.Context, c sandboxagent.ContainerOps, sh Shell, script, id, newID string) (string, error) {
+	_, code, err := s.Run(ctx, c, sh, script, id, newID)
+	switch {
+	case err != nil:
+		return "", err
+	case code == ExitExists:
+		return "", s.Exists("fork", newID)
+	}
+	return newID, nil
+}
+
+// CheckAbsent fails with Exists("load", id) when find, a script that
+// exits ExitNoSession when there is no session $1, finds session id.
+func (s SessionIDs) CheckAbsent(ctx context.Context, c sandboxagent.ContainerOps, sh Shell, find, id string) error {
+	if err := s.Check(id); err != nil {
+		return err
+	}
+	_, code, err := sh.Run(ctx, c, nil, find+"\nexit "+strconv.Itoa(ExitExists), id)
+	if err == nil && code == ExitExists {
+		err = s.Exists("load", id)
+	}
+	return err
 }

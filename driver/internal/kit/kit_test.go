@@ -251,6 +251,21 @@ func TestIDs(t *testing.T) {
 	if _, _, err := ids.Run(context.Background(), h, sh, `touch ran`, "../x"); !errors.Is(err, sandboxagent.ErrInvalidArgument) || len(h.cmds) != 3 {
 		t.Errorf("Run with a bad id: %v (%d commands)", err, len(h.cmds))
 	}
+	if nid, err := ids.Copy(context.Background(), h, sh, `[ "$1" != "$2" ]`, id, "new"); err != nil || nid != "new" {
+		t.Errorf("Copy: %q %v", nid, err)
+	}
+	if _, err := ids.Copy(context.Background(), h, sh, `exit 4`, id, "new"); !errors.Is(err, sandboxagent.ErrDestinationExists) || !strings.Contains(err.Error(), "x: fork: session new") {
+		t.Errorf("Copy exists: %v", err)
+	}
+	if _, err := ids.Copy(context.Background(), h, sh, `exit 3`, id, "new"); !errors.Is(err, sandboxagent.ErrPathNotFound) {
+		t.Errorf("Copy missing: %v", err)
+	}
+	if err := ids.CheckAbsent(context.Background(), h, sh, `[ "$1" = "`+id+`" ] || exit 3`, id); !errors.Is(err, sandboxagent.ErrDestinationExists) || !strings.Contains(err.Error(), "x: load: ") {
+		t.Errorf("CheckAbsent present: %v", err)
+	}
+	if err := ids.CheckAbsent(context.Background(), h, sh, `exit 3`, id); err != nil {
+		t.Errorf("CheckAbsent absent: %v", err)
+	}
 	for _, d := range []string{"", "x"} {
 		if err := ids.CheckDump(sandboxagent.SessionDump{Driver: d, SessionID: id}); err != nil {
 			t.Errorf("CheckDump(%q): %v", d, err)
