@@ -40,7 +40,7 @@ var (
 )
 
 // findScript prints the transcript of session $1 (the first found under
-// any project folder) or exits exitNoSession.
+// any project folder) or exits kit.ExitNoSession.
 const findScript = `f=$(find "$HOME/` + projectsDir + `" -mindepth 2 -maxdepth 2 -type f -name "$1.jsonl" 2>/dev/null | head -n 1)
 [ -n "$f" ] || exit 3
 `

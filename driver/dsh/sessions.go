@@ -46,7 +46,7 @@ func dshHomeDir(ctx context.Context, c sandboxagent.ContainerOps) (string, error
 }
 
 // findScript sets $f to the log of session $1 (in any project folder) or
-// exits exitNoSession.
+// exits kit.ExitNoSession.
 const findScript = `f=""
 for x in "$H/` + sessionsDir + `"/*/"$1"/session.jsonl; do [ -f "$x" ] && f="$x" && break; done
 [ -n "$f" ] || exit 3

@@ -75,7 +75,7 @@ func fileName(t time.Time, id string) string {
 }
 
 // findScript sets f to the session file whose header has id $1 (exit
-// exitNoSession when none). The header is the file's first line.
+// kit.ExitNoSession when none). The header is the file's first line.
 const findScript = `f=
 for g in "$HOME/` + sessionsDir + `"/*/*.jsonl; do
   [ -f "$g" ] || continue
