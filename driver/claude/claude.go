@@ -1,7 +1,6 @@
 package claude
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -178,6 +177,3 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 	return &parser{driver: d.Name(), session: t.SessionID, tools: map[string]string{}}
 }
-
-// trimStderr is stderr as text, trimmed.
-func trimStderr(b []byte) string { return string(bytes.TrimSpace(b)) }

@@ -360,7 +360,7 @@ func (p *parser) stream(l *line, b []byte) []sandboxagent.Event {
 // reported.
 func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, error) {
 	out := sandboxagent.TurnOutcome{SessionID: p.session}
-	errText := trimStderr(stderr)
+	errText := string(bytes.TrimSpace(stderr))
 	fail := func(msg string) (sandboxagent.TurnOutcome, error) {
 		return out, &sandboxagent.DriverError{
 			Driver: p.driver, Message: oneLine(msg), ExitCode: exitCode, Stderr: errText, Status: p.apiStatus,

@@ -357,7 +357,7 @@ func (p *parser) toolEnd(l *line) ([]sandboxagent.Event, error) {
 // message decides.
 func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, error) {
 	out := sandboxagent.TurnOutcome{SessionID: p.session}
-	errText := trimStderr(stderr)
+	errText := string(bytes.TrimSpace(stderr))
 	fail := func(msg string, status int) (sandboxagent.TurnOutcome, error) {
 		return out, &sandboxagent.DriverError{
 			Driver: "pi", Message: oneLine(msg), ExitCode: exitCode, Stderr: errText, Status: status,

@@ -1,7 +1,6 @@
 package pi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -387,8 +386,6 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 	return &parser{session: t.SessionID}
 }
-
-func trimStderr(b []byte) string { return string(bytes.TrimSpace(b)) }
 
 // httpStatus is the HTTP status pi puts in front of an API error message
 // ("401 Incorrect API key provided"), or 0.
