@@ -2,7 +2,6 @@ package claude
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -69,15 +68,7 @@ func (d *Driver) Traits() sandboxagent.Traits {
 // Secrets returns the API key.
 func (d *Driver) Secrets() []string { return kit.Secrets(d.o.APIKey) }
 
-func (d *Driver) maxRetries() int {
-	switch {
-	case d.o.MaxRetries < 0:
-		return 0
-	case d.o.MaxRetries == 0:
-		return DefaultMaxRetries
-	}
-	return d.o.MaxRetries
-}
+func (d *Driver) maxRetries() int { return kit.Retries(d.o.MaxRetries, DefaultMaxRetries) }
 
 // settingsEnv is the non-secret environment of every turn, also written
 // into settings.json.
@@ -104,11 +95,7 @@ func (d *Driver) settings() ([]byte, error) {
 		"env":         d.settingsEnv(),
 		"permissions": map[string]any{"defaultMode": "bypassPermissions"},
 	}
-	b, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
+	return kit.JSONFile(s)
 }
 
 // Setup writes ~/.claude/settings.json.

@@ -98,15 +98,7 @@ func (d *Driver) baseURL() string {
 	return strings.TrimRight(d.o.BaseURL, "/")
 }
 
-func (d *Driver) retries() int {
-	switch {
-	case d.o.Retries == 0:
-		return DefaultRetries
-	case d.o.Retries < 0:
-		return 0
-	}
-	return d.o.Retries
-}
+func (d *Driver) retries() int { return kit.Retries(d.o.Retries, DefaultRetries) }
 
 func (d *Driver) model(t sandboxagent.Turn) string {
 	switch {

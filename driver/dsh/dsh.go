@@ -3,7 +3,6 @@ package dsh
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -158,11 +157,7 @@ func (d *Driver) settings() ([]byte, error) {
 		}}}
 	}
 	s["agent-default-model"] = map[string]any{"provider": d.provider(), "model": d.model()}
-	b, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
+	return kit.JSONFile(s)
 }
 
 // homePatch is $DSH_HOME/cordis.patch.yml, the patch layer of every

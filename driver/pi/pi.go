@@ -2,7 +2,6 @@ package pi
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -166,15 +165,7 @@ func (d *Driver) defaultModel() string {
 	return DefaultModel
 }
 
-func (d *Driver) maxRetries() int {
-	switch {
-	case d.o.MaxRetries < 0:
-		return 0
-	case d.o.MaxRetries == 0:
-		return DefaultMaxRetries
-	}
-	return d.o.MaxRetries
-}
+func (d *Driver) maxRetries() int { return kit.Retries(d.o.MaxRetries, DefaultMaxRetries) }
 
 // keyEnv is the variable the key travels in.
 func (d *Driver) keyEnv() (string, error) {
@@ -265,7 +256,7 @@ func (d *Driver) ModelsJSON() ([]byte, error) {
 			},
 		},
 	}
-	return marshal(m)
+	return kit.JSONFile(m)
 }
 
 // SettingsJSON is the ~/.pi/agent/settings.json Setup writes.
@@ -297,15 +288,7 @@ func (d *Driver) SettingsJSON() ([]byte, error) {
 	if d.o.Thinking != "" {
 		s["defaultThinkingLevel"] = d.o.Thinking
 	}
-	return marshal(s)
-}
-
-func marshal(v any) ([]byte, error) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
+	return kit.JSONFile(s)
 }
 
 // Setup checks pi is installed and writes ~/.pi/agent/models.json (custom

@@ -373,3 +373,14 @@ func TestToolArgs(t *testing.T) {
 		}
 	}
 }
+
+func TestOptions(t *testing.T) {
+	for _, c := range [][3]int{{0, 2, 2}, {-1, 2, 0}, {5, 2, 5}} {
+		if got := Retries(c[0], c[1]); got != c[2] {
+			t.Errorf("Retries(%d, %d) = %d", c[0], c[1], got)
+		}
+	}
+	if b, err := JSONFile(map[string]int{"a": 1}); err != nil || string(b) != "{\n  \"a\": 1\n}\n" {
+		t.Errorf("JSONFile %q %v", b, err)
+	}
+}

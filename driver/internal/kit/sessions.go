@@ -9,14 +9,6 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 )
 
-// Secrets is the one-key answer of Driver.Secrets: none when key is "".
-func Secrets(key string) []string {
-	if key == "" {
-		return nil
-	}
-	return []string{key}
-}
-
 // ParseTime reads a file time as find's %T@ (or stat's %Y) prints it:
 // seconds since the epoch, with an optional fraction.
 func ParseTime(s string) (time.Time, bool) {
