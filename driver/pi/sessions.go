@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -407,9 +406,7 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 	if err != nil {
 		return "", err
 	}
-	if _, err := find(ctx, c, id); err == nil {
-		return "", ids.Exists("load", id)
-	} else if !isNotFound(err) {
+	if err := ids.CheckAbsent(ctx, c, sh, findScript, id); err != nil {
 		return "", err
 	}
 	h.set("cwd", cwd)
@@ -430,5 +427,3 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 	}
 	return id, nil
 }
-
-func isNotFound(err error) bool { return errors.Is(err, sandboxagent.ErrPathNotFound) }
