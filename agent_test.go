@@ -19,10 +19,10 @@ type fakeDriver struct {
 	turns []Turn
 }
 
-func (d *fakeDriver) Name() string               { return "claude" } // any name versions.json knows
-func (d *fakeDriver) Image() string              { return "" }
-func (d *fakeDriver) Capabilities() Capabilities { return Capabilities{Continue: true} }
-func (d *fakeDriver) Secrets() []string          { return []string{d.key} }
+func (d *fakeDriver) Name() string      { return "claude" } // any name versions.json knows
+func (d *fakeDriver) Image() string     { return "" }
+func (d *fakeDriver) Traits() Traits    { return Traits{Continue: true} }
+func (d *fakeDriver) Secrets() []string { return []string{d.key} }
 func (d *fakeDriver) Setup(ctx context.Context, c ContainerOps) error {
 	return c.WriteFile(ctx, "/home/agent/.config/fake.json", []byte(`{}`), 0o600)
 }
@@ -31,25 +31,6 @@ func (d *fakeDriver) Command(t Turn) (Invocation, error) {
 	return Invocation{Cmd: []string{"fakecli", t.Prompt}, Env: map[string]string{"KEY": d.key}}, nil
 }
 func (d *fakeDriver) NewParser(Turn) Parser { return &fakeParser{} }
-func (d *fakeDriver) Fork(context.Context, ContainerOps, string) (string, error) {
-	return "", ErrUnsupported
-}
-func (d *fakeDriver) InstallSkill(context.Context, ContainerOps, Skill) error { return ErrUnsupported }
-func (d *fakeDriver) InstallRules(context.Context, ContainerOps, string) error {
-	return ErrUnsupported
-}
-func (d *fakeDriver) ListSessions(context.Context, ContainerOps) ([]SessionInfo, error) {
-	return nil, ErrUnsupported
-}
-func (d *fakeDriver) DeleteSession(context.Context, ContainerOps, string) error {
-	return ErrUnsupported
-}
-func (d *fakeDriver) DumpSession(context.Context, ContainerOps, string) (SessionDump, error) {
-	return SessionDump{}, ErrUnsupported
-}
-func (d *fakeDriver) LoadSession(context.Context, ContainerOps, SessionDump) (string, error) {
-	return "", ErrUnsupported
-}
 
 type fakeParser struct {
 	reply, session, fail string

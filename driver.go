@@ -15,18 +15,17 @@ type ContainerOps interface {
 	WriteFile(ctx context.Context, name string, data []byte, mode fs.FileMode) error
 }
 
-// Driver adapts one agent CLI. Drivers live in subpackages (driver/claude,
-// driver/codex, ...) and are configured by their own Options (provider,
-// base URL, key).
+// Driver adapts one agent CLI: what every CLI must do. Drivers live in
+// subpackages (driver/claude, driver/codex, ...) and are configured by
+// their own Options (provider, base URL, key). The optional behaviours
+// (Forker, SkillInstaller, RulesInstaller, SessionStore) are interfaces a
+// driver implements or not; CapabilitiesOf reads them out.
 type Driver interface {
 	// Name is the CLI's name as in versions.json: "claude", "codex", ...
 	Name() string
 	// Image is the driver's default image; "" means the built-in one
 	// derived from versions.json.
 	Image() string
-	// Capabilities says which optional behaviours the driver supports;
-	// callers (and the conformance suite) read it instead of guessing.
-	Capabilities() Capabilities
 	// Secrets are values (API keys) that must never reach logs or the
 	// audit trail; the agent redacts them.
 	Secrets() []string
@@ -39,13 +38,43 @@ type Driver interface {
 	Command(t Turn) (Invocation, error)
 	// NewParser returns a parser for one turn's output.
 	NewParser(t Turn) Parser
+	// Traits says what the CLI's turns do that no method shows: whether a
+	// later turn continues the session and what the output carries. They
+	// are static: the same for every turn of the driver.
+	Traits() Traits
+}
 
+// Traits of a CLI's turns (see Driver.Traits).
+type Traits struct {
+	Continue bool // a later turn continues the session
+	Thinking bool // reports reasoning text when the backend returns it
+	Usage    bool // reports token usage
+	// Deltas: text arrives in fragments while the model writes.
+	Deltas bool
+}
+
+// Forker is a Driver that can copy a session.
+type Forker interface {
 	// Fork copies a session into a new, isolated one and returns its id.
 	Fork(ctx context.Context, c ContainerOps, sessionID string) (string, error)
-	// InstallSkill puts a skill where the CLI reads skills.
+}
+
+// SkillInstaller is a Driver whose CLI reads skills.
+type SkillInstaller interface {
+	// InstallSkill puts a skill where the CLI reads skills. The skill was
+	// validated (Skill.Validate) by the caller.
 	InstallSkill(ctx context.Context, c ContainerOps, s Skill) error
+}
+
+// RulesInstaller is a Driver whose CLI reads instruction text (rules).
+type RulesInstaller interface {
 	// InstallRules puts instruction text where the CLI reads rules.
 	InstallRules(ctx context.Context, c ContainerOps, rules string) error
+}
+
+// SessionStore is a Driver that manages the sessions its CLI keeps in the
+// container.
+type SessionStore interface {
 	ListSessions(ctx context.Context, c ContainerOps) ([]SessionInfo, error)
 	DeleteSession(ctx context.Context, c ContainerOps, id string) error
 	// DumpSession captures a session as a portable value; LoadSession
@@ -54,17 +83,33 @@ type Driver interface {
 	LoadSession(ctx context.Context, c ContainerOps, d SessionDump) (string, error)
 }
 
-// Capabilities of a driver.
+// Capabilities of a driver: a read-out of its Traits and of the optional
+// interfaces it implements (see CapabilitiesOf).
 type Capabilities struct {
 	Continue bool // a later turn continues the session
-	Fork     bool
-	Skills   bool
-	Rules    bool
-	Sessions bool // list, delete, dump, load
+	Fork     bool // Forker
+	Skills   bool // SkillInstaller
+	Rules    bool // RulesInstaller
+	Sessions bool // SessionStore: list, delete, dump, load
 	Thinking bool // reports reasoning text when the backend returns it
 	Usage    bool // reports token usage
 	// Deltas: text arrives in fragments while the model writes.
 	Deltas bool
+}
+
+// CapabilitiesOf says which optional behaviours d supports: its Traits,
+// and the optional interfaces (Forker, SkillInstaller, RulesInstaller,
+// SessionStore) it implements.
+func CapabilitiesOf(d Driver) Capabilities {
+	t := d.Traits()
+	_, fork := d.(Forker)
+	_, skills := d.(SkillInstaller)
+	_, rules := d.(RulesInstaller)
+	_, sessions := d.(SessionStore)
+	return Capabilities{
+		Continue: t.Continue, Fork: fork, Skills: skills, Rules: rules, Sessions: sessions,
+		Thinking: t.Thinking, Usage: t.Usage, Deltas: t.Deltas,
+	}
 }
 
 // Turn is what a driver needs to build and parse one turn.

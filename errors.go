@@ -113,7 +113,7 @@ type DriverError struct {
 	Status int
 	// Err is the sentinel the failure matches, if any (ErrNoOutput when
 	// the CLI printed nothing usable).
-	Err error
+	Err error `json:"-"`
 }
 
 func (e *DriverError) Error() string {
@@ -131,7 +131,8 @@ func (e *DriverError) Unwrap() error { return e.Err }
 
 // Errors of agents.
 var (
-	// ErrUnsupported: the driver does not support this (see Capabilities).
+	// ErrUnsupported: the driver does not support this (it does not
+	// implement the optional interface; see CapabilitiesOf).
 	ErrUnsupported = errors.New("not supported by this driver")
 	// ErrNoOutput: the CLI exited without printing anything usable.
 	ErrNoOutput = errors.New("agent CLI printed nothing")

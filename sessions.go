@@ -6,14 +6,22 @@ import (
 )
 
 // The session operations below hold the agent's turn lock: they never run
-// while a turn does. Each fails with ErrUnsupported when the driver's
-// Capabilities say so.
+// while a turn does. Each fails with ErrUnsupported when the driver does
+// not implement the optional interface it needs (Forker, SkillInstaller,
+// RulesInstaller, SessionStore).
 
-func (a *Agent) unsupported(what string, ok bool) error {
-	if ok {
-		return nil
+func (a *Agent) unsupported(what, iface string) error {
+	return fmt.Errorf("%s: %s: %w (it does not implement sandboxagent.%s)", a.drv.Name(), what, ErrUnsupported, iface)
+}
+
+// sessionStore is the driver as a SessionStore, or an ErrUnsupported
+// error naming what.
+func (a *Agent) sessionStore(what string) (SessionStore, error) {
+	s, ok := a.drv.(SessionStore)
+	if !ok {
+		return nil, a.unsupported(what, "SessionStore")
 	}
-	return fmt.Errorf("%s: %s: %w", a.drv.Name(), what, ErrUnsupported)
+	return s, nil
 }
 
 // Fork copies the current session (or the one named) into a new, isolated
@@ -22,8 +30,9 @@ func (a *Agent) unsupported(what string, ok bool) error {
 func (a *Agent) Fork(ctx context.Context, sessionID string) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.unsupported("fork", a.drv.Capabilities().Fork); err != nil {
-		return "", err
+	f, ok := a.drv.(Forker)
+	if !ok {
+		return "", a.unsupported("fork", "Forker")
 	}
 	if sessionID == "" {
 		sessionID = a.session
@@ -31,7 +40,7 @@ func (a *Agent) Fork(ctx context.Context, sessionID string) (string, error) {
 	if sessionID == "" {
 		return "", fmt.Errorf("%w: no session to fork yet", ErrInvalidArgument)
 	}
-	return a.drv.Fork(ctx, a.sb, sessionID)
+	return f.Fork(ctx, a.sb, sessionID)
 }
 
 // InstallSkill installs a skill where the CLI reads skills; later turns
@@ -42,30 +51,33 @@ func (a *Agent) InstallSkill(ctx context.Context, s Skill) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.unsupported("skills", a.drv.Capabilities().Skills); err != nil {
-		return err
+	si, ok := a.drv.(SkillInstaller)
+	if !ok {
+		return a.unsupported("skills", "SkillInstaller")
 	}
-	return a.drv.InstallSkill(ctx, a.sb, s)
+	return si.InstallSkill(ctx, a.sb, s)
 }
 
 // InstallRules installs instruction text where the CLI reads rules.
 func (a *Agent) InstallRules(ctx context.Context, rules string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.unsupported("rules", a.drv.Capabilities().Rules); err != nil {
-		return err
+	ri, ok := a.drv.(RulesInstaller)
+	if !ok {
+		return a.unsupported("rules", "RulesInstaller")
 	}
-	return a.drv.InstallRules(ctx, a.sb, rules)
+	return ri.InstallRules(ctx, a.sb, rules)
 }
 
 // ListSessions lists the CLI's sessions in this sandbox.
 func (a *Agent) ListSessions(ctx context.Context) ([]SessionInfo, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.unsupported("list sessions", a.drv.Capabilities().Sessions); err != nil {
+	st, err := a.sessionStore("list sessions")
+	if err != nil {
 		return nil, err
 	}
-	return a.drv.ListSessions(ctx, a.sb)
+	return st.ListSessions(ctx, a.sb)
 }
 
 // DeleteSession deletes a session; the CLI can no longer resume it. If it
@@ -73,10 +85,11 @@ func (a *Agent) ListSessions(ctx context.Context) ([]SessionInfo, error) {
 func (a *Agent) DeleteSession(ctx context.Context, id string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.unsupported("delete session", a.drv.Capabilities().Sessions); err != nil {
+	st, err := a.sessionStore("delete session")
+	if err != nil {
 		return err
 	}
-	if err := a.drv.DeleteSession(ctx, a.sb, id); err != nil {
+	if err := st.DeleteSession(ctx, a.sb, id); err != nil {
 		return err
 	}
 	if a.session == id {
@@ -90,7 +103,8 @@ func (a *Agent) DeleteSession(ctx context.Context, id string) error {
 func (a *Agent) DumpSession(ctx context.Context, id string) (SessionDump, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.unsupported("dump session", a.drv.Capabilities().Sessions); err != nil {
+	st, err := a.sessionStore("dump session")
+	if err != nil {
 		return SessionDump{}, err
 	}
 	if id == "" {
@@ -99,7 +113,7 @@ func (a *Agent) DumpSession(ctx context.Context, id string) (SessionDump, error)
 	if id == "" {
 		return SessionDump{}, fmt.Errorf("%w: no session to dump yet", ErrInvalidArgument)
 	}
-	return a.drv.DumpSession(ctx, a.sb, id)
+	return st.DumpSession(ctx, a.sb, id)
 }
 
 // LoadSession installs a dumped session in this agent's container and
@@ -107,13 +121,14 @@ func (a *Agent) DumpSession(ctx context.Context, id string) (SessionDump, error)
 func (a *Agent) LoadSession(ctx context.Context, d SessionDump) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.unsupported("load session", a.drv.Capabilities().Sessions); err != nil {
+	st, err := a.sessionStore("load session")
+	if err != nil {
 		return "", err
 	}
 	if d.Driver != "" && d.Driver != a.drv.Name() {
 		return "", fmt.Errorf("%w: a %s session cannot be loaded into %s", ErrInvalidArgument, d.Driver, a.drv.Name())
 	}
-	id, err := a.drv.LoadSession(ctx, a.sb, d)
+	id, err := st.LoadSession(ctx, a.sb, d)
 	if err != nil {
 		return "", err
 	}

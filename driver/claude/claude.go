@@ -1,15 +1,13 @@
 package claude
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/driver/internal/sandboxsh"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // DefaultModel is the model used when the agent was given none: the CLI's
@@ -61,32 +59,16 @@ func (d *Driver) Name() string { return "claude" }
 // Image is "": the built-in claude image from versions.json.
 func (d *Driver) Image() string { return "" }
 
-// Capabilities: everything but deltas (the driver does not ask the CLI for
+// Traits: everything but deltas (the driver does not ask the CLI for
 // partial messages; each content block arrives whole).
-func (d *Driver) Capabilities() sandboxagent.Capabilities {
-	return sandboxagent.Capabilities{
-		Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true,
-		Thinking: true, Usage: true, Deltas: false,
-	}
+func (d *Driver) Traits() sandboxagent.Traits {
+	return sandboxagent.Traits{Continue: true, Thinking: true, Usage: true}
 }
 
 // Secrets returns the API key.
-func (d *Driver) Secrets() []string {
-	if d.o.APIKey == "" {
-		return nil
-	}
-	return []string{d.o.APIKey}
-}
+func (d *Driver) Secrets() []string { return kit.Secrets(d.o.APIKey) }
 
-func (d *Driver) maxRetries() int {
-	switch {
-	case d.o.MaxRetries < 0:
-		return 0
-	case d.o.MaxRetries == 0:
-		return DefaultMaxRetries
-	}
-	return d.o.MaxRetries
-}
+func (d *Driver) maxRetries() int { return kit.Retries(d.o.MaxRetries, DefaultMaxRetries) }
 
 // settingsEnv is the non-secret environment of every turn, also written
 // into settings.json.
@@ -113,11 +95,7 @@ func (d *Driver) settings() ([]byte, error) {
 		"env":         d.settingsEnv(),
 		"permissions": map[string]any{"defaultMode": "bypassPermissions"},
 	}
-	b, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
+	return kit.JSONFile(s)
 }
 
 // Setup writes ~/.claude/settings.json.
@@ -131,7 +109,7 @@ func (d *Driver) Setup(ctx context.Context, c sandboxagent.ContainerOps) error {
 	if err != nil {
 		return err
 	}
-	return writeHomeFile(ctx, c, ".claude/settings.json", b, 0o600)
+	return sh.WriteFile(ctx, c, ".claude/settings.json", b, 0o600)
 }
 
 // isSecretEnv names the variables that carry credentials.
@@ -162,8 +140,8 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 		"--model", model,
 	}
 	if t.SessionID != "" {
-		if !validID(t.SessionID) {
-			return sandboxagent.Invocation{}, fmt.Errorf("%w: claude session id %q is not a UUID", sandboxagent.ErrInvalidArgument, t.SessionID)
+		if err := ids.Check(t.SessionID); err != nil {
+			return sandboxagent.Invocation{}, err
 		}
 		cmd = append(cmd, "--resume", t.SessionID)
 	}
@@ -179,42 +157,10 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 			env["ANTHROPIC_API_KEY"] = d.o.APIKey
 		}
 	}
-	return sandboxagent.Invocation{
-		Cmd:     cmd,
-		Env:     env,
-		WorkDir: t.WorkDir,
-		Stdin:   []byte(t.Prompt),
-	}, nil
+	return sandboxagent.Invocation{Cmd: cmd, Env: env, WorkDir: t.WorkDir, Stdin: []byte(t.Prompt)}, nil
 }
 
 // NewParser returns the parser of one turn's stream-json output.
 func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 	return &parser{driver: d.Name(), session: t.SessionID, tools: map[string]string{}}
 }
-
-// validID reports whether id is a UUID as the CLI makes them (hex digits in
-// 8-4-4-4-12 groups); only such ids reach paths and command lines.
-func validID(id string) bool {
-	if len(id) != 36 {
-		return false
-	}
-	for i, r := range id {
-		switch i {
-		case 8, 13, 18, 23:
-			if r != '-' {
-				return false
-			}
-		default:
-			if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// firstLine is s's first non-empty line, trimmed.
-func firstLine(s string) string { return sandboxsh.FirstLine(s) }
-
-// trimStderr is stderr as text, trimmed.
-func trimStderr(b []byte) string { return string(bytes.TrimSpace(b)) }

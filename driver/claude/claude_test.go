@@ -107,7 +107,7 @@ func TestDriverBasics(t *testing.T) {
 	if New(Options{}).Secrets() != nil {
 		t.Error("secrets without a key")
 	}
-	c := d.Capabilities()
+	c := sandboxagent.CapabilitiesOf(d)
 	if !c.Continue || !c.Fork || !c.Skills || !c.Rules || !c.Sessions || !c.Thinking || !c.Usage || c.Deltas {
 		t.Errorf("capabilities %+v", c)
 	}

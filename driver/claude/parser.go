@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // line is the union of the stream-json line shapes the parser reads.
@@ -100,18 +101,14 @@ type parser struct {
 // call's result ("Exit code 2\n...").
 var exitCodeRE = regexp.MustCompile(`^(?:Error: )?Exit code (-?\d+)`)
 
-func raw(b []byte) []sandboxagent.Event {
-	return []sandboxagent.Event{{Kind: sandboxagent.KindRaw, Payload: sandboxagent.Payload{Raw: string(b)}}}
-}
-
 // Parse maps one stdout line to events.
 func (p *parser) Parse(b []byte) []sandboxagent.Event {
-	if len(bytes.TrimSpace(b)) == 0 {
+	if kit.Blank(b) {
 		return nil
 	}
 	var l line
-	if err := json.Unmarshal(b, &l); err != nil || l.Type == "" {
-		return raw(b)
+	if !kit.Decode(b, &l) || l.Type == "" {
+		return kit.Raw(b)
 	}
 	if l.SessionID != "" && p.session == "" {
 		p.session = l.SessionID
@@ -128,14 +125,14 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 	case "stream_event":
 		return p.stream(&l, b)
 	}
-	return raw(b)
+	return kit.Raw(b)
 }
 
 func (p *parser) system(l *line, b []byte) []sandboxagent.Event {
 	switch l.Subtype {
 	case "init":
 		if l.SessionID == "" {
-			return raw(b)
+			return kit.Raw(b)
 		}
 		p.session = l.SessionID
 		return []sandboxagent.Event{{Kind: sandboxagent.KindSession, SessionID: l.SessionID}}
@@ -163,7 +160,7 @@ func (p *parser) system(l *line, b []byte) []sandboxagent.Event {
 			Text: text, Tool: l.ToolName, CallID: l.ToolUseID, IsError: true,
 		}}}
 	}
-	return raw(b)
+	return kit.Raw(b)
 }
 
 // blocks are the content blocks of an assistant or user line's message (a
@@ -201,7 +198,7 @@ func str(r json.RawMessage) string {
 func (p *parser) assistant(l *line, b []byte) []sandboxagent.Event {
 	bs, ok := p.blocks(l)
 	if !ok {
-		return raw(b)
+		return kit.Raw(b)
 	}
 	if apiErr := str(l.Error); l.IsAPIErrorMessage || apiErr != "" {
 		// A message the CLI made up to report an API failure.
@@ -242,7 +239,7 @@ func (p *parser) assistant(l *line, b []byte) []sandboxagent.Event {
 		}
 	}
 	if unknown {
-		evs = append(evs, raw(b)...)
+		evs = append(evs, kit.Raw(b)...)
 	}
 	return evs
 }
@@ -250,28 +247,16 @@ func (p *parser) assistant(l *line, b []byte) []sandboxagent.Event {
 // toolCall is the event of one tool_use block.
 func toolCall(bl block) sandboxagent.Event {
 	pl := sandboxagent.Payload{Tool: bl.Name, CallID: bl.ID, Input: bl.Input}
-	var in map[string]any
-	_ = json.Unmarshal(bl.Input, &in)
-	str := func(k string) string {
-		s, _ := in[k].(string)
-		return s
-	}
-	if c := str("command"); c != "" {
-		pl.Command = c
-	}
-	for _, k := range []string{"file_path", "notebook_path", "path"} {
-		if s := str(k); s != "" {
-			pl.Path = s
-			break
-		}
-	}
+	args := kit.ParseToolArgs(bl.Input)
+	pl.Command = args.Str("command")
+	pl.Path = args.First("file_path", "notebook_path", "path")
 	return sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: pl}
 }
 
 func (p *parser) user(l *line, b []byte) []sandboxagent.Event {
 	bs, ok := p.blocks(l)
 	if !ok {
-		return raw(b)
+		return kit.Raw(b)
 	}
 	var evs []sandboxagent.Event
 	other := false
@@ -297,7 +282,7 @@ func (p *parser) user(l *line, b []byte) []sandboxagent.Event {
 	}
 	if other {
 		// User text (a subagent's prompt, a replayed message): keep it.
-		evs = append(evs, raw(b)...)
+		evs = append(evs, kit.Raw(b)...)
 	}
 	return evs
 }
@@ -354,7 +339,7 @@ func (p *parser) resultLine(l *line, b []byte) []sandboxagent.Event {
 
 func (p *parser) stream(l *line, b []byte) []sandboxagent.Event {
 	if l.Event == nil {
-		return raw(b)
+		return kit.Raw(b)
 	}
 	if l.Event.Type != "content_block_delta" || l.Event.Delta == nil {
 		return nil // start/stop frames: the whole blocks follow as assistant lines
@@ -375,7 +360,7 @@ func (p *parser) stream(l *line, b []byte) []sandboxagent.Event {
 // reported.
 func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, error) {
 	out := sandboxagent.TurnOutcome{SessionID: p.session}
-	errText := trimStderr(stderr)
+	errText := string(bytes.TrimSpace(stderr))
 	fail := func(msg string) (sandboxagent.TurnOutcome, error) {
 		return out, &sandboxagent.DriverError{
 			Driver: p.driver, Message: oneLine(msg), ExitCode: exitCode, Stderr: errText, Status: p.apiStatus,
@@ -384,7 +369,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 	r := p.result
 	switch {
 	case r == nil && exitCode != 0:
-		msg := firstLine(errText)
+		msg := kit.FirstLine(errText)
 		if msg == "" {
 			msg = p.apiError
 		}
@@ -414,7 +399,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 		out.Reply = p.lastText
 	}
 	if exitCode != 0 {
-		msg := firstLine(errText)
+		msg := kit.FirstLine(errText)
 		if msg == "" {
 			msg = fmt.Sprintf("claude exited with code %d", exitCode)
 		}

@@ -2,18 +2,14 @@ package claude
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"path"
-	"sort"
-	"strconv"
 	"strings"
-	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/driver/internal/sandboxsh"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // Where the CLI keeps things, relative to $HOME.
@@ -31,74 +27,29 @@ const (
 	metaProject    = "project"
 )
 
-// exitNoSession is the exit code the scripts below use for "no such
-// session"; exitExists for "that session already exists".
-const (
-	exitNoSession = sandboxsh.ExitNoSession
-	exitExists    = sandboxsh.ExitExists
-)
-
 // maxTranscript caps one session file read back from the sandbox.
 const maxTranscript = 256 << 20
 
-// sh runs script in the sandbox; see sandboxsh.Run.
-func sh(ctx context.Context, c sandboxagent.ContainerOps, stdin []byte, script string, args ...string) ([]byte, int, error) {
-	return sandboxsh.Run(ctx, c, "claude", stdin, script, args...)
-}
-
-// writeHomeFile writes data to $HOME/rel as the sandbox's user; see
-// sandboxsh.WriteHomeFile.
-func writeHomeFile(ctx context.Context, c sandboxagent.ContainerOps, rel string, data []byte, mode fs.FileMode) error {
-	return sandboxsh.WriteHomeFile(ctx, c, "claude", rel, data, mode)
-}
-
-// home is the sandbox user's home directory.
-func home(ctx context.Context, c sandboxagent.ContainerOps) (string, error) {
-	out, _, err := sh(ctx, c, nil, `printf '%s' "$HOME"`)
-	if err != nil {
-		return "", err
-	}
-	h := strings.TrimSpace(string(out))
-	if !path.IsAbs(h) {
-		return "", fmt.Errorf("claude: sandbox user has no usable HOME (%q)", h)
-	}
-	return h, nil
-}
-
-func checkID(id string) error {
-	if !validID(id) {
-		return fmt.Errorf("%w: claude session id %q is not a UUID", sandboxagent.ErrInvalidArgument, id)
-	}
-	return nil
-}
-
-func noSession(id string) error {
-	return fmt.Errorf("claude: session %s: %w", id, sandboxagent.ErrPathNotFound)
-}
-
-// newID is a random (version 4) UUID, the form the CLI uses.
-func newID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
-}
+var (
+	// sh runs scripts in the sandbox; its files are under $HOME.
+	sh  = kit.Shell{Driver: "claude"}
+	ids = kit.SessionIDs{Driver: "claude", Form: "a UUID", Valid: validID}
+	// validID: the CLI's session ids are UUIDs.
+	validID = kit.IsUUID
+	newID   = kit.NewUUID
+)
 
 // findScript prints the transcript of session $1 (the first found under
-// any project folder) or exits exitNoSession.
+// any project folder) or exits kit.ExitNoSession.
 const findScript = `f=$(find "$HOME/` + projectsDir + `" -mindepth 2 -maxdepth 2 -type f -name "$1.jsonl" 2>/dev/null | head -n 1)
 [ -n "$f" ] || exit 3
 `
 
+var _ sandboxagent.Forker = (*Driver)(nil)
+
 // Fork copies session id (its transcript, with the id replaced by the new
 // one, and its folder) into a new session beside it.
 func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, id string) (string, error) {
-	if err := checkID(id); err != nil {
-		return "", err
-	}
 	nid, err := newID()
 	if err != nil {
 		return "", err
@@ -109,49 +60,26 @@ dir=$(dirname -- "$f")
 sed "s/$1/$2/g" "$f" > "$dir/$2.jsonl.tmp"
 if [ -d "$dir/$1" ]; then cp -R -- "$dir/$1" "$dir/$2"; fi
 mv -f -- "$dir/$2.jsonl.tmp" "$dir/$2.jsonl"`
-	_, code, err := sh(ctx, c, nil, script, id, nid)
-	switch {
-	case err != nil:
-		return "", err
-	case code == exitNoSession:
-		return "", noSession(id)
-	case code == exitExists:
-		return "", fmt.Errorf("claude: fork: session %s: %w", nid, sandboxagent.ErrDestinationExists)
-	}
-	return nid, nil
+	return ids.Copy(ctx, c, sh, script, id, nid)
 }
+
+var _ sandboxagent.SkillInstaller = (*Driver)(nil)
 
 // InstallSkill puts the skill in ~/.claude/skills/<name>/, replacing any
 // skill of that name.
 func (d *Driver) InstallSkill(ctx context.Context, c sandboxagent.ContainerOps, s sandboxagent.Skill) error {
-	if err := s.Validate(); err != nil {
-		return err
-	}
-	if _, _, err := sh(ctx, c, nil, `rm -rf -- "$HOME/$1"`, path.Join(skillsDir, s.Name)); err != nil {
-		return err
-	}
-	names := make([]string, 0, len(s.Files))
-	for n := range s.Files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := writeHomeFile(ctx, c, path.Join(skillsDir, s.Name, n), s.Files[n], 0o644); err != nil {
-			return fmt.Errorf("claude: install skill %s: %w", s.Name, err)
-		}
-	}
-	return nil
+	return kit.InstallSkill(ctx, c, sh, skillsDir, s, kit.PlainFiles)
 }
+
+var _ sandboxagent.RulesInstaller = (*Driver)(nil)
 
 // InstallRules writes the user-global ~/.claude/CLAUDE.md (empty rules
 // remove it).
 func (d *Driver) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error {
-	if rules == "" {
-		_, _, err := sh(ctx, c, nil, `rm -f -- "$HOME/$1"`, rulesFile)
-		return err
-	}
-	return writeHomeFile(ctx, c, rulesFile, []byte(rules), 0o644)
+	return kit.InstallRules(ctx, c, sh, rulesFile, rules)
 }
+
+var _ sandboxagent.SessionStore = (*Driver)(nil)
 
 // ListSessions lists every transcript under ~/.claude/projects, newest
 // first.
@@ -162,7 +90,7 @@ find "$d" -mindepth 2 -maxdepth 2 -type f -name '*.jsonl' -printf '%T@\t%p\n' | 
   lp=$(grep -F '"type":"last-prompt"' "$p" | tail -n 1)
   printf '%s\t%s\t%s\n' "$t" "$p" "$lp"
 done`
-	out, _, err := sh(ctx, c, nil, script)
+	out, _, err := sh.Run(ctx, c, nil, script)
 	if err != nil {
 		return nil, err
 	}
@@ -171,58 +99,24 @@ done`
 
 // parseList reads the lines "mtime<TAB>path<TAB>last-prompt record".
 func parseList(out []byte) []sandboxagent.SessionInfo {
-	type item struct {
-		info sandboxagent.SessionInfo
-		t    float64
-	}
-	var items []item
-	for _, l := range strings.Split(string(out), "\n") {
-		f := strings.SplitN(l, "\t", 3)
-		if len(f) < 2 {
-			continue
+	return kit.ParseList(out, func(p string) string {
+		if id := strings.TrimSuffix(path.Base(p), ".jsonl"); validID(id) {
+			return id
 		}
-		id := strings.TrimSuffix(path.Base(f[1]), ".jsonl")
-		if !validID(id) {
-			continue
+		return ""
+	}, func(record []byte) string {
+		var lp struct {
+			LastPrompt string `json:"lastPrompt"`
 		}
-		it := item{info: sandboxagent.SessionInfo{ID: id, Path: f[1]}}
-		if t, err := strconv.ParseFloat(f[0], 64); err == nil {
-			it.t = t
-			sec := int64(t)
-			it.info.Updated = time.Unix(sec, int64((t-float64(sec))*1e9)).UTC().Format(time.RFC3339)
+		if json.Unmarshal(record, &lp) != nil {
+			return ""
 		}
-		if len(f) == 3 && f[2] != "" {
-			var lp struct {
-				LastPrompt string `json:"lastPrompt"`
-			}
-			if json.Unmarshal([]byte(f[2]), &lp) == nil {
-				it.info.Title = title(lp.LastPrompt)
-			}
-		}
-		items = append(items, it)
-	}
-	sort.SliceStable(items, func(i, j int) bool { return items[i].t > items[j].t })
-	infos := make([]sandboxagent.SessionInfo, len(items))
-	for i, it := range items {
-		infos[i] = it.info
-	}
-	return infos
-}
-
-// title is a prompt shortened to one line of at most 80 characters.
-func title(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > 80 {
-		s = string(r[:79]) + "…"
-	}
-	return s
+		return kit.Title(kit.Fold(lp.LastPrompt), 80)
+	})
 }
 
 // DeleteSession removes the session's transcript, folder and session-env.
 func (d *Driver) DeleteSession(ctx context.Context, c sandboxagent.ContainerOps, id string) error {
-	if err := checkID(id); err != nil {
-		return err
-	}
 	script := `found=0
 for f in "$HOME/` + projectsDir + `"/*/"$1.jsonl"; do
   [ -f "$f" ] || continue
@@ -231,30 +125,18 @@ for f in "$HOME/` + projectsDir + `"/*/"$1.jsonl"; do
 done
 rm -rf -- "$HOME/` + sessionEnv + `/$1"
 [ "$found" = 1 ] || exit 3`
-	_, code, err := sh(ctx, c, nil, script, id)
-	if err != nil {
-		return err
-	}
-	if code != 0 {
-		return noSession(id)
-	}
-	return nil
+	_, _, err := ids.Run(ctx, c, sh, script, id)
+	return err
 }
 
 // DumpSession reads the session's transcript and folder.
 func (d *Driver) DumpSession(ctx context.Context, c sandboxagent.ContainerOps, id string) (sandboxagent.SessionDump, error) {
-	if err := checkID(id); err != nil {
-		return sandboxagent.SessionDump{}, err
-	}
 	script := findScript + `printf '%s\n' "$f"
 dir="${f%.jsonl}"
 if [ -d "$dir" ]; then find "$dir" -type f -printf '%P\n'; fi`
-	out, code, err := sh(ctx, c, nil, script, id)
+	out, _, err := ids.Run(ctx, c, sh, script, id)
 	if err != nil {
 		return sandboxagent.SessionDump{}, err
-	}
-	if code != 0 {
-		return sandboxagent.SessionDump{}, noSession(id)
 	}
 	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
 	file := lines[0]
@@ -287,20 +169,17 @@ if [ -d "$dir" ]; then find "$dir" -type f -printf '%P\n'; fi`
 // LoadSession installs a dump under its project folder and id; it refuses
 // to replace a session of that id.
 func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, dump sandboxagent.SessionDump) (string, error) {
-	if dump.Driver != "" && dump.Driver != d.Name() {
-		return "", fmt.Errorf("%w: a %s session cannot be loaded into claude", sandboxagent.ErrInvalidArgument, dump.Driver)
-	}
-	id := dump.SessionID
-	if err := checkID(id); err != nil {
+	if err := ids.CheckDump(dump); err != nil {
 		return "", err
 	}
-	tr, ok := dump.Files[dumpTranscript]
-	if !ok {
-		return "", fmt.Errorf("%w: claude session dump without %s", sandboxagent.ErrInvalidArgument, dumpTranscript)
+	id := dump.SessionID
+	tr, err := ids.DumpFile(dump, dumpTranscript)
+	if err != nil {
+		return "", err
 	}
 	project := dump.Meta[metaProject]
 	if project == "" {
-		out, _, err := sh(ctx, c, nil, `pwd`)
+		out, _, err := sh.Run(ctx, c, nil, `pwd`)
 		if err != nil {
 			return "", err
 		}
@@ -318,23 +197,19 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 			return "", fmt.Errorf("%w: claude session dump file %q", sandboxagent.ErrInvalidArgument, name)
 		}
 	}
-	_, code, err := sh(ctx, c, nil, findScript+`exit 4`, id)
-	if err != nil {
+	if err := ids.CheckAbsent(ctx, c, sh, findScript, id); err != nil {
 		return "", err
-	}
-	if code == exitExists {
-		return "", fmt.Errorf("claude: load: session %s: %w", id, sandboxagent.ErrDestinationExists)
 	}
 	base := path.Join(projectsDir, project)
 	for name, data := range dump.Files {
 		if rel, ok := strings.CutPrefix(name, dumpFilesDir); ok {
-			if err := writeHomeFile(ctx, c, path.Join(base, id, rel), data, 0o600); err != nil {
+			if err := sh.WriteFile(ctx, c, path.Join(base, id, rel), data, 0o600); err != nil {
 				return "", fmt.Errorf("claude: load %s: %w", id, err)
 			}
 		}
 	}
 	// The transcript last: a half-loaded session is not resumable.
-	if err := writeHomeFile(ctx, c, path.Join(base, id+".jsonl"), tr, 0o600); err != nil {
+	if err := sh.WriteFile(ctx, c, path.Join(base, id+".jsonl"), tr, 0o600); err != nil {
 		return "", fmt.Errorf("claude: load %s: %w", id, err)
 	}
 	return id, nil

@@ -1,7 +1,6 @@
 package codex
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // DefaultModel is the model used when neither the turn nor Options name
@@ -82,22 +82,14 @@ func (d *Driver) Name() string { return "codex" }
 // Image implements sandboxagent.Driver.
 func (d *Driver) Image() string { return d.o.Image }
 
-// Capabilities implements sandboxagent.Driver. Codex prints whole messages
+// Traits implements sandboxagent.Driver. Codex prints whole messages
 // only, so Deltas is false.
-func (d *Driver) Capabilities() sandboxagent.Capabilities {
-	return sandboxagent.Capabilities{
-		Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true,
-		Thinking: true, Usage: true, Deltas: false,
-	}
+func (d *Driver) Traits() sandboxagent.Traits {
+	return sandboxagent.Traits{Continue: true, Thinking: true, Usage: true}
 }
 
 // Secrets implements sandboxagent.Driver.
-func (d *Driver) Secrets() []string {
-	if d.o.APIKey == "" {
-		return nil
-	}
-	return []string{d.o.APIKey}
-}
+func (d *Driver) Secrets() []string { return kit.Secrets(d.o.APIKey) }
 
 func (d *Driver) baseURL() string {
 	if d.o.BaseURL == "" {
@@ -106,15 +98,7 @@ func (d *Driver) baseURL() string {
 	return strings.TrimRight(d.o.BaseURL, "/")
 }
 
-func (d *Driver) retries() int {
-	switch {
-	case d.o.Retries == 0:
-		return DefaultRetries
-	case d.o.Retries < 0:
-		return 0
-	}
-	return d.o.Retries
-}
+func (d *Driver) retries() int { return kit.Retries(d.o.Retries, DefaultRetries) }
 
 func (d *Driver) model(t sandboxagent.Turn) string {
 	switch {
@@ -191,34 +175,22 @@ func (d *Driver) Config() string {
 	return b.String()
 }
 
-// homeSh sets H to codex's home in the helper scripts.
-const homeSh = `H="${CODEX_HOME:-$HOME/.codex}"; `
+// sh runs the helper scripts with codex's environment (without the key);
+// $H is codex's home, $CODEX_HOME or ~/.codex.
+func (d *Driver) sh() kit.Shell {
+	return kit.Shell{Driver: "codex", Dir: `${CODEX_HOME:-$HOME/.codex}`, Env: d.env(false)}
+}
+
+// ids: codex's thread ids are UUIDs.
+var ids = kit.SessionIDs{Driver: "codex", Form: "a UUID", Valid: kit.IsUUID}
 
 // Setup implements sandboxagent.Driver: it checks codex is installed and
 // writes $CODEX_HOME/config.toml.
 func (d *Driver) Setup(ctx context.Context, c sandboxagent.ContainerOps) error {
-	script := `set -e; command -v codex >/dev/null 2>&1 || exit 127; ` + homeSh +
-		`mkdir -p "$H"; cat > "$H/config.toml.tmp"; mv -f "$H/config.toml.tmp" "$H/config.toml"`
-	res, err := d.run(ctx, c, script, []byte(d.Config()))
-	if err != nil {
+	if err := d.sh().Require(ctx, c, "codex"); err != nil {
 		return err
 	}
-	switch res.ExitCode {
-	case 0:
-		return nil
-	case 127:
-		return fmt.Errorf("codex: %w", sandboxagent.ErrCLIMissing)
-	}
-	return fmt.Errorf("codex: write config.toml: %s", oneLine(string(res.Stderr)))
-}
-
-var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-
-func checkID(id string) error {
-	if !uuidRE.MatchString(id) {
-		return fmt.Errorf("%w: codex session id %q is not a UUID", sandboxagent.ErrInvalidArgument, id)
-	}
-	return nil
+	return d.sh().WriteFile(ctx, c, "config.toml", []byte(d.Config()), 0o644)
 }
 
 // execFlags are the flags of every headless codex exec (new, resume, fork).
@@ -237,7 +209,7 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 	}
 	cmd := []string{"codex", "exec"}
 	if t.SessionID != "" {
-		if err := checkID(t.SessionID); err != nil {
+		if err := ids.Check(t.SessionID); err != nil {
 			return sandboxagent.Invocation{}, err
 		}
 		cmd = append(cmd, "resume")
@@ -261,25 +233,6 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 // NewParser implements sandboxagent.Driver.
 func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 	return newParser(t)
-}
-
-// run runs a shell script in the container with codex's environment
-// (without the key) and stdin.
-func (d *Driver) run(ctx context.Context, c sandboxagent.ContainerOps, script string, stdin []byte, args ...string) (sandboxagent.ExecResult, error) {
-	req := sandboxagent.ExecRequest{Cmd: append([]string{"sh", "-c", script, "sh"}, args...), Env: d.env(false)}
-	if stdin != nil {
-		req.Stdin = bytes.NewReader(stdin)
-	}
-	res, err := c.Run(ctx, req)
-	if err != nil {
-		return res, fmt.Errorf("codex: %w", err)
-	}
-	return res, nil
-}
-
-// oneLine folds s into one trimmed line.
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
 }
 
 // statusRE finds an HTTP status in codex's error messages:

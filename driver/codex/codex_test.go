@@ -28,7 +28,7 @@ func TestDriverBasics(t *testing.T) {
 	if New(Options{}).Secrets() != nil {
 		t.Error("Secrets without a key")
 	}
-	c := d.Capabilities()
+	c := sandboxagent.CapabilitiesOf(d)
 	if !c.Continue || !c.Fork || !c.Skills || !c.Rules || !c.Sessions || !c.Thinking || !c.Usage || c.Deltas {
 		t.Errorf("Capabilities %+v", c)
 	}
@@ -351,7 +351,6 @@ func TestRulesAndSkills(t *testing.T) {
 	}
 	for _, bad := range []sandboxagent.Skill{
 		{Name: "../x", Files: map[string][]byte{"SKILL.md": nil}},
-		{Name: "x", Files: map[string][]byte{"README.md": nil}},
 		{Name: "x", Files: map[string][]byte{"SKILL.md": nil, "../escape": nil}},
 	} {
 		if err := d.InstallSkill(ctx, f, bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {

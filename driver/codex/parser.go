@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // line is one `codex exec --json` line.
@@ -70,24 +71,19 @@ func newParser(t sandboxagent.Turn) *parser {
 	return &parser{turn: t, calls: map[string]bool{}}
 }
 
-func raw(b []byte) []sandboxagent.Event {
-	return []sandboxagent.Event{{Kind: sandboxagent.KindRaw, Payload: sandboxagent.Payload{Raw: string(b)}}}
-}
-
 // Parse implements sandboxagent.Parser.
 func (p *parser) Parse(b []byte) []sandboxagent.Event {
-	trimmed := bytes.TrimSpace(b)
-	if len(trimmed) == 0 {
+	if kit.Blank(b) {
 		return nil
 	}
 	var l line
-	if trimmed[0] != '{' || json.Unmarshal(trimmed, &l) != nil || l.Type == "" {
-		return raw(b)
+	if !kit.Decode(b, &l) || l.Type == "" {
+		return kit.Raw(b)
 	}
 	switch l.Type {
 	case "thread.started":
 		if l.ThreadID == "" {
-			return raw(b)
+			return kit.Raw(b)
 		}
 		if p.session == "" {
 			p.session = l.ThreadID
@@ -126,7 +122,7 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 			return evs
 		}
 	}
-	return raw(b)
+	return kit.Raw(b)
 }
 
 // item maps one item line; ok is false for what it does not understand.
@@ -279,7 +275,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 	out := sandboxagent.TurnOutcome{Reply: p.reply, SessionID: p.session}
 	errText := strings.TrimSpace(string(stderr))
 	fail := func(msg string) (sandboxagent.TurnOutcome, error) {
-		msg = oneLine(msg)
+		msg = kit.Fold(msg)
 		return out, &sandboxagent.DriverError{
 			Driver: "codex", Message: msg, ExitCode: exitCode, Stderr: errText, Status: httpStatus(msg),
 		}

@@ -8,64 +8,32 @@ import (
 	"io/fs"
 	"path"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // maxForkDepth bounds the chain of parents a dump follows.
 const maxForkDepth = 32
 
-// writeFile writes data to $CODEX_HOME/rel as the CLI's user.
-func (d *Driver) writeFile(ctx context.Context, c sandboxagent.ContainerOps, rel string, data []byte, mode fs.FileMode) error {
-	script := homeSh + `p="$H/$1"; mkdir -p "$(dirname "$p")" && cat > "$p" && chmod "$2" "$p"`
-	res, err := d.run(ctx, c, script, data, rel, strconv.FormatUint(uint64(mode.Perm()), 8))
-	if err != nil {
-		return err
-	}
-	if res.ExitCode != 0 {
-		return fmt.Errorf("codex: write %s: %s", rel, oneLine(string(res.Stderr)))
-	}
-	return nil
-}
+var _ sandboxagent.RulesInstaller = (*Driver)(nil)
 
-// InstallRules implements sandboxagent.Driver: rules become
-// $CODEX_HOME/AGENTS.md, codex's global instructions.
+// InstallRules implements sandboxagent.RulesInstaller: rules become
+// $CODEX_HOME/AGENTS.md, codex's global instructions (empty rules remove
+// it).
 func (d *Driver) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error {
-	return d.writeFile(ctx, c, "AGENTS.md", []byte(rules), 0o644)
+	return kit.InstallRules(ctx, c, d.sh(), "AGENTS.md", rules)
 }
 
-// InstallSkill implements sandboxagent.Driver: the skill's files go to
-// $CODEX_HOME/skills/<name>/, replacing an older copy.
+var _ sandboxagent.SkillInstaller = (*Driver)(nil)
+
+// InstallSkill implements sandboxagent.SkillInstaller: the skill's files
+// go to $CODEX_HOME/skills/<name>/, replacing an older copy; a file that
+// starts with "#!" is made executable.
 func (d *Driver) InstallSkill(ctx context.Context, c sandboxagent.ContainerOps, s sandboxagent.Skill) error {
-	if err := s.Validate(); err != nil {
-		return err
-	}
-	res, err := d.run(ctx, c, homeSh+`rm -rf -- "$H/skills/$1"`, nil, s.Name)
-	if err != nil {
-		return err
-	}
-	if res.ExitCode != 0 {
-		return fmt.Errorf("codex: remove old skill %s: %s", s.Name, oneLine(string(res.Stderr)))
-	}
-	names := make([]string, 0, len(s.Files))
-	for n := range s.Files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		data := s.Files[n]
-		mode := fs.FileMode(0o644)
-		if bytes.HasPrefix(data, []byte("#!")) {
-			mode = 0o755
-		}
-		if err := d.writeFile(ctx, c, path.Join("skills", s.Name, n), data, mode); err != nil {
-			return err
-		}
-	}
-	return nil
+	return kit.InstallSkill(ctx, c, d.sh(), "skills", s, kit.ExecScripts)
 }
 
 // rollout is one session file found in the container.
@@ -83,16 +51,13 @@ func (d *Driver) rollouts(ctx context.Context, c sandboxagent.ContainerOps, id s
 	if id != "" {
 		pattern = "rollout-*-" + id + ".jsonl"
 	}
-	script := homeSh + `printf '%s\n' "$H"; [ -d "$H/sessions" ] || exit 0; ` +
+	script := `printf '%s\n' "$H"; [ -d "$H/sessions" ] || exit 0; ` +
 		`find "$H/sessions" -type f -name "$1" -printf '%T@ %P\n'`
-	res, err := d.run(ctx, c, script, nil, pattern)
+	stdout, _, err := d.sh().Run(ctx, c, nil, script, pattern)
 	if err != nil {
 		return nil, err
 	}
-	if res.ExitCode != 0 {
-		return nil, fmt.Errorf("codex: list sessions: %s", oneLine(string(res.Stderr)))
-	}
-	lines := strings.Split(strings.TrimRight(string(res.Stdout), "\n"), "\n")
+	lines := strings.Split(strings.TrimRight(string(stdout), "\n"), "\n")
 	home := lines[0]
 	var out []rollout
 	for _, l := range lines[1:] {
@@ -106,14 +71,11 @@ func (d *Driver) rollouts(ctx context.Context, c sandboxagent.ContainerOps, id s
 		}
 		rid := strings.TrimSuffix(base, ".jsonl")
 		rid = rid[len(rid)-36:]
-		if !uuidRE.MatchString(rid) {
+		if !kit.IsUUID(rid) {
 			continue
 		}
 		r := rollout{id: rid, abs: home + "/sessions/" + rel, rel: "sessions/" + rel}
-		if f, err := strconv.ParseFloat(ts, 64); err == nil {
-			sec := int64(f)
-			r.updated = time.Unix(sec, int64((f-float64(sec))*1e9)).UTC()
-		}
+		r.updated, _ = kit.ParseTime(ts)
 		out = append(out, r)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].updated.After(out[j].updated) })
@@ -121,7 +83,7 @@ func (d *Driver) rollouts(ctx context.Context, c sandboxagent.ContainerOps, id s
 }
 
 func (d *Driver) find(ctx context.Context, c sandboxagent.ContainerOps, id string) (rollout, error) {
-	if err := checkID(id); err != nil {
+	if err := ids.Check(id); err != nil {
 		return rollout{}, err
 	}
 	rs, err := d.rollouts(ctx, c, id)
@@ -134,6 +96,8 @@ func (d *Driver) find(ctx context.Context, c sandboxagent.ContainerOps, id strin
 	return rs[0], nil
 }
 
+var _ sandboxagent.SessionStore = (*Driver)(nil)
+
 // ListSessions implements sandboxagent.Driver: the rollout files, newest
 // first.
 func (d *Driver) ListSessions(ctx context.Context, c sandboxagent.ContainerOps) ([]sandboxagent.SessionInfo, error) {
@@ -145,17 +109,19 @@ func (d *Driver) ListSessions(ctx context.Context, c sandboxagent.ContainerOps) 
 	for _, r := range rs {
 		info := sandboxagent.SessionInfo{ID: r.id, Path: r.abs}
 		if !r.updated.IsZero() {
-			info.Updated = r.updated.Format(time.RFC3339)
+			info.Updated = kit.Updated(r.updated)
 		}
 		out = append(out, info)
 	}
 	return out, nil
 }
 
+var _ sandboxagent.Forker = (*Driver)(nil)
+
 // Fork implements sandboxagent.Driver with `codex exec fork ID` (no prompt,
 // so no model request).
 func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, sessionID string) (string, error) {
-	if err := checkID(sessionID); err != nil {
+	if err := ids.Check(sessionID); err != nil {
 		return "", err
 	}
 	cmd := append([]string{"codex", "exec", "fork"}, execFlags()...)
@@ -176,7 +142,7 @@ func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, sessionI
 		if msg == "" {
 			msg = "no new thread id"
 		}
-		return "", &sandboxagent.DriverError{Driver: "codex", Message: "fork " + sessionID + ": " + oneLine(msg),
+		return "", &sandboxagent.DriverError{Driver: "codex", Message: "fork " + sessionID + ": " + kit.Fold(msg),
 			ExitCode: res.ExitCode, Stderr: strings.TrimSpace(string(res.Stderr))}
 	}
 	return p.session, nil
@@ -259,10 +225,7 @@ func (d *Driver) DumpSession(ctx context.Context, c sandboxagent.ContainerOps, i
 // LoadSession implements sandboxagent.Driver: the dump's rollout files are
 // written under $CODEX_HOME, where `codex exec resume` finds them.
 func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, dump sandboxagent.SessionDump) (string, error) {
-	if dump.Driver != "" && dump.Driver != d.Name() {
-		return "", fmt.Errorf("%w: a %s session cannot be loaded into codex", sandboxagent.ErrInvalidArgument, dump.Driver)
-	}
-	if err := checkID(dump.SessionID); err != nil {
+	if err := ids.CheckDump(dump); err != nil {
 		return "", err
 	}
 	names := make([]string, 0, len(dump.Files))
@@ -282,7 +245,7 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if err := d.writeFile(ctx, c, n, dump.Files[n], 0o644); err != nil {
+		if err := d.sh().WriteFile(ctx, c, n, dump.Files[n], 0o644); err != nil {
 			return "", err
 		}
 	}
@@ -297,18 +260,18 @@ func (d *Driver) DeleteSession(ctx context.Context, c sandboxagent.ContainerOps,
 	if _, err := d.find(ctx, c, id); err != nil {
 		return err
 	}
-	script := homeSh + `id="$1"
+	script := `id="$1"
 if err=$(codex delete --force "$id" 2>&1 >/dev/null); then exit 0; fi
 dep=$(find "$H/sessions" -type f -name 'rollout-*.jsonl' ! -name "*-$id.jsonl" -exec grep -l -F "\"forked_from_id\":\"$id\"" {} +)
 if [ -n "$dep" ]; then echo "forks depend on it: $dep" >&2; exit 3; fi
 n=$(find "$H/sessions" -type f -name "rollout-*-$id.jsonl" -print -delete | wc -l)
 if [ "$n" -eq 0 ]; then echo "$err" >&2; exit 1; fi`
-	res, err := d.run(ctx, c, script, nil, id)
+	res, err := d.sh().Exec(ctx, c, nil, script, id)
 	if err != nil {
 		return err
 	}
 	if res.ExitCode != 0 {
-		return fmt.Errorf("codex: delete session %s: %s", id, oneLine(string(res.Stderr)))
+		return fmt.Errorf("codex: delete session %s: %s", id, kit.Fold(string(res.Stderr)))
 	}
 	return nil
 }

@@ -2,15 +2,14 @@ package dsh
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // DefaultModel is the model used when neither the agent nor Options name
@@ -102,22 +101,14 @@ func (d *Driver) Name() string { return "dsh" }
 // Image is "": the built-in dsh image from versions.json.
 func (d *Driver) Image() string { return "" }
 
-// Capabilities: everything. Deltas: the session log carries the model's
-// text and reasoning fragments as they stream.
-func (d *Driver) Capabilities() sandboxagent.Capabilities {
-	return sandboxagent.Capabilities{
-		Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true,
-		Thinking: true, Usage: true, Deltas: true,
-	}
+// Traits: everything. Deltas: the session log carries the model's text
+// and reasoning fragments as they stream.
+func (d *Driver) Traits() sandboxagent.Traits {
+	return sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Deltas: true}
 }
 
 // Secrets returns the API key.
-func (d *Driver) Secrets() []string {
-	if d.o.APIKey == "" {
-		return nil
-	}
-	return []string{d.o.APIKey}
-}
+func (d *Driver) Secrets() []string { return kit.Secrets(d.o.APIKey) }
 
 func (d *Driver) deepSeek() bool { return d.o.DeepSeek || d.o.BaseURL == "" }
 
@@ -166,11 +157,7 @@ func (d *Driver) settings() ([]byte, error) {
 		}}}
 	}
 	s["agent-default-model"] = map[string]any{"provider": d.provider(), "model": d.model()}
-	b, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
+	return kit.JSONFile(s)
 }
 
 // homePatch is $DSH_HOME/cordis.patch.yml, the patch layer of every
@@ -216,16 +203,15 @@ func (d *Driver) Setup(ctx context.Context, c sandboxagent.ContainerOps) error {
 	files := []struct {
 		rel  string
 		data []byte
-		mode string
 	}{
-		{settingsFile, s, "600"},
-		{homePatchFile, []byte(homePatch), "600"},
-		{helperDir + "/headless.patch.yml", []byte(headlessPatch(home)), "600"},
-		{runnerFile, runnerJS, "600"},
-		{wrapperFile, wrapperJS, "600"},
+		{settingsFile, s},
+		{homePatchFile, []byte(homePatch)},
+		{helperDir + "/headless.patch.yml", []byte(headlessPatch(home))},
+		{runnerFile, runnerJS},
+		{wrapperFile, wrapperJS},
 	}
 	for _, f := range files {
-		if err := writeHome(ctx, c, f.rel, f.data, f.mode); err != nil {
+		if err := sh.WriteFile(ctx, c, f.rel, f.data, 0o600); err != nil {
 			return err
 		}
 	}
@@ -248,8 +234,8 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 		env[envModel] = t.Model
 	}
 	if t.SessionID != "" {
-		if !validID(t.SessionID) {
-			return sandboxagent.Invocation{}, fmt.Errorf("%w: dsh session id %q is not session-<uuid>", sandboxagent.ErrInvalidArgument, t.SessionID)
+		if err := ids.Check(t.SessionID); err != nil {
+			return sandboxagent.Invocation{}, err
 		}
 		env[envSession] = t.SessionID
 		env[envResume] = "1"
@@ -279,36 +265,16 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 }
 
 // validID reports whether id is a dsh session id as the driver makes them:
-// "session-" and a UUID in hex 8-4-4-4-12 groups. Only such ids reach paths
-// and command lines.
+// "session-" and a lower-case UUID. Only such ids reach paths and command
+// lines.
 func validID(id string) bool {
 	u, ok := strings.CutPrefix(id, "session-")
-	if !ok || len(u) != 36 {
-		return false
-	}
-	for i, r := range u {
-		switch i {
-		case 8, 13, 18, 23:
-			if r != '-' {
-				return false
-			}
-		default:
-			if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
-				return false
-			}
-		}
-	}
-	return true
+	return ok && kit.IsUUID(u) && u == strings.ToLower(u)
 }
 
 // newID is a fresh session id, "session-" and a random (version 4) UUID,
 // the form dsh uses.
 func newID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("session-%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+	u, err := kit.NewUUID()
+	return "session-" + u, err
 }

@@ -81,7 +81,7 @@ func TestCapabilities(t *testing.T) {
 	if d.Name() != "dsh" || d.Image() != "" {
 		t.Errorf("name %q image %q", d.Name(), d.Image())
 	}
-	c := d.Capabilities()
+	c := sandboxagent.CapabilitiesOf(d)
 	if !c.Continue || !c.Fork || !c.Skills || !c.Rules || !c.Sessions || !c.Thinking || !c.Usage || !c.Deltas {
 		t.Errorf("%+v", c)
 	}
@@ -295,7 +295,6 @@ func TestRulesAndSkills(t *testing.T) {
 	}
 	for _, bad := range []sandboxagent.Skill{
 		{Name: "../x", Files: map[string][]byte{"SKILL.md": nil}},
-		{Name: "x"},
 		{Name: "x", Files: map[string][]byte{"SKILL.md": nil, "../y": nil}},
 	} {
 		if err := d.InstallSkill(ctx, h, bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {

@@ -1,7 +1,6 @@
 package dsh
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -9,6 +8,7 @@ import (
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // exitType is the type of the line the turn's wrapper prints last: dsh's
@@ -129,30 +129,26 @@ func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 	return &parser{driver: d.Name(), session: t.SessionID, tools: map[string]string{}}
 }
 
-func raw(line []byte) []sandboxagent.Event {
-	return []sandboxagent.Event{{Kind: sandboxagent.KindRaw, Payload: sandboxagent.Payload{Raw: string(line)}}}
-}
-
 func (p *parser) Parse(line []byte) []sandboxagent.Event {
-	if len(bytes.TrimSpace(line)) == 0 {
+	if kit.Blank(line) {
 		return nil
 	}
 	var r record
-	if err := json.Unmarshal(line, &r); err != nil || r.Type == "" {
-		return raw(line)
+	if !kit.Decode(line, &r) || r.Type == "" {
+		return kit.Raw(line)
 	}
 	var evs []sandboxagent.Event
 	var err error
 	switch {
 	case r.Type == "session" && r.Seq == nil:
 		if r.ID == "" {
-			return raw(line)
+			return kit.Raw(line)
 		}
 		p.session = r.ID
 		return []sandboxagent.Event{{Kind: sandboxagent.KindSession, SessionID: r.ID}}
 	case r.Type == exitType:
 		if r.Code == nil {
-			return raw(line)
+			return kit.Raw(line)
 		}
 		p.exit, p.stdout, p.wrapErr = r.Code, r.Stdout, r.Error
 		if r.Session == "" || !p.sessionSeen(r.Session) {
@@ -176,10 +172,10 @@ func (p *parser) Parse(line []byte) []sandboxagent.Event {
 	case r.Type == "turn/end":
 		evs, err = p.turnEnd(r.Data)
 	default:
-		return raw(line)
+		return kit.Raw(line)
 	}
 	if err != nil {
-		return raw(line)
+		return kit.Raw(line)
 	}
 	return evs
 }
@@ -294,20 +290,12 @@ func (p *parser) toolCall(data json.RawMessage) ([]sandboxagent.Event, error) {
 		input, _ = json.Marshal(string(input))
 	}
 	pl := sandboxagent.Payload{Tool: c.Name, CallID: c.CallID, Input: input}
-	var fields map[string]any
-	if json.Unmarshal(input, &fields) == nil {
-		str := func(k string) string { s, _ := fields[k].(string); return s }
-		switch c.Name {
-		case "bash", "pwsh", "powershell":
-			pl.Command = str("command")
-		default:
-			for _, k := range []string{"file_path", "path", "filePath"} {
-				if s := str(k); s != "" {
-					pl.Path = s
-					break
-				}
-			}
-		}
+	fields := kit.ParseToolArgs(input)
+	switch c.Name {
+	case "bash", "pwsh", "powershell":
+		pl.Command = fields.Str("command")
+	default:
+		pl.Path = fields.First("file_path", "path", "filePath")
 	}
 	return []sandboxagent.Event{{Kind: sandboxagent.KindToolCall, Payload: pl}}, nil
 }
@@ -455,7 +443,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 	case jsError.MatchString(serr):
 		de.Message = oneLine(jsError.FindString(serr))
 	case serr != "":
-		de.Message = firstLine(serr)
+		de.Message = kit.FirstLine(serr)
 	case p.wrapErr != "":
 		de.Message = oneLine(p.wrapErr)
 	case !p.turnEnded:

@@ -8,12 +8,10 @@ import (
 	"io/fs"
 	"path"
 	"sort"
-	"strconv"
 	"strings"
-	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/driver/internal/sandboxsh"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // Dump file names and meta keys.
@@ -24,57 +22,19 @@ const (
 	metaCWD     = "cwd"
 )
 
-// Exit codes the scripts below use: no such session, it already exists.
-const (
-	exitNoSession = sandboxsh.ExitNoSession
-	exitExists    = sandboxsh.ExitExists
-)
-
 // maxLog caps one session file read back from the sandbox.
 const maxLog = 256 << 20
 
-// sh runs script with sh -c in the sandbox (as its user) with args as
-// $1..., stdin as its input, and returns stdout and the exit code. A
-// non-zero exit is an error, except exitNoSession and exitExists, which
-// the caller interprets. $H is $DSH_HOME (default ~/.dsh).
-func sh(ctx context.Context, c sandboxagent.ContainerOps, stdin []byte, script string, args ...string) ([]byte, int, error) {
-	return sandboxsh.Run(ctx, c, "dsh", stdin, `H="`+homeExpr+`"`+"\n"+script, args...)
-}
-
-func firstLine(s string) string { return sandboxsh.FirstLine(s) }
-
-// writeScript writes stdin to $H/$1 atomically with mode $2, creating
-// parents with mode 700 (dsh's own mode for its folders).
-const writeScript = `set -e
-f="$H/$1"
-d=$(dirname -- "$f")
-[ -d "$d" ] || (umask 077 && mkdir -p -- "$d")
-tmp="$f.tmp.$$"
-cat > "$tmp"
-chmod "$2" "$tmp"
-mv -f -- "$tmp" "$f"`
-
-// writeHome writes data to $DSH_HOME/rel, owned by the sandbox's user (so
-// dsh can rewrite it).
-func writeHome(ctx context.Context, c sandboxagent.ContainerOps, rel string, data []byte, mode string) error {
-	if !fs.ValidPath(rel) || rel == "." {
-		return fmt.Errorf("%w: path %q", sandboxagent.ErrInvalidArgument, rel)
-	}
-	if data == nil {
-		data = []byte{}
-	}
-	if _, code, err := sh(ctx, c, data, writeScript, rel, mode); err != nil || code != 0 {
-		if err == nil {
-			err = fmt.Errorf("exit %d", code)
-		}
-		return fmt.Errorf("dsh: write $DSH_HOME/%s: %w", rel, err)
-	}
-	return nil
-}
+var (
+	// sh runs scripts in the sandbox with $H = $DSH_HOME; it creates
+	// folders with mode 700, as dsh does.
+	sh  = kit.Shell{Driver: "dsh", Dir: homeExpr, DirUmask: "077"}
+	ids = kit.SessionIDs{Driver: "dsh", Form: "session-<uuid>", Valid: validID}
+)
 
 // dshHomeDir is $DSH_HOME in the sandbox, an absolute path.
 func dshHomeDir(ctx context.Context, c sandboxagent.ContainerOps) (string, error) {
-	out, _, err := sh(ctx, c, nil, `printf '%s' "$H"`)
+	out, _, err := sh.Run(ctx, c, nil, `printf '%s' "$H"`)
 	if err != nil {
 		return "", err
 	}
@@ -85,31 +45,19 @@ func dshHomeDir(ctx context.Context, c sandboxagent.ContainerOps) (string, error
 	return path.Clean(h), nil
 }
 
-func checkID(id string) error {
-	if !validID(id) {
-		return fmt.Errorf("%w: dsh session id %q is not session-<uuid>", sandboxagent.ErrInvalidArgument, id)
-	}
-	return nil
-}
-
-func noSession(id string) error {
-	return fmt.Errorf("dsh: session %s: %w", id, sandboxagent.ErrPathNotFound)
-}
-
 // findScript sets $f to the log of session $1 (in any project folder) or
-// exits exitNoSession.
+// exits kit.ExitNoSession.
 const findScript = `f=""
 for x in "$H/` + sessionsDir + `"/*/"$1"/session.jsonl; do [ -f "$x" ] && f="$x" && break; done
 [ -n "$f" ] || exit 3
 `
 
+var _ sandboxagent.Forker = (*Driver)(nil)
+
 // Fork copies session id's folder into a new session beside it, with the
 // new id in the log's header; dsh then resumes it as any other session.
 // The copy shares nothing with the original.
 func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, id string) (string, error) {
-	if err := checkID(id); err != nil {
-		return "", err
-	}
 	nid, err := newID()
 	if err != nil {
 		return "", err
@@ -127,49 +75,26 @@ cp -R -p -- "$dir" "$tmp"
 { head -n 1 -- "$f" | sed "s/\"id\":\"$1\"/\"id\":\"$2\"/"; tail -n +2 -- "$f"; } > "$tmp/session.jsonl"
 head -n 1 -- "$tmp/session.jsonl" | grep -q "\"id\":\"$2\""
 mv -- "$tmp" "$proj/$2"`
-	_, code, err := sh(ctx, c, nil, script, id, nid)
-	switch {
-	case err != nil:
-		return "", fmt.Errorf("dsh: fork %s: %w", id, err)
-	case code == exitNoSession:
-		return "", noSession(id)
-	case code == exitExists:
-		return "", fmt.Errorf("dsh: fork: session %s: %w", nid, sandboxagent.ErrDestinationExists)
-	}
-	return nid, nil
+	return ids.Copy(ctx, c, sh, script, id, nid)
 }
+
+var _ sandboxagent.SkillInstaller = (*Driver)(nil)
 
 // InstallSkill puts the skill in $DSH_HOME/skills/<name>/, replacing any
 // skill of that name.
 func (d *Driver) InstallSkill(ctx context.Context, c sandboxagent.ContainerOps, s sandboxagent.Skill) error {
-	if err := s.Validate(); err != nil {
-		return err
-	}
-	if _, _, err := sh(ctx, c, nil, `rm -rf -- "$H/$1"`, path.Join(skillsDir, s.Name)); err != nil {
-		return err
-	}
-	names := make([]string, 0, len(s.Files))
-	for n := range s.Files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := writeHome(ctx, c, path.Join(skillsDir, s.Name, n), s.Files[n], "644"); err != nil {
-			return fmt.Errorf("dsh: install skill %s: %w", s.Name, err)
-		}
-	}
-	return nil
+	return kit.InstallSkill(ctx, c, sh, skillsDir, s, kit.PlainFiles)
 }
+
+var _ sandboxagent.RulesInstaller = (*Driver)(nil)
 
 // InstallRules writes the user-global $DSH_HOME/AGENTS.md (empty rules
 // remove it).
 func (d *Driver) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error {
-	if rules == "" {
-		_, _, err := sh(ctx, c, nil, `rm -f -- "$H/$1"`, rulesFile)
-		return err
-	}
-	return writeHome(ctx, c, rulesFile, []byte(rules), "644")
+	return kit.InstallRules(ctx, c, sh, rulesFile, rules)
 }
+
+var _ sandboxagent.SessionStore = (*Driver)(nil)
 
 // ListSessions lists every session log under $DSH_HOME/sessions, newest
 // first, titled with the session's latest title.
@@ -179,7 +104,7 @@ find "$H/` + sessionsDir + `" -mindepth 3 -maxdepth 3 -type f -name session.json
   tl=$(grep -F '"type":"session/title"' "$p" | tail -n 1)
   printf '%s\t%s\t%s\n' "$t" "$p" "$tl"
 done`
-	out, _, err := sh(ctx, c, nil, script)
+	out, _, err := sh.Run(ctx, c, nil, script)
 	if err != nil {
 		return nil, err
 	}
@@ -188,74 +113,37 @@ done`
 
 // parseList reads the lines "mtime<TAB>path<TAB>session/title record".
 func parseList(out []byte) []sandboxagent.SessionInfo {
-	type item struct {
-		info sandboxagent.SessionInfo
-		t    float64
-	}
-	var items []item
-	for _, l := range strings.Split(string(out), "\n") {
-		f := strings.SplitN(l, "\t", 3)
-		if len(f) < 2 {
-			continue
+	return kit.ParseList(out, func(p string) string {
+		if id := path.Base(path.Dir(p)); validID(id) {
+			return id
 		}
-		id := path.Base(path.Dir(f[1]))
-		if !validID(id) {
-			continue
+		return ""
+	}, func(record []byte) string {
+		var r struct {
+			Data struct {
+				Title string `json:"title"`
+			} `json:"data"`
 		}
-		it := item{info: sandboxagent.SessionInfo{ID: id, Path: f[1]}}
-		if t, err := strconv.ParseFloat(f[0], 64); err == nil {
-			it.t = t
-			sec := int64(t)
-			it.info.Updated = time.Unix(sec, int64((t-float64(sec))*1e9)).UTC().Format(time.RFC3339)
+		if json.Unmarshal(record, &r) != nil {
+			return ""
 		}
-		if len(f) == 3 && f[2] != "" {
-			var r struct {
-				Data struct {
-					Title string `json:"title"`
-				} `json:"data"`
-			}
-			if json.Unmarshal([]byte(f[2]), &r) == nil {
-				it.info.Title = strings.Join(strings.Fields(r.Data.Title), " ")
-			}
-		}
-		items = append(items, it)
-	}
-	sort.SliceStable(items, func(i, j int) bool { return items[i].t > items[j].t })
-	infos := make([]sandboxagent.SessionInfo, len(items))
-	for i, it := range items {
-		infos[i] = it.info
-	}
-	return infos
+		return kit.Fold(r.Data.Title)
+	})
 }
 
 // DeleteSession removes the session's folder.
 func (d *Driver) DeleteSession(ctx context.Context, c sandboxagent.ContainerOps, id string) error {
-	if err := checkID(id); err != nil {
-		return err
-	}
-	_, code, err := sh(ctx, c, nil, findScript+`rm -rf -- "$(dirname -- "$f")"`, id)
-	if err != nil {
-		return err
-	}
-	if code == exitNoSession {
-		return noSession(id)
-	}
-	return nil
+	_, _, err := ids.Run(ctx, c, sh, findScript+`rm -rf -- "$(dirname -- "$f")"`, id)
+	return err
 }
 
 // DumpSession reads the session's folder: its log and any other file.
 func (d *Driver) DumpSession(ctx context.Context, c sandboxagent.ContainerOps, id string) (sandboxagent.SessionDump, error) {
-	if err := checkID(id); err != nil {
-		return sandboxagent.SessionDump{}, err
-	}
 	script := findScript + `printf '%s\n' "$f"
 find "$(dirname -- "$f")" -type f ! -name session.jsonl -printf '%P\n'`
-	out, code, err := sh(ctx, c, nil, script, id)
+	out, _, err := ids.Run(ctx, c, sh, script, id)
 	if err != nil {
 		return sandboxagent.SessionDump{}, err
-	}
-	if code != 0 {
-		return sandboxagent.SessionDump{}, noSession(id)
 	}
 	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
 	file := lines[0]
@@ -312,16 +200,13 @@ func header(log []byte) (logHeader, error) {
 // that the folder match the header's cwd); it refuses to replace a
 // session of that id.
 func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, dump sandboxagent.SessionDump) (string, error) {
-	if dump.Driver != "" && dump.Driver != d.Name() {
-		return "", fmt.Errorf("%w: a %s session cannot be loaded into dsh", sandboxagent.ErrInvalidArgument, dump.Driver)
-	}
-	id := dump.SessionID
-	if err := checkID(id); err != nil {
+	if err := ids.CheckDump(dump); err != nil {
 		return "", err
 	}
-	log, ok := dump.Files[dumpLog]
-	if !ok {
-		return "", fmt.Errorf("%w: dsh session dump without %s", sandboxagent.ErrInvalidArgument, dumpLog)
+	id := dump.SessionID
+	log, err := ids.DumpFile(dump, dumpLog)
+	if err != nil {
+		return "", err
 	}
 	h, err := header(log)
 	if err != nil {
@@ -343,12 +228,8 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 			return "", fmt.Errorf("%w: dsh session dump file %q", sandboxagent.ErrInvalidArgument, name)
 		}
 	}
-	_, code, err := sh(ctx, c, nil, findScript+`exit 4`, id)
-	if err != nil {
+	if err := ids.CheckAbsent(ctx, c, sh, findScript, id); err != nil {
 		return "", err
-	}
-	if code == exitExists {
-		return "", fmt.Errorf("dsh: load: session %s: %w", id, sandboxagent.ErrDestinationExists)
 	}
 	base := path.Join(sessionsDir, project, id)
 	names := make([]string, 0, len(dump.Files))
@@ -358,13 +239,13 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 	sort.Strings(names)
 	for _, name := range names {
 		if rel, ok := strings.CutPrefix(name, dumpFiles); ok {
-			if err := writeHome(ctx, c, path.Join(base, rel), dump.Files[name], "600"); err != nil {
+			if err := sh.WriteFile(ctx, c, path.Join(base, rel), dump.Files[name], 0o600); err != nil {
 				return "", fmt.Errorf("dsh: load %s: %w", id, err)
 			}
 		}
 	}
 	// The log last: a half-loaded session is not resumable.
-	if err := writeHome(ctx, c, path.Join(base, dumpLog), log, "600"); err != nil {
+	if err := sh.WriteFile(ctx, c, path.Join(base, dumpLog), log, 0o600); err != nil {
 		return "", fmt.Errorf("dsh: load %s: %w", id, err)
 	}
 	return id, nil

@@ -351,7 +351,7 @@ func TestSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 = time.Now()
-	id, err := b.Driver().LoadSession(ctx, b.Container(), back)
+	id, err := b.Driver().(sandboxagent.SessionStore).LoadSession(ctx, b.Container(), back)
 	step("load", t0)
 	if err != nil || id != orig {
 		t.Fatalf("load: %q %v", id, err)

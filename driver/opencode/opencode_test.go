@@ -307,8 +307,8 @@ func TestCapabilitiesAndSecrets(t *testing.T) {
 		t.Error(d.Name(), d.Image())
 	}
 	want := sandboxagent.Capabilities{Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true, Thinking: true, Usage: true}
-	if d.Capabilities() != want {
-		t.Errorf("%+v", d.Capabilities())
+	if sandboxagent.CapabilitiesOf(d) != want {
+		t.Errorf("%+v", sandboxagent.CapabilitiesOf(d))
 	}
 	if !reflect.DeepEqual(d.Secrets(), []string{"sk-1"}) || New(Options{Provider: "p"}).Secrets() != nil {
 		t.Error("secrets")

@@ -1,12 +1,12 @@
 package opencode
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // Parser maps `opencode run --format json` lines to events. Each line is
@@ -67,19 +67,14 @@ type part struct {
 	Cost float64 `json:"cost"`
 }
 
-func raw(l []byte) []sandboxagent.Event {
-	return []sandboxagent.Event{{Kind: sandboxagent.KindRaw, Payload: sandboxagent.Payload{Raw: string(l)}}}
-}
-
 // Parse handles one stdout line.
 func (p *Parser) Parse(b []byte) []sandboxagent.Event {
-	trimmed := bytes.TrimSpace(b)
-	if len(trimmed) == 0 {
+	if kit.Blank(b) {
 		return nil
 	}
 	var l line
-	if trimmed[0] != '{' || json.Unmarshal(trimmed, &l) != nil || l.Type == "" {
-		return raw(b)
+	if !kit.Decode(b, &l) || l.Type == "" {
+		return kit.Raw(b)
 	}
 	var evs []sandboxagent.Event
 	// Only the first id is the turn's session: a line of another session
@@ -91,7 +86,7 @@ func (p *Parser) Parse(b []byte) []sandboxagent.Event {
 	}
 	var pt part
 	if len(l.Part) > 0 && json.Unmarshal(l.Part, &pt) != nil {
-		return append(evs, raw(b)...)
+		return append(evs, kit.Raw(b)...)
 	}
 	switch l.Type {
 	case "step_start":
@@ -110,7 +105,7 @@ func (p *Parser) Parse(b []byte) []sandboxagent.Event {
 		return append(evs, sandboxagent.Event{Kind: sandboxagent.KindText, Payload: sandboxagent.Payload{Text: pt.Text}})
 	case "tool_use":
 		if pt.State == nil {
-			return append(evs, raw(b)...)
+			return append(evs, kit.Raw(b)...)
 		}
 		return append(evs, toolEvents(pt)...)
 	case "step_finish":
@@ -127,7 +122,7 @@ func (p *Parser) Parse(b []byte) []sandboxagent.Event {
 		p.errs = append(p.errs, e)
 		return append(evs, sandboxagent.Event{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: e.String(), IsError: true}})
 	}
-	return append(evs, raw(b)...)
+	return append(evs, kit.Raw(b)...)
 }
 
 // short is "Name: message".
@@ -186,18 +181,11 @@ func toolEvents(pt part) []sandboxagent.Event {
 	call := sandboxagent.Payload{Tool: pt.Tool, CallID: pt.CallID}
 	if len(st.Input) > 0 && string(st.Input) != "null" {
 		call.Input = append(json.RawMessage(nil), st.Input...)
-		var in map[string]any
-		if json.Unmarshal(st.Input, &in) == nil {
-			if pt.Tool == "bash" || pt.Tool == "shell" {
-				call.Command, _ = in["command"].(string)
-			}
-			for _, k := range []string{"filePath", "file_path", "path"} {
-				if v, ok := in[k].(string); ok && v != "" {
-					call.Path = v
-					break
-				}
-			}
+		args := kit.ParseToolArgs(st.Input)
+		if pt.Tool == "bash" || pt.Tool == "shell" {
+			call.Command = args.Str("command")
 		}
+		call.Path = args.First("filePath", "file_path", "path")
 	}
 	evs := []sandboxagent.Event{{Kind: sandboxagent.KindToolCall, Payload: call}}
 	res := sandboxagent.Payload{Tool: pt.Tool, CallID: pt.CallID, Command: call.Command, Path: call.Path}

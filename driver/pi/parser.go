@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // line is one line of pi's --mode json output. Only the fields the parser
@@ -100,24 +101,19 @@ var quiet = map[string]bool{
 	"queue_update": true, "compaction_start": true,
 }
 
-func raw(b []byte) []sandboxagent.Event {
-	return []sandboxagent.Event{{Kind: sandboxagent.KindRaw, Payload: sandboxagent.Payload{Raw: string(b)}}}
-}
-
 // Parse maps one stdout line to events (see the package doc).
 func (p *parser) Parse(b []byte) []sandboxagent.Event {
-	trimmed := bytes.TrimSpace(b)
-	if len(trimmed) == 0 {
+	if kit.Blank(b) {
 		return nil
 	}
 	var l line
-	if trimmed[0] != '{' || json.Unmarshal(trimmed, &l) != nil || l.Type == "" {
+	if !kit.Decode(b, &l) || l.Type == "" {
 		// pi prints a few plain lines on stdout (e.g. "Session found in
 		// different project: ..."); keep them for the error message.
 		if len(p.extraLines) < 20 {
-			p.extraLines = append(p.extraLines, string(trimmed))
+			p.extraLines = append(p.extraLines, string(bytes.TrimSpace(b)))
 		}
-		return raw(b)
+		return kit.Raw(b)
 	}
 	if quiet[l.Type] {
 		return nil
@@ -127,7 +123,7 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 	switch l.Type {
 	case "session":
 		if l.ID == "" {
-			return raw(b)
+			return kit.Raw(b)
 		}
 		p.session = l.ID
 		return []sandboxagent.Event{{Kind: sandboxagent.KindSession, SessionID: l.ID}}
@@ -155,7 +151,7 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 		evs = []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: msg}}}
 	case "auto_retry_end":
 		if l.Success == nil {
-			return raw(b)
+			return kit.Raw(b)
 		}
 		if *l.Success {
 			return nil
@@ -178,10 +174,10 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 		}
 		evs = []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: "extension error: " + oneLine(msg), IsError: true}}}
 	default:
-		return raw(b)
+		return kit.Raw(b)
 	}
 	if err != nil {
-		return raw(b)
+		return kit.Raw(b)
 	}
 	return evs
 }
@@ -295,31 +291,15 @@ func toolCall(b block) sandboxagent.Event {
 	args := bytes.TrimSpace(b.Arguments)
 	if len(args) > 0 && string(args) != "null" {
 		pl.Input = append(json.RawMessage(nil), args...)
-		var a map[string]json.RawMessage
-		if json.Unmarshal(args, &a) == nil {
-			str := func(k string) string {
-				var s string
-				if v, ok := a[k]; ok && json.Unmarshal(v, &s) == nil {
-					return s
-				}
-				return ""
-			}
-			switch {
-			case b.Name == "bash":
-				pl.Command = str("command")
-			case pathTools[b.Name]:
-				pl.Path = str("path")
-			default:
-				if s := str("command"); s != "" {
-					pl.Command = s
-				}
-				for _, k := range []string{"path", "file_path", "filePath"} {
-					if s := str(k); s != "" {
-						pl.Path = s
-						break
-					}
-				}
-			}
+		a := kit.ParseToolArgs(args)
+		switch {
+		case b.Name == "bash":
+			pl.Command = a.Str("command")
+		case pathTools[b.Name]:
+			pl.Path = a.Str("path")
+		default:
+			pl.Command = a.Str("command")
+			pl.Path = a.First("path", "file_path", "filePath")
 		}
 	}
 	return sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: pl}
@@ -377,7 +357,7 @@ func (p *parser) toolEnd(l *line) ([]sandboxagent.Event, error) {
 // message decides.
 func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, error) {
 	out := sandboxagent.TurnOutcome{SessionID: p.session}
-	errText := trimStderr(stderr)
+	errText := string(bytes.TrimSpace(stderr))
 	fail := func(msg string, status int) (sandboxagent.TurnOutcome, error) {
 		return out, &sandboxagent.DriverError{
 			Driver: "pi", Message: oneLine(msg), ExitCode: exitCode, Stderr: errText, Status: status,
@@ -394,7 +374,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 		apiErr = p.retryFail
 	}
 	if exitCode != 0 {
-		msg := firstLine(errText)
+		msg := kit.FirstLine(errText)
 		if apiErr != "" {
 			msg = apiErr
 		}
@@ -410,7 +390,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 		msg := "pi ended without an answer"
 		if len(p.extraLines) > 0 {
 			msg += ": " + p.extraLines[len(p.extraLines)-1]
-		} else if l := firstLine(errText); l != "" {
+		} else if l := kit.FirstLine(errText); l != "" {
 			msg += ": " + l
 		}
 		return fail(msg, 0)
@@ -424,7 +404,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 
 // oneLine is the first non-empty line of s.
 func oneLine(s string) string {
-	if l := firstLine(s); l != "" {
+	if l := kit.FirstLine(s); l != "" {
 		return l
 	}
 	return strings.TrimSpace(s)

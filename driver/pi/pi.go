@@ -1,15 +1,13 @@
 package pi
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/driver/internal/sandboxsh"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // DefaultModel is the model id used when neither the turn nor
@@ -132,22 +130,14 @@ func (d *Driver) Name() string { return "pi" }
 // Image is Options.Image ("" = the built-in pi image).
 func (d *Driver) Image() string { return d.o.Image }
 
-// Capabilities: everything. pi streams text and thinking deltas in JSON
-// mode and reports per-request usage.
-func (d *Driver) Capabilities() sandboxagent.Capabilities {
-	return sandboxagent.Capabilities{
-		Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true,
-		Thinking: true, Usage: true, Deltas: true,
-	}
+// Traits: everything. pi streams text and thinking deltas in JSON mode
+// and reports per-request usage.
+func (d *Driver) Traits() sandboxagent.Traits {
+	return sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Deltas: true}
 }
 
 // Secrets returns the API key.
-func (d *Driver) Secrets() []string {
-	if d.o.APIKey == "" {
-		return nil
-	}
-	return []string{d.o.APIKey}
-}
+func (d *Driver) Secrets() []string { return kit.Secrets(d.o.APIKey) }
 
 func (d *Driver) custom() bool { return d.o.BaseURL != "" }
 
@@ -175,15 +165,7 @@ func (d *Driver) defaultModel() string {
 	return DefaultModel
 }
 
-func (d *Driver) maxRetries() int {
-	switch {
-	case d.o.MaxRetries < 0:
-		return 0
-	case d.o.MaxRetries == 0:
-		return DefaultMaxRetries
-	}
-	return d.o.MaxRetries
-}
+func (d *Driver) maxRetries() int { return kit.Retries(d.o.MaxRetries, DefaultMaxRetries) }
 
 // keyEnv is the variable the key travels in.
 func (d *Driver) keyEnv() (string, error) {
@@ -274,7 +256,7 @@ func (d *Driver) ModelsJSON() ([]byte, error) {
 			},
 		},
 	}
-	return marshal(m)
+	return kit.JSONFile(m)
 }
 
 // SettingsJSON is the ~/.pi/agent/settings.json Setup writes.
@@ -306,15 +288,7 @@ func (d *Driver) SettingsJSON() ([]byte, error) {
 	if d.o.Thinking != "" {
 		s["defaultThinkingLevel"] = d.o.Thinking
 	}
-	return marshal(s)
-}
-
-func marshal(v any) ([]byte, error) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
+	return kit.JSONFile(s)
 }
 
 // Setup checks pi is installed and writes ~/.pi/agent/models.json (custom
@@ -323,19 +297,15 @@ func (d *Driver) Setup(ctx context.Context, c sandboxagent.ContainerOps) error {
 	if err := d.check(); err != nil {
 		return err
 	}
-	res, err := c.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", "command -v pi"}})
-	if err != nil {
-		return fmt.Errorf("pi: %w", err)
-	}
-	if res.ExitCode != 0 {
-		return fmt.Errorf("pi: %w", sandboxagent.ErrCLIMissing)
+	if err := sh.Require(ctx, c, "pi"); err != nil {
+		return err
 	}
 	models, err := d.ModelsJSON()
 	if err != nil {
 		return err
 	}
 	if models != nil {
-		if err := writeHomeFile(ctx, c, agentDir+"/models.json", models, 0o600); err != nil {
+		if err := sh.WriteFile(ctx, c, agentDir+"/models.json", models, 0o600); err != nil {
 			return err
 		}
 	}
@@ -343,7 +313,7 @@ func (d *Driver) Setup(ctx context.Context, c sandboxagent.ContainerOps) error {
 	if err != nil {
 		return err
 	}
-	return writeHomeFile(ctx, c, agentDir+"/settings.json", settings, 0o600)
+	return sh.WriteFile(ctx, c, agentDir+"/settings.json", settings, 0o600)
 }
 
 // model splits the turn's model into pi's --provider and --model: a
@@ -378,7 +348,7 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 		cmd = append(cmd, "--thinking", d.o.Thinking)
 	}
 	if t.SessionID != "" {
-		if err := checkID(t.SessionID); err != nil {
+		if err := ids.Check(t.SessionID); err != nil {
 			return sandboxagent.Invocation{}, err
 		}
 		cmd = append(cmd, "--session", t.SessionID)
@@ -392,23 +362,13 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 		k, _ := d.keyEnv() // checked above
 		env[k] = d.o.APIKey
 	}
-	return sandboxagent.Invocation{
-		Cmd:     cmd,
-		Env:     env,
-		WorkDir: t.WorkDir,
-		Stdin:   []byte(t.Prompt),
-	}, nil
+	return sandboxagent.Invocation{Cmd: cmd, Env: env, WorkDir: t.WorkDir, Stdin: []byte(t.Prompt)}, nil
 }
 
 // NewParser returns the parser of one turn's --mode json output.
 func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 	return &parser{session: t.SessionID}
 }
-
-// firstLine is s's first non-empty line, trimmed.
-func firstLine(s string) string { return sandboxsh.FirstLine(s) }
-
-func trimStderr(b []byte) string { return string(bytes.TrimSpace(b)) }
 
 // httpStatus is the HTTP status pi puts in front of an API error message
 // ("401 Incorrect API key provided"), or 0.

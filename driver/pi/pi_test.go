@@ -130,8 +130,8 @@ func TestDriverBasics(t *testing.T) {
 		t.Error("secrets without a key")
 	}
 	want := sandboxagent.Capabilities{Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true, Thinking: true, Usage: true, Deltas: true}
-	if d.Capabilities() != want {
-		t.Errorf("capabilities %+v", d.Capabilities())
+	if sandboxagent.CapabilitiesOf(d) != want {
+		t.Errorf("capabilities %+v", sandboxagent.CapabilitiesOf(d))
 	}
 	if New(Options{Image: "x:y"}).Image() != "x:y" {
 		t.Error("Options.Image ignored")

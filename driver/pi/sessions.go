@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -16,7 +15,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/driver/internal/sandboxsh"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
 )
 
 // Where pi keeps things, relative to $HOME.
@@ -37,55 +36,13 @@ const (
 // maxSessionFile caps one session file read back from the sandbox.
 const maxSessionFile = 256 << 20
 
-// Exit codes of the helper scripts.
-const (
-	exitNoSession = sandboxsh.ExitNoSession
-	exitExists    = sandboxsh.ExitExists
+var (
+	// sh runs scripts in the sandbox; its files are under $HOME.
+	sh  = kit.Shell{Driver: "pi"}
+	ids = kit.SessionIDs{Driver: "pi", Form: "a UUID", Valid: validID}
+	// validID: pi's session ids are UUIDs.
+	validID = kit.IsUUID
 )
-
-// sh runs script in the sandbox; see sandboxsh.Run.
-func sh(ctx context.Context, c sandboxagent.ContainerOps, stdin []byte, script string, args ...string) ([]byte, int, error) {
-	return sandboxsh.Run(ctx, c, "pi", stdin, script, args...)
-}
-
-// writeHomeFile writes data to $HOME/rel as the sandbox's user; see
-// sandboxsh.WriteHomeFile.
-func writeHomeFile(ctx context.Context, c sandboxagent.ContainerOps, rel string, data []byte, mode fs.FileMode) error {
-	return sandboxsh.WriteHomeFile(ctx, c, "pi", rel, data, mode)
-}
-
-// validID reports whether id looks like a pi session id (a UUID: hex
-// digits in 8-4-4-4-12 groups); only such ids reach scripts and command
-// lines.
-func validID(id string) bool {
-	if len(id) != 36 {
-		return false
-	}
-	for i, r := range id {
-		switch i {
-		case 8, 13, 18, 23:
-			if r != '-' {
-				return false
-			}
-		default:
-			if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-func checkID(id string) error {
-	if !validID(id) {
-		return fmt.Errorf("%w: pi session id %q is not a UUID", sandboxagent.ErrInvalidArgument, id)
-	}
-	return nil
-}
-
-func noSession(id string) error {
-	return fmt.Errorf("pi: session %s: %w", id, sandboxagent.ErrPathNotFound)
-}
 
 // newID is a UUID version 7 (time-ordered), the form pi uses.
 func newID(now time.Time) (string, error) {
@@ -117,7 +74,7 @@ func fileName(t time.Time, id string) string {
 }
 
 // findScript sets f to the session file whose header has id $1 (exit
-// exitNoSession when none). The header is the file's first line.
+// kit.ExitNoSession when none). The header is the file's first line.
 const findScript = `f=
 for g in "$HOME/` + sessionsDir + `"/*/*.jsonl; do
   [ -f "$g" ] || continue
@@ -128,15 +85,9 @@ done
 
 // find returns the absolute path of session id's file.
 func find(ctx context.Context, c sandboxagent.ContainerOps, id string) (string, error) {
-	if err := checkID(id); err != nil {
-		return "", err
-	}
-	out, code, err := sh(ctx, c, nil, findScript+`printf '%s' "$f"`, id)
+	out, _, err := ids.Run(ctx, c, sh, findScript+`printf '%s' "$f"`, id)
 	if err != nil {
 		return "", err
-	}
-	if code == exitNoSession {
-		return "", noSession(id)
 	}
 	p := strings.TrimSpace(string(out))
 	if !path.IsAbs(p) {
@@ -215,7 +166,7 @@ func (h header) join(rest []byte) ([]byte, error) {
 // home is the sandbox user's home directory and the working directory
 // commands (and so pi) run in.
 func where(ctx context.Context, c sandboxagent.ContainerOps) (home, cwd string, err error) {
-	out, _, err := sh(ctx, c, nil, `printf '%s\n%s' "$HOME" "$(pwd -P)"`)
+	out, _, err := sh.Run(ctx, c, nil, `printf '%s\n%s' "$HOME" "$(pwd -P)"`)
 	if err != nil {
 		return "", "", err
 	}
@@ -234,6 +185,8 @@ func relHome(home, p string) (string, error) {
 	}
 	return rel, nil
 }
+
+var _ sandboxagent.Forker = (*Driver)(nil)
 
 // Fork copies session id into a new session beside it: the same entries
 // under a new header (new id and time, parentSession = the original file),
@@ -271,38 +224,23 @@ func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, id strin
 	if err != nil {
 		return "", err
 	}
-	if err := writeHomeFile(ctx, c, rel, out, 0o644); err != nil {
+	if err := sh.WriteFile(ctx, c, rel, out, 0o644); err != nil {
 		return "", err
 	}
 	return nid, nil
 }
+
+var _ sandboxagent.SkillInstaller = (*Driver)(nil)
 
 // InstallSkill writes the skill to ~/.pi/agent/skills/<name>/ (replacing
 // an earlier one of that name). pi lists it in the system prompt (name and
 // description from SKILL.md's front matter) and the model reads it with
 // its read tool.
 func (d *Driver) InstallSkill(ctx context.Context, c sandboxagent.ContainerOps, s sandboxagent.Skill) error {
-	if err := s.Validate(); err != nil {
-		return err
-	}
 	if !hasDescription(s.Files["SKILL.md"]) {
 		return fmt.Errorf("%w: skill %q: SKILL.md has no front matter with a description (pi silently ignores such a skill)", sandboxagent.ErrInvalidArgument, s.Name)
 	}
-	dir := skillsDir + "/" + s.Name
-	if _, _, err := sh(ctx, c, nil, `rm -rf -- "$HOME/$1"`, dir); err != nil {
-		return err
-	}
-	names := make([]string, 0, len(s.Files))
-	for n := range s.Files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := writeHomeFile(ctx, c, dir+"/"+n, s.Files[n], 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
+	return kit.InstallSkill(ctx, c, sh, skillsDir, s, kit.PlainFiles)
 }
 
 // hasDescription reports whether a SKILL.md starts with a YAML front
@@ -325,10 +263,13 @@ func hasDescription(md []byte) bool {
 	return false
 }
 
+var _ sandboxagent.RulesInstaller = (*Driver)(nil)
+
 // InstallRules writes ~/.pi/agent/AGENTS.md, the global context file pi
-// appends to its system prompt in every session (replaced on each call).
+// appends to its system prompt in every session (replaced on each call;
+// empty rules remove it).
 func (d *Driver) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error {
-	return writeHomeFile(ctx, c, rulesFile, []byte(rules), 0o644)
+	return kit.InstallRules(ctx, c, sh, rulesFile, rules)
 }
 
 // listScript prints, for every session file: "F\t<path>\t<mtime>", the
@@ -340,10 +281,12 @@ const listScript = `for f in "$HOME/` + sessionsDir + `"/*/*.jsonl; do
   grep -m 1 '"role":"user"' -- "$f" | head -c 65536 | sed 's/^/U\t/'; echo
 done`
 
+var _ sandboxagent.SessionStore = (*Driver)(nil)
+
 // ListSessions lists every session file under ~/.pi/agent/sessions,
 // newest first; Title is the session's first prompt.
 func (d *Driver) ListSessions(ctx context.Context, c sandboxagent.ContainerOps) ([]sandboxagent.SessionInfo, error) {
-	out, _, err := sh(ctx, c, nil, listScript)
+	out, _, err := sh.Run(ctx, c, nil, listScript)
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +308,7 @@ func (d *Driver) ListSessions(ctx context.Context, c sandboxagent.ContainerOps) 
 			items = append(items, item{info: sandboxagent.SessionInfo{Path: p}, mtime: n})
 			cur = &items[len(items)-1]
 			if n > 0 {
-				cur.info.Updated = time.Unix(n, 0).UTC().Format(time.RFC3339)
+				cur.info.Updated = kit.Updated(time.Unix(n, 0))
 			}
 		case "H":
 			if cur == nil {
@@ -407,28 +350,13 @@ func (d *Driver) ListSessions(ctx context.Context, c sandboxagent.ContainerOps) 
 	return res, nil
 }
 
-// title is the first line of a prompt, at most 100 runes.
-func title(s string) string {
-	s = oneLine(s)
-	if r := []rune(s); len(r) > 100 {
-		s = string(r[:100]) + "…"
-	}
-	return s
-}
+// title is the first line of a prompt, at most 100 runes and "…".
+func title(s string) string { return kit.Title(oneLine(s), 101) }
 
 // DeleteSession removes session id's file.
 func (d *Driver) DeleteSession(ctx context.Context, c sandboxagent.ContainerOps, id string) error {
-	if err := checkID(id); err != nil {
-		return err
-	}
-	_, code, err := sh(ctx, c, nil, findScript+`rm -f -- "$f"`, id)
-	if err != nil {
-		return err
-	}
-	if code == exitNoSession {
-		return noSession(id)
-	}
-	return nil
+	_, _, err := ids.Run(ctx, c, sh, findScript+`rm -f -- "$f"`, id)
+	return err
 }
 
 // DumpSession captures session id: Files["session.jsonl"] is its file;
@@ -459,16 +387,13 @@ func (d *Driver) DumpSession(ctx context.Context, c sandboxagent.ContainerOps, i
 // rewritten to that directory, since pi only resumes by id the sessions of
 // the directory it runs in). It is refused when that id exists there.
 func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, dump sandboxagent.SessionDump) (string, error) {
-	if dump.Driver != "" && dump.Driver != d.Name() {
-		return "", fmt.Errorf("%w: a %s session cannot be loaded into pi", sandboxagent.ErrInvalidArgument, dump.Driver)
-	}
-	id := dump.SessionID
-	if err := checkID(id); err != nil {
+	if err := ids.CheckDump(dump); err != nil {
 		return "", err
 	}
-	data, ok := dump.Files[dumpSession]
-	if !ok {
-		return "", fmt.Errorf("%w: pi session dump has no %s", sandboxagent.ErrInvalidArgument, dumpSession)
+	id := dump.SessionID
+	data, err := ids.DumpFile(dump, dumpSession)
+	if err != nil {
+		return "", err
 	}
 	h, rest, err := splitHeader(data)
 	if err != nil {
@@ -481,9 +406,7 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 	if err != nil {
 		return "", err
 	}
-	if _, err := find(ctx, c, id); err == nil {
-		return "", fmt.Errorf("pi: session %s: %w", id, sandboxagent.ErrDestinationExists)
-	} else if !isNotFound(err) {
+	if err := ids.CheckAbsent(ctx, c, sh, findScript, id); err != nil {
 		return "", err
 	}
 	h.set("cwd", cwd)
@@ -499,10 +422,8 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 	if err != nil {
 		return "", err
 	}
-	if err := writeHomeFile(ctx, c, rel, out, 0o644); err != nil {
+	if err := sh.WriteFile(ctx, c, rel, out, 0o644); err != nil {
 		return "", err
 	}
 	return id, nil
 }
-
-func isNotFound(err error) bool { return errors.Is(err, sandboxagent.ErrPathNotFound) }

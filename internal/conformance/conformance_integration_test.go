@@ -24,8 +24,9 @@ import (
 
 // TestConformance runs `sandbox-agent smoke all --fake-model --json`, the
 // command users run, and checks every step of every driver: each must pass,
-// or be not applicable because the driver declared the capability missing
-// (smoke decides n/a only from Capabilities, so an undeclared gap fails).
+// or be not applicable because the driver lacks the capability (smoke
+// decides n/a only from sandboxagent.CapabilitiesOf, so any other gap
+// fails).
 func TestConformance(t *testing.T) {
 	testenv.Runtime(t)
 	bin := filepath.Join(t.TempDir(), "sandbox-agent")
@@ -75,7 +76,7 @@ func TestConformanceEvents(t *testing.T) {
 				{Text: "DONE", Usage: &fakemodel.Usage{InputTokens: 321, OutputTokens: 12}},
 			}})
 			drv := drivers.All()[name](drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
-			caps := drv.Capabilities()
+			caps := sandboxagent.CapabilitiesOf(drv)
 			a := drivertest.StartAgent(t, drv, drivertest.AuditRoot(t))
 			res, err := a.Stream(drivertest.Ctx(t), "conformance events", nil)
 			if err != nil {

@@ -55,8 +55,8 @@ type Status string
 const (
 	Pass Status = "pass"
 	Fail Status = "fail"
-	// NotApplicable: the driver declares it does not support the
-	// behaviour (Capabilities); it is not a failure.
+	// NotApplicable: the driver does not support the behaviour
+	// (sandboxagent.CapabilitiesOf); it is not a failure.
 	NotApplicable Status = "n/a"
 )
 
@@ -185,7 +185,7 @@ func (r *run) setup() error {
 		return err
 	}
 	r.agent = a
-	r.caps = a.Driver().Capabilities()
+	r.caps = sandboxagent.CapabilitiesOf(a.Driver())
 	return nil
 }
 
