@@ -1,0 +1,234 @@
+package smoke
+
+// The session steps: fork isolation, skills and rules, delete and dump,
+// and loading a dump into another container.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+)
+
+// sessionText is the dump of a session as one string.
+func sessionText(d sandboxagent.SessionDump) string {
+	var b strings.Builder
+	for _, f := range d.Files {
+		b.Write(f)
+	}
+	return b.String()
+}
+
+// forkIsolation: a turn on a fork changes the fork only; the original
+// session's dump is unchanged and its next turn does not see the fork's.
+func (r *run) forkIsolation(ctx context.Context) error {
+	if !r.caps.Fork {
+		return na("driver declares no fork")
+	}
+	if r.origSession == "" {
+		return errors.New("no session to fork")
+	}
+	var before sandboxagent.SessionDump
+	var err error
+	if r.caps.Sessions {
+		if before, err = r.agent.DumpSession(ctx, r.origSession); err != nil {
+			return fmt.Errorf("dump before fork: %w", err)
+		}
+	}
+	fork, err := r.agent.Fork(ctx, r.origSession)
+	if err != nil {
+		return err
+	}
+	if fork == "" || fork == r.origSession {
+		return fmt.Errorf("fork id %q", fork)
+	}
+	r.forkSession = fork
+	forkMarker := "FORK-" + r.marker
+	if err := r.script(fakemodel.Script{Responses: []fakemodel.Step{{Text: "FORKED"}, {Text: "ORIGINAL"}}}); err != nil {
+		return err
+	}
+	r.agent.SetSession(fork)
+	n := 0
+	if r.fake != nil {
+		n = len(r.fake.Requests())
+	}
+	res, err := r.agent.Stream(ctx, "On the fork: "+forkMarker, nil)
+	if err != nil {
+		return fmt.Errorf("turn on the fork: %w", err)
+	}
+	if res.SessionID != fork {
+		return fmt.Errorf("turn on the fork ran in session %s", res.SessionID)
+	}
+	if r.fake != nil && !r.sawInRequests(n, "Smoke test "+r.marker) {
+		return errors.New("the fork does not carry the original history")
+	}
+	if r.caps.Sessions {
+		after, err := r.agent.DumpSession(ctx, r.origSession)
+		if err != nil {
+			return fmt.Errorf("dump after fork: %w", err)
+		}
+		if strings.Contains(sessionText(after), forkMarker) {
+			return errors.New("the fork's turn appears in the original session's files")
+		}
+		if sessionText(after) != sessionText(before) {
+			return errors.New("the original session's files changed while the fork ran")
+		}
+		forkDump, err := r.agent.DumpSession(ctx, fork)
+		if err != nil {
+			return fmt.Errorf("dump fork: %w", err)
+		}
+		if !strings.Contains(sessionText(forkDump), forkMarker) {
+			return errors.New("the fork's own files lack its turn")
+		}
+	}
+	// The original can still be continued, without the fork's turn.
+	r.agent.SetSession(r.origSession)
+	if r.fake != nil {
+		n = len(r.fake.Requests())
+	}
+	res, err = r.agent.Stream(ctx, "Back on the original "+r.marker, nil)
+	if err != nil {
+		return fmt.Errorf("continue the original: %w", err)
+	}
+	if res.SessionID != r.origSession {
+		return fmt.Errorf("original continued in session %s", res.SessionID)
+	}
+	if r.fake != nil && r.sawInRequests(n, forkMarker) {
+		return errors.New("the original session saw the fork's turn")
+	}
+	return nil
+}
+
+// skillsRules: installed rules and a skill reach the model in the next
+// turn.
+func (r *run) skillsRules(ctx context.Context) error {
+	if !r.caps.Rules && !r.caps.Skills {
+		return na("driver declares neither skills nor rules")
+	}
+	rule := "RULE-" + r.marker
+	skillDesc := "SKILL-" + r.marker
+	if r.caps.Rules {
+		if err := r.agent.InstallRules(ctx, "Smoke rule "+rule+": keep answers short.\n"); err != nil {
+			return fmt.Errorf("rules: %w", err)
+		}
+	}
+	if r.caps.Skills {
+		skill := sandboxagent.Skill{Name: "smoke-skill", Files: map[string][]byte{
+			"SKILL.md":  []byte("---\nname: smoke-skill\ndescription: " + skillDesc + " a smoke-test skill\n---\n\nSay hello.\n"),
+			"notes.txt": []byte("extra file\n"),
+		}}
+		if err := r.agent.InstallSkill(ctx, skill); err != nil {
+			return fmt.Errorf("skill: %w", err)
+		}
+	}
+	if r.fake == nil {
+		return nil // a real model gives no reliable way to see its prompt
+	}
+	if err := r.script(fakemodel.Script{Responses: []fakemodel.Step{{Text: "RULES"}}}); err != nil {
+		return err
+	}
+	// A fresh session: CLIs read rules and skills when a session starts.
+	prev := r.agent.SessionID()
+	r.agent.SetSession("")
+	defer r.agent.SetSession(prev)
+	n := len(r.fake.Requests())
+	if _, err := r.agent.Ask(ctx, "Rules check "+r.marker); err != nil {
+		return err
+	}
+	if r.caps.Rules && !r.sawInRequests(n, rule) {
+		return errors.New("the rules text did not reach the model")
+	}
+	if r.caps.Skills && !r.sawInRequests(n, skillDesc) && !r.sawInRequests(n, "smoke-skill") {
+		return errors.New("the skill did not reach the model")
+	}
+	return nil
+}
+
+// deleteDump: list shows the session, dump captures its turns (kept for
+// load), and delete removes the fork (or the session) from the list.
+func (r *run) deleteDump(ctx context.Context) error {
+	if !r.caps.Sessions {
+		return na("driver declares no session list/delete/dump/load")
+	}
+	list, err := r.agent.ListSessions(ctx)
+	if err != nil {
+		return fmt.Errorf("list: %w", err)
+	}
+	if !hasSession(list, r.origSession) {
+		return fmt.Errorf("list lacks %s: %+v", r.origSession, list)
+	}
+	d, err := r.agent.DumpSession(ctx, r.origSession)
+	if err != nil {
+		return fmt.Errorf("dump: %w", err)
+	}
+	if len(d.Files) == 0 || !strings.Contains(sessionText(d), r.marker) {
+		return errors.New("the dump does not hold the session's turns")
+	}
+	r.dump = d
+	victim := r.forkSession
+	if victim == "" {
+		victim = r.origSession
+	}
+	if err := r.agent.DeleteSession(ctx, victim); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	list, err = r.agent.ListSessions(ctx)
+	if err != nil {
+		return fmt.Errorf("list after delete: %w", err)
+	}
+	if hasSession(list, victim) {
+		return fmt.Errorf("%s still listed after delete", victim)
+	}
+	return nil
+}
+
+// hasSession reports whether list holds id.
+func hasSession(list []sandboxagent.SessionInfo, id string) bool {
+	for _, s := range list {
+		if s.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// load: the dump goes into a second container and a turn there continues
+// it.
+func (r *run) load(ctx context.Context) error {
+	if !r.caps.Sessions {
+		return na("driver declares no session dump/load")
+	}
+	if r.dump.Files == nil {
+		return errors.New("no dump from the previous step")
+	}
+	other, err := r.start(r.ep)
+	if err != nil {
+		return fmt.Errorf("second container: %w", err)
+	}
+	defer other.Close()
+	id, err := other.LoadSession(ctx, r.dump)
+	if err != nil {
+		return fmt.Errorf("load: %w", err)
+	}
+	if err := r.script(fakemodel.Script{Responses: []fakemodel.Step{{Text: "LOADED"}}}); err != nil {
+		return err
+	}
+	n := 0
+	if r.fake != nil {
+		n = len(r.fake.Requests())
+	}
+	res, err := other.Stream(ctx, "Continue in another container "+r.marker, nil)
+	if err != nil {
+		return fmt.Errorf("continue the loaded session: %w", err)
+	}
+	if res.SessionID != id {
+		return fmt.Errorf("loaded session %s, turn ran in %s", id, res.SessionID)
+	}
+	if r.fake != nil && !r.sawInRequests(n, "Smoke test "+r.marker) {
+		return errors.New("the model did not see the loaded history")
+	}
+	return nil
+}
