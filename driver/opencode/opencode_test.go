@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -15,6 +14,7 @@ import (
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -315,51 +315,37 @@ func TestCapabilitiesAndSecrets(t *testing.T) {
 	}
 }
 
-// fakeOps is a ContainerOps: files in a map, commands answered by fn.
-type fakeOps struct {
-	files map[string][]byte
-	modes map[string]fs.FileMode
-	cmds  []sandboxagent.ExecRequest
-	fn    func(req sandboxagent.ExecRequest) sandboxagent.ExecResult
-}
-
-func newFakeOps(fn func(req sandboxagent.ExecRequest) sandboxagent.ExecResult) *fakeOps {
-	return &fakeOps{files: map[string][]byte{}, modes: map[string]fs.FileMode{}, fn: fn}
-}
-
-func (f *fakeOps) Run(_ context.Context, req sandboxagent.ExecRequest) (sandboxagent.ExecResult, error) {
-	f.cmds = append(f.cmds, req)
-	if len(req.Cmd) == 3 && req.Cmd[0] == "sh" && strings.Contains(req.Cmd[2], "XDG_CONFIG_HOME") {
-		return sandboxagent.ExecResult{Stdout: []byte("/home/agent/.config")}, nil
+// newFakeOps is a fake sandbox whose commands fn answers, but for the
+// driver's query for its config directory, which runs on the host (so
+// do all commands when fn is nil).
+func newFakeOps(t *testing.T, fn func(req sandboxagent.ExecRequest) sandboxagent.ExecResult) *drivertest.HostOps {
+	ops := drivertest.NewHostOps(t)
+	if fn != nil {
+		ops.Intercept = func(req sandboxagent.ExecRequest) (*sandboxagent.ExecResult, error) {
+			if len(req.Cmd) == 3 && req.Cmd[0] == "sh" && strings.Contains(req.Cmd[2], "XDG_CONFIG_HOME") {
+				return nil, nil
+			}
+			res := fn(req)
+			return &res, nil
+		}
 	}
-	if f.fn != nil {
-		return f.fn(req), nil
-	}
-	return sandboxagent.ExecResult{}, nil
+	return ops
 }
 
-func (f *fakeOps) ReadFile(_ context.Context, name string, _ int64) ([]byte, error) {
-	b, ok := f.files[name]
-	if !ok {
-		return nil, sandboxagent.ErrPathNotFound
-	}
-	return b, nil
-}
-
-func (f *fakeOps) WriteFile(_ context.Context, name string, data []byte, mode fs.FileMode) error {
-	f.files[name] = append([]byte(nil), data...)
-	f.modes[name] = mode
-	return nil
+// configFile is the file rel of opencode's config directory in ops.
+func configFile(t *testing.T, ops *drivertest.HostOps, rel string) []byte {
+	t.Helper()
+	return []byte(ops.Read(t, ".config/opencode/"+rel))
 }
 
 func TestSetup(t *testing.T) {
 	ctx := context.Background()
-	ops := newFakeOps(nil)
+	ops := newFakeOps(t, nil)
 	d := New(Options{BaseURL: "http://127.0.0.1:1234/v1", APIKey: "sk-secret-value"})
 	if err := d.Setup(ctx, ops); err != nil {
 		t.Fatal(err)
 	}
-	data := ops.files["/home/agent/.config/opencode/opencode.json"]
+	data := configFile(t, ops, "opencode.json")
 	if strings.Contains(string(data), "sk-secret-value") {
 		t.Fatal("key written into the config file")
 	}
@@ -380,43 +366,43 @@ func TestSetup(t *testing.T) {
 	}
 
 	// A real provider: only its key reference.
-	ops = newFakeOps(nil)
+	ops = newFakeOps(t, nil)
 	if err := New(Options{Provider: "zhipuai-coding-plan", APIKey: "k"}).Setup(ctx, ops); err != nil {
 		t.Fatal(err)
 	}
 	cfg = nil
-	_ = json.Unmarshal(ops.files["/home/agent/.config/opencode/opencode.json"], &cfg)
+	_ = json.Unmarshal(configFile(t, ops, "opencode.json"), &cfg)
 	prov = cfg["provider"].(map[string]any)["zhipuai-coding-plan"].(map[string]any)
 	if _, ok := prov["npm"]; ok || cfg["model"] != nil || prov["options"].(map[string]any)["apiKey"] != "{env:"+KeyEnv+"}" {
 		t.Errorf("real provider config %v", cfg)
 	}
 
-	if err := New(Options{}).Setup(ctx, newFakeOps(nil)); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+	if err := New(Options{}).Setup(ctx, newFakeOps(t, nil)); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
 		t.Errorf("no provider: %v", err)
 	}
 }
 
 func TestRulesAndSkills(t *testing.T) {
 	ctx := context.Background()
-	ops := newFakeOps(nil)
+	ops := newFakeOps(t, nil)
 	d := New(Options{BaseURL: "http://x"})
 	if err := d.InstallRules(ctx, ops, "be brief"); err != nil {
 		t.Fatal(err)
 	}
-	if string(ops.files["/home/agent/.config/opencode/AGENTS.md"]) != "be brief" {
-		t.Errorf("rules %v", ops.files)
+	if got := string(configFile(t, ops, "AGENTS.md")); got != "be brief" {
+		t.Errorf("rules %q", got)
 	}
 	sk := sandboxagent.Skill{Name: "demo", Files: map[string][]byte{"SKILL.md": []byte("---\nname: demo\n---\n"), "scripts/x.sh": []byte("echo")}}
 	if err := d.InstallSkill(ctx, ops, sk); err != nil {
 		t.Fatal(err)
 	}
 	for n, want := range sk.Files {
-		if got := ops.files["/home/agent/.config/opencode/skills/demo/"+n]; string(got) != string(want) {
+		if got := configFile(t, ops, "skills/demo/"+n); string(got) != string(want) {
 			t.Errorf("%s: %q", n, got)
 		}
 	}
-	last := ops.cmds[len(ops.cmds)-1].Cmd
-	if !reflect.DeepEqual(last, []string{"rm", "-rf", "--", "/home/agent/.config/opencode/skills/demo"}) {
+	last := ops.LastRun().Cmd
+	if !reflect.DeepEqual(last, []string{"rm", "-rf", "--", ops.HomePath(".config/opencode/skills/demo")}) {
 		t.Errorf("old skill not removed first: %q", last)
 	}
 	if err := d.InstallSkill(ctx, ops, sandboxagent.Skill{Name: "../x", Files: sk.Files}); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
@@ -428,7 +414,7 @@ func TestSessionMembers(t *testing.T) {
 	ctx := context.Background()
 	d := New(Options{BaseURL: "http://x"})
 	exported := `{"info":{"id":"ses_abc","directory":"/workspace","title":"t"},"messages":[]}`
-	ops := newFakeOps(func(req sandboxagent.ExecRequest) sandboxagent.ExecResult {
+	ops := newFakeOps(t, func(req sandboxagent.ExecRequest) sandboxagent.ExecResult {
 		switch {
 		case reflect.DeepEqual(req.Cmd, []string{"opencode", "session", "list", "--format", "json"}):
 			return sandboxagent.ExecResult{Stdout: []byte(`[{"id":"ses_b","title":"two\n","updated":1795946575325,"created":1,"projectId":"global","directory":"/workspace"},{"id":"ses_a","title":"one","updated":0}]`)}
@@ -487,9 +473,10 @@ func TestSessionMembers(t *testing.T) {
 		t.Fatalf("load %q %v", id, err)
 	}
 	var imported string
-	for name, data := range ops.files {
+	for _, name := range ops.Writes() {
 		if strings.HasPrefix(name, "/tmp/sandbox-agent-opencode-import-") {
-			imported = string(data)
+			b, _ := os.ReadFile(filepath.Join(ops.Root, name))
+			imported = string(b)
 		}
 	}
 	if imported != exported {

@@ -1,5 +1,8 @@
-// Package drivertest runs real agent CLIs in their real images against the
-// fake model, for the drivers' end-to-end tests (build tag integration).
+// Package drivertest holds what the drivers' tests share: HostOps, the
+// fake sandbox of the unit tests; the golden-file harness of the parser
+// tests; and helpers that run real agent CLIs in their real images
+// against the fake model, for the end-to-end tests (build tag
+// integration).
 package drivertest
 
 import (
