@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,24 +18,6 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
-
-var capture = flag.Bool("capture", false, "copy the raw CLI output of the shell and 401 runs into testdata/")
-
-// keep copies a turn's raw output (session.jsonl) to testdata/name when
-// -capture is given, for the parser's golden tests.
-func keep(t *testing.T, res sandboxagent.TurnResult, name string) {
-	t.Helper()
-	if !*capture || res.AuditDir == "" {
-		return
-	}
-	b, err := os.ReadFile(filepath.Join(res.AuditDir, "session.jsonl"))
-	if err == nil {
-		err = os.WriteFile(filepath.Join("testdata", name), b, 0o644)
-	}
-	if err != nil {
-		t.Error(err)
-	}
-}
 
 // start runs the fake model with script and an agent of a fresh claude
 // driver talking to it.
@@ -83,7 +64,7 @@ func TestClaudeShellThenDone(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Stream: %v\nevents: %+v", err, res.Events)
 	}
-	keep(t, res, "fake-shell-done.jsonl")
+	drivertest.Capture(t, res, nil, "fake-shell-done")
 	if res.Reply != "DONE" {
 		t.Errorf("reply %q", res.Reply)
 	}
@@ -156,7 +137,7 @@ func TestClaudeUnauthorized(t *testing.T) {
 	res, err := a.Stream(drivertest.Ctx(t), "hello", nil)
 	took := time.Since(t0)
 	t.Logf("DriverError after %v: %v", took, err)
-	keep(t, res, "fake-401-agent.jsonl")
+	drivertest.Capture(t, res, err, "fake-401-agent")
 	var de *sandboxagent.DriverError
 	if !errors.As(err, &de) {
 		t.Fatalf("err %v (%T), want *DriverError", err, err)

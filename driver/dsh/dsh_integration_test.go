@@ -6,9 +6,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,32 +17,6 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
-
-var capture = flag.Bool("capture", false, "copy the raw output (and stderr) of the end-to-end turns into testdata/ for the parser's golden tests")
-
-// keep copies a turn's raw output (the audit's session.jsonl) and stderr
-// to testdata/name(.stderr.txt) when -capture is given.
-func keep(t *testing.T, res sandboxagent.TurnResult, err error, name string) {
-	t.Helper()
-	if !*capture || res.AuditDir == "" {
-		return
-	}
-	b, rerr := os.ReadFile(filepath.Join(res.AuditDir, "session.jsonl"))
-	if rerr == nil {
-		rerr = os.WriteFile(filepath.Join("testdata", name+".jsonl"), b, 0o644)
-	}
-	var stderr string
-	var de *sandboxagent.DriverError
-	if errors.As(err, &de) {
-		stderr = de.Stderr
-	}
-	if rerr == nil {
-		rerr = os.WriteFile(filepath.Join("testdata", name+".stderr.txt"), []byte(stderr), 0o644)
-	}
-	if rerr != nil {
-		t.Error(rerr)
-	}
-}
 
 func newDriver(srv *fakemodel.Server) *dsh.Driver {
 	return dsh.New(dsh.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
@@ -111,7 +82,7 @@ func TestDshShellThenDone(t *testing.T) {
 	a, _, _ := start(t, drivertest.ShellThenDone(command))
 	ctx := drivertest.Ctx(t)
 	res, err := a.Stream(ctx, "Create the file /tmp/out.txt containing hi", nil)
-	keep(t, res, err, "fake-shell-done")
+	drivertest.Capture(t, res, err, "fake-shell-done")
 	if err != nil {
 		t.Fatalf("Ask: %v", err)
 	}
@@ -183,7 +154,7 @@ func TestDshUnauthorized(t *testing.T) {
 	begin := time.Now()
 	res, err := a.Stream(drivertest.Ctx(t), "hello", nil)
 	took := time.Since(begin)
-	keep(t, res, err, "fake-401")
+	drivertest.Capture(t, res, err, "fake-401")
 	var de *sandboxagent.DriverError
 	if !errors.As(err, &de) {
 		t.Fatalf("want a *DriverError, got %v", err)
@@ -232,7 +203,7 @@ func TestDshContinueRulesSkills(t *testing.T) {
 	}
 
 	r2, err := a.Stream(ctx, "What was the code word?", nil)
-	keep(t, r2, err, "fake-continue")
+	drivertest.Capture(t, r2, err, "fake-continue")
 	if err != nil || r2.Reply != "PINEAPPLE-42" {
 		t.Fatalf("turn 2: %q %v", r2.Reply, err)
 	}
@@ -379,7 +350,7 @@ func TestDshForkDumpLoadDelete(t *testing.T) {
 // tests (only with -capture): a 500 that a retry gets past, a write with
 // reasoning, a failing command.
 func TestDshCaptureMore(t *testing.T) {
-	if !*capture {
+	if !drivertest.Capturing() {
 		t.Skip("only with -capture")
 	}
 	t.Parallel()
@@ -403,7 +374,7 @@ func TestDshCaptureMore(t *testing.T) {
 		}
 		a.SetSession("")
 		res, err := a.Stream(ctx, "capture "+c.name, nil)
-		keep(t, res, err, c.name)
+		drivertest.Capture(t, res, err, c.name)
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,8 +19,6 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
-
-var capture = flag.Bool("capture", false, "rewrite testdata/fake-shell-done.jsonl and fake-401.jsonl from this run")
 
 // start runs the fake model with script and an agent of a fresh pi driver
 // talking to it.
@@ -82,20 +79,6 @@ func noKeyInHome(t *testing.T, a *sandboxagent.Agent) {
 	})
 	if err != nil || res.ExitCode != 0 {
 		t.Errorf("API key found in the sandbox home (exit %d, %v): %s", res.ExitCode, err, res.Stdout)
-	}
-}
-
-func saveCapture(t *testing.T, auditDir, name string) {
-	t.Helper()
-	if !*capture || auditDir == "" {
-		return
-	}
-	b, err := os.ReadFile(filepath.Join(auditDir, "session.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join("testdata", name), b, 0o644); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -177,7 +160,7 @@ func TestPiShellThenDone(t *testing.T) {
 		t.Errorf("events.jsonl has %d events, the turn %d", n, len(res.Events))
 	}
 	noKeyInHome(t, a)
-	saveCapture(t, res.AuditDir, "fake-shell-done.jsonl")
+	drivertest.Capture(t, res, nil, "fake-shell-done")
 }
 
 // TestPiUnauthorized does not run in parallel with the other tests here:
@@ -212,7 +195,7 @@ func TestPiUnauthorized(t *testing.T) {
 	if res.AuditDir != "" {
 		drivertest.AuditFiles(t, res.AuditDir, drivertest.Key)
 	}
-	saveCapture(t, res.AuditDir, "fake-401.jsonl")
+	drivertest.Capture(t, res, err, "fake-401")
 }
 
 func TestPiContinueRulesSkills(t *testing.T) {

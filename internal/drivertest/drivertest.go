@@ -7,7 +7,9 @@ package drivertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,4 +113,84 @@ func Ctx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// capture makes Capture copy end-to-end turns' output into testdata.
+var capture = flag.Bool("capture", false, "copy the raw output (and stderr) of the end-to-end turns into testdata/ for the parser's golden tests")
+
+// Capture, when the test runs with -capture, copies a turn's raw output
+// (the audit's session.jsonl) to testdata/<name>.jsonl and, when the turn
+// failed with a DriverError that kept stderr, that to
+// testdata/<name>.stderr: the layout CheckGolden reads.
+func Capture(t testing.TB, res sandboxagent.TurnResult, err error, name string) {
+	t.Helper()
+	if !*capture || res.AuditDir == "" {
+		return
+	}
+	b, rerr := os.ReadFile(filepath.Join(res.AuditDir, "session.jsonl"))
+	if rerr == nil {
+		rerr = os.WriteFile(filepath.Join("testdata", name+".jsonl"), b, 0o644)
+	}
+	var de *sandboxagent.DriverError
+	if rerr == nil && errors.As(err, &de) && de.Stderr != "" {
+		rerr = os.WriteFile(filepath.Join("testdata", name+".stderr"), []byte(de.Stderr), 0o644)
+	}
+	if rerr != nil {
+		t.Error(rerr)
+	}
+}
+
+// Capturing reports whether the test runs with -capture.
+func Capturing() bool { return *capture }
+
+// RequestText is every string inside the JSON bodies of the model
+// requests the fake got from index from on (decoded, so escaping does not
+// matter), one per line. It fails the test when there was none.
+func RequestText(t testing.TB, srv *fakemodel.Server, from int) string {
+	t.Helper()
+	var b strings.Builder
+	n := 0
+	for _, r := range srv.Requests()[from:] {
+		if r.API == "" {
+			continue
+		}
+		var v any
+		if err := json.Unmarshal(r.Body, &v); err != nil {
+			t.Fatalf("request body: %v", err)
+		}
+		jsonStrings(v, &b)
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("the fake model got no model request after #%d", from)
+	}
+	return b.String()
+}
+
+// jsonStrings writes every string inside a JSON value to out.
+func jsonStrings(v any, out *strings.Builder) {
+	switch x := v.(type) {
+	case string:
+		out.WriteString(x)
+		out.WriteByte('\n')
+	case []any:
+		for _, e := range x {
+			jsonStrings(e, out)
+		}
+	case map[string]any:
+		for _, e := range x {
+			jsonStrings(e, out)
+		}
+	}
+}
+
+// NoKeyInHome fails when Key is in any file (binary ones too) of the
+// sandbox user's home or of the extra folders.
+func NoKeyInHome(t testing.TB, a *sandboxagent.Agent, extra ...string) {
+	t.Helper()
+	cmd := append([]string{"sh", "-c", `k=$1; shift; grep -rlaF -- "$k" "$HOME" "$@"; test $? -eq 1`, "sh", Key}, extra...)
+	res, err := a.Container().Run(Ctx(t), sandboxagent.ExecRequest{Cmd: cmd})
+	if err != nil || res.ExitCode != 0 {
+		t.Errorf("API key found in the sandbox's files (exit %d, %v): %s %s", res.ExitCode, err, res.Stdout, res.Stderr)
+	}
 }
