@@ -41,18 +41,6 @@ func lastMessages(t *testing.T, srv *fakemodel.Server) string {
 	return ""
 }
 
-// noKeyInHome fails when the API key is in any file of the sandbox user's
-// home.
-func noKeyInHome(t *testing.T, a *sandboxagent.Agent) {
-	t.Helper()
-	res, err := a.Container().Run(drivertest.Ctx(t), sandboxagent.ExecRequest{
-		Cmd: []string{"sh", "-c", `grep -rlF -- "$1" "$HOME"; test $? -eq 1`, "sh", drivertest.Key},
-	})
-	if err != nil || res.ExitCode != 0 {
-		t.Errorf("API key found in the sandbox home (exit %d, %v): %s", res.ExitCode, err, res.Stdout)
-	}
-}
-
 func TestClaudeShellThenDone(t *testing.T) {
 	t.Parallel()
 	const command = "echo hi > /tmp/out.txt"
@@ -127,7 +115,7 @@ func TestClaudeShellThenDone(t *testing.T) {
 			t.Logf("unexpected request %s %s", r.Method, r.Path)
 		}
 	}
-	noKeyInHome(t, a)
+	drivertest.NoKeyInHome(t, a)
 }
 
 func TestClaudeUnauthorized(t *testing.T) {
@@ -239,104 +227,5 @@ func TestClaudeRulesAndSkills(t *testing.T) {
 	}
 	if len(list) != 1 || list[0].ID != res.SessionID || list[0].Title != "Say hello." {
 		t.Errorf("sessions %+v, want %s", list, res.SessionID)
-	}
-}
-
-func TestClaudeForkDumpLoadDelete(t *testing.T) {
-	t.Parallel()
-	a, drv, srv := start(t, fakemodel.Script{})
-	ctx := drivertest.Ctx(t)
-	r1, err := a.Stream(ctx, "FIRST-PROMPT-alpha", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	orig := r1.SessionID
-	before, err := drv.DumpSession(ctx, a.Container(), orig)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// Fork, continue the fork: it has the history, the original file is
-	// untouched.
-	fork, err := drv.Fork(ctx, a.Container(), orig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.SetSession(fork)
-	r2, err := a.Stream(ctx, "FORK-PROMPT-beta", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r2.SessionID != fork || fork == orig {
-		t.Errorf("fork turn ran in %q, fork %q, original %q", r2.SessionID, fork, orig)
-	}
-	body := lastMessages(t, srv)
-	if !strings.Contains(body, "FIRST-PROMPT-alpha") || !strings.Contains(body, "FORK-PROMPT-beta") {
-		t.Error("the fork's request lacks the history")
-	}
-	after, err := drv.DumpSession(ctx, a.Container(), orig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(after.Files["transcript.jsonl"], before.Files["transcript.jsonl"]) {
-		t.Error("the fork's turn changed the original session's transcript")
-	}
-	fd, err := drv.DumpSession(ctx, a.Container(), fork)
-	if err != nil || !bytes.Contains(fd.Files["transcript.jsonl"], []byte("FORK-PROMPT-beta")) {
-		t.Errorf("fork transcript: %v", err)
-	}
-
-	// Load the original (as dumped) into another container and continue it
-	// there.
-	b := drivertest.StartAgent(t, claude.New(claude.Options{BaseURL: srv.URL(), APIKey: drivertest.Key}), drivertest.AuditRoot(t))
-	js, err := json.Marshal(before)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dump sandboxagent.SessionDump
-	if err := json.Unmarshal(js, &dump); err != nil {
-		t.Fatal(err)
-	}
-	id, err := drv.LoadSession(ctx, b.Container(), dump)
-	if err != nil || id != orig {
-		t.Fatalf("LoadSession: %q %v", id, err)
-	}
-	b.SetSession(id)
-	r3, err := b.Stream(ctx, "LOADED-PROMPT-gamma", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r3.SessionID != orig {
-		t.Errorf("loaded turn ran in %q, want %q", r3.SessionID, orig)
-	}
-	body = lastMessages(t, srv)
-	if !strings.Contains(body, "FIRST-PROMPT-alpha") || !strings.Contains(body, "LOADED-PROMPT-gamma") || strings.Contains(body, "FORK-PROMPT-beta") {
-		t.Error("the loaded session's request does not hold exactly its own history")
-	}
-
-	// Delete the fork in the first container.
-	if err := drv.DeleteSession(ctx, a.Container(), fork); err != nil {
-		t.Fatal(err)
-	}
-	list, err := drv.ListSessions(ctx, a.Container())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, s := range list {
-		ids = append(ids, s.ID)
-	}
-	if slices.Contains(ids, fork) || !slices.Contains(ids, orig) {
-		t.Errorf("sessions after deleting the fork: %v", ids)
-	}
-	if _, err := drv.DumpSession(ctx, a.Container(), fork); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("dump of the deleted fork: %v", err)
-	}
-	// A deleted session cannot be continued: a DriverError.
-	a.SetSession(fork)
-	_, err = a.Stream(ctx, "again", nil)
-	var de *sandboxagent.DriverError
-	if !errors.As(err, &de) || !strings.Contains(de.Message, "No conversation found") {
-		t.Errorf("resume of a deleted session: %v", err)
 	}
 }

@@ -4,7 +4,6 @@ package codex_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
@@ -27,37 +26,6 @@ func start(t *testing.T, script fakemodel.Script) (*sandboxagent.Agent, *codex.D
 	srv := drivertest.FakeModel(t, script)
 	drv := codex.New(codex.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
 	return drivertest.StartAgent(t, drv, drivertest.AuditRoot(t)), drv, srv
-}
-
-// bodiesSince joins the bodies of the Responses requests the fake got from
-// index from on.
-func bodiesSince(t *testing.T, srv *fakemodel.Server, from int) string {
-	t.Helper()
-	var b strings.Builder
-	n := 0
-	for _, r := range srv.Requests()[from:] {
-		if r.API == fakemodel.APIResponses {
-			b.Write(r.Body)
-			b.WriteByte('\n')
-			n++
-		}
-	}
-	if n == 0 {
-		t.Fatalf("the fake model got no Responses request after #%d", from)
-	}
-	return b.String()
-}
-
-// noKeyInHome fails when the API key is in any file of the sandbox user's
-// home (config, sessions, codex's SQLite logs).
-func noKeyInHome(t *testing.T, a *sandboxagent.Agent) {
-	t.Helper()
-	res, err := a.Container().Run(drivertest.Ctx(t), sandboxagent.ExecRequest{
-		Cmd: []string{"sh", "-c", `grep -rlaF -- "$1" "$HOME"; test $? -eq 1`, "sh", drivertest.Key},
-	})
-	if err != nil || res.ExitCode != 0 {
-		t.Errorf("API key found in the sandbox home (exit %d, %v): %s", res.ExitCode, err, res.Stdout)
-	}
 }
 
 func TestCodexShellThenDone(t *testing.T) {
@@ -133,7 +101,7 @@ func TestCodexShellThenDone(t *testing.T) {
 	if n != len(res.Events) {
 		t.Errorf("events.jsonl has %d events, the turn %d", n, len(res.Events))
 	}
-	noKeyInHome(t, a)
+	drivertest.NoKeyInHome(t, a)
 }
 
 func TestCodexUnauthorized(t *testing.T) {
@@ -184,7 +152,7 @@ func TestCodexContinueRulesSkills(t *testing.T) {
 		t.Fatalf("turn 1: %q, %v", reply, err)
 	}
 	sid := a.SessionID()
-	body := bodiesSince(t, srv, 0)
+	body := drivertest.RequestText(t, srv, 0)
 	if !strings.Contains(body, rules) {
 		t.Error("the rules did not reach the model")
 	}
@@ -200,7 +168,7 @@ func TestCodexContinueRulesSkills(t *testing.T) {
 	if a.SessionID() != sid {
 		t.Errorf("session %s became %s", sid, a.SessionID())
 	}
-	body = bodiesSince(t, srv, n)
+	body = drivertest.RequestText(t, srv, n)
 	if !strings.Contains(body, first) || !strings.Contains(body, "SECOND-PROMPT") {
 		t.Error("turn 2's request does not carry turn 1's prompt: the session was not continued")
 	}
@@ -209,111 +177,5 @@ func TestCodexContinueRulesSkills(t *testing.T) {
 	if err != nil || !slices.ContainsFunc(list, func(s sandboxagent.SessionInfo) bool { return s.ID == sid }) {
 		t.Errorf("ListSessions = %+v, %v; want %s", list, err, sid)
 	}
-	noKeyInHome(t, a)
-}
-
-func TestCodexForkDumpLoadDelete(t *testing.T) {
-	t.Parallel()
-	a, drv, srv := start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "ONE"}}})
-	ctx := drivertest.Ctx(t)
-
-	if _, err := a.Ask(ctx, "ORIGIN-PROMPT-a41"); err != nil {
-		t.Fatal(err)
-	}
-	origin := a.SessionID()
-	n := len(srv.Requests())
-	fork, err := drv.Fork(ctx, a.Container(), origin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fork == origin || fork == "" {
-		t.Fatalf("fork id %q", fork)
-	}
-	if len(srv.Requests()) != n {
-		t.Error("fork made a model request")
-	}
-
-	// A turn on the fork does not reach the original.
-	a.SetSession(fork)
-	n = len(srv.Requests())
-	if _, err := a.Ask(ctx, "FORK-ONLY-PROMPT-b52"); err != nil {
-		t.Fatal(err)
-	}
-	if a.SessionID() != fork {
-		t.Errorf("fork turn ended in session %s", a.SessionID())
-	}
-	if body := bodiesSince(t, srv, n); !strings.Contains(body, "ORIGIN-PROMPT-a41") {
-		t.Error("the fork lost the original's history")
-	}
-	od, err := drv.DumpSession(ctx, a.Container(), origin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range od.Files {
-		if bytes.Contains(data, []byte("FORK-ONLY-PROMPT-b52")) {
-			t.Errorf("the original's %s holds the fork's turn", name)
-		}
-	}
-	a.SetSession(origin)
-	n = len(srv.Requests())
-	if _, err := a.Ask(ctx, "BACK-ON-ORIGIN-c63"); err != nil {
-		t.Fatal(err)
-	}
-	if body := bodiesSince(t, srv, n); strings.Contains(body, "FORK-ONLY-PROMPT-b52") || !strings.Contains(body, "ORIGIN-PROMPT-a41") {
-		t.Error("the original's next turn saw the fork's turn, or lost its own")
-	}
-
-	// Dump the fork, load it into another container, continue there.
-	dump, err := drv.DumpSession(ctx, a.Container(), fork)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(dump.Files) != 2 {
-		t.Errorf("fork dump has %d files, want the fork and its parent", len(dump.Files))
-	}
-	b := drivertest.StartAgent(t, drv, drivertest.AuditRoot(t))
-	if b.Container().Name() == a.Container().Name() {
-		t.Fatal("same container")
-	}
-	id, err := drv.LoadSession(ctx, b.Container(), dump)
-	if err != nil || id != fork {
-		t.Fatalf("LoadSession = %q, %v", id, err)
-	}
-	b.SetSession(id)
-	n = len(srv.Requests())
-	if _, err := b.Ask(ctx, "AFTER-LOAD-d74"); err != nil {
-		t.Fatal(err)
-	}
-	if b.SessionID() != fork {
-		t.Errorf("loaded session continued as %s", b.SessionID())
-	}
-	if body := bodiesSince(t, srv, n); !strings.Contains(body, "ORIGIN-PROMPT-a41") || !strings.Contains(body, "FORK-ONLY-PROMPT-b52") {
-		t.Error("the loaded session lost its history")
-	}
-
-	// Delete: the original is needed by the fork until the fork goes.
-	if err := drv.DeleteSession(ctx, a.Container(), origin); err == nil {
-		t.Error("deleting a session a fork depends on succeeded")
-	}
-	if err := drv.DeleteSession(ctx, a.Container(), fork); err != nil {
-		t.Fatal(err)
-	}
-	if err := drv.DeleteSession(ctx, a.Container(), origin); err != nil {
-		t.Fatal(err)
-	}
-	list, err := drv.ListSessions(ctx, a.Container())
-	if err != nil || slices.ContainsFunc(list, func(s sandboxagent.SessionInfo) bool { return s.ID == origin || s.ID == fork }) {
-		t.Errorf("after delete ListSessions = %+v, %v", list, err)
-	}
-	if _, err := drv.DumpSession(ctx, a.Container(), fork); !errors.Is(err, codex.ErrSessionNotFound) {
-		t.Errorf("dump of a deleted session: %v", err)
-	}
-	// In b, the loaded sessions are not in codex's index: delete falls
-	// back to removing the files.
-	if err := drv.DeleteSession(ctx, b.Container(), fork); err != nil {
-		t.Errorf("delete loaded fork: %v", err)
-	}
-	if err := drv.DeleteSession(ctx, b.Container(), origin); err != nil {
-		t.Errorf("delete loaded origin: %v", err)
-	}
+	drivertest.NoKeyInHome(t, a)
 }

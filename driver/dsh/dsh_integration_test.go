@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,18 +53,6 @@ func lastChat(t *testing.T, srv *fakemodel.Server) string {
 	}
 	t.Fatal("the fake model got no chat request with tools")
 	return ""
-}
-
-// noKeyInHome fails when the API key is in any file of the sandbox user's
-// home.
-func noKeyInHome(t *testing.T, a *sandboxagent.Agent) {
-	t.Helper()
-	res, err := a.Container().Run(drivertest.Ctx(t), sandboxagent.ExecRequest{
-		Cmd: []string{"sh", "-c", `grep -rlF -- "$1" "$HOME"; test $? -eq 1`, "sh", drivertest.Key},
-	})
-	if err != nil || res.ExitCode != 0 {
-		t.Errorf("API key found in the sandbox home (exit %d, %v): %s", res.ExitCode, err, res.Stdout)
-	}
 }
 
 func maxLine(evs []sandboxagent.Event) int {
@@ -124,7 +111,7 @@ func TestDshShellThenDone(t *testing.T) {
 	if got, want := drivertest.AuditFiles(t, res.AuditDir, drivertest.Key), maxLine(res.Events); got != want {
 		t.Errorf("session.jsonl has %d lines, events point up to line %d", got, want)
 	}
-	noKeyInHome(t, a)
+	drivertest.NoKeyInHome(t, a)
 
 	// A dsh that dies at boot (it refuses a credentials file others can
 	// read) ends the turn with a DriverError and leaves nothing running.
@@ -236,113 +223,21 @@ func TestDshContinueRulesSkills(t *testing.T) {
 	if len(list) != 1 || list[0].ID != r1.SessionID || list[0].Title == "" {
 		t.Errorf("sessions %+v, want %s", list, r1.SessionID)
 	}
-	noKeyInHome(t, a)
+	drivertest.NoKeyInHome(t, a)
 }
 
-func TestDshForkDumpLoadDelete(t *testing.T) {
+// TestDshShellEnvironment: what the model's commands see of the
+// environment. dsh drops credential-shaped names (KEY, TOKEN, ...) from
+// it.
+func TestDshShellEnvironment(t *testing.T) {
 	t.Parallel()
-	// Turn 1 also shows what the model's commands see of the environment:
-	// dsh drops credential-shaped names (KEY, TOKEN, ...) from it.
-	a, drv, srv := start(t, fakemodel.Script{Responses: []fakemodel.Step{{Tool: fakemodel.ToolShell, Command: "env > /tmp/env.txt"}}})
+	a, _, _ := start(t, fakemodel.Script{Responses: []fakemodel.Step{{Tool: fakemodel.ToolShell, Command: "env > /tmp/env.txt"}}})
 	ctx := drivertest.Ctx(t)
-	r1, err := a.Stream(ctx, "FIRST-PROMPT-alpha", nil)
-	if err != nil {
+	if _, err := a.Stream(ctx, "FIRST-PROMPT-alpha", nil); err != nil {
 		t.Fatal(err)
 	}
 	if env, err := a.Container().ReadFile(ctx, "/tmp/env.txt", 1<<20); err != nil || !bytes.Contains(env, []byte("PATH=")) || bytes.Contains(env, []byte(drivertest.Key)) {
 		t.Errorf("the model's shell environment (%v) holds the key or nothing:\n%s", err, env)
-	}
-	orig := r1.SessionID
-	before, err := drv.DumpSession(ctx, a.Container(), orig)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// Fork, continue the fork: it has the history, the original is
-	// untouched.
-	fork, err := drv.Fork(ctx, a.Container(), orig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.SetSession(fork)
-	r2, err := a.Stream(ctx, "FORK-PROMPT-beta", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r2.SessionID != fork || fork == orig {
-		t.Errorf("fork turn ran in %q, fork %q, original %q", r2.SessionID, fork, orig)
-	}
-	body := lastChat(t, srv)
-	if !strings.Contains(body, "FIRST-PROMPT-alpha") || !strings.Contains(body, "FORK-PROMPT-beta") {
-		t.Error("the fork's request lacks the history")
-	}
-	after, err := drv.DumpSession(ctx, a.Container(), orig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(after.Files["session.jsonl"], before.Files["session.jsonl"]) {
-		t.Error("the fork's turn changed the original session's log")
-	}
-	fd, err := drv.DumpSession(ctx, a.Container(), fork)
-	if err != nil || !bytes.Contains(fd.Files["session.jsonl"], []byte("FORK-PROMPT-beta")) {
-		t.Errorf("fork log: %v", err)
-	}
-
-	// Load the original (as dumped, through JSON) into another container
-	// and continue it there.
-	b := startAgent(t, newDriver(srv))
-	js, err := json.Marshal(before)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dump sandboxagent.SessionDump
-	if err := json.Unmarshal(js, &dump); err != nil {
-		t.Fatal(err)
-	}
-	id, err := drv.LoadSession(ctx, b.Container(), dump)
-	if err != nil || id != orig {
-		t.Fatalf("LoadSession: %q %v", id, err)
-	}
-	b.SetSession(id)
-	r3, err := b.Stream(ctx, "LOADED-PROMPT-gamma", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r3.SessionID != orig {
-		t.Errorf("loaded turn ran in %q, want %q", r3.SessionID, orig)
-	}
-	body = lastChat(t, srv)
-	if !strings.Contains(body, "FIRST-PROMPT-alpha") || !strings.Contains(body, "LOADED-PROMPT-gamma") || strings.Contains(body, "FORK-PROMPT-beta") {
-		t.Error("the loaded session's request does not hold exactly its own history")
-	}
-
-	// Delete the fork in the first container.
-	if err := drv.DeleteSession(ctx, a.Container(), fork); err != nil {
-		t.Fatal(err)
-	}
-	list, err := drv.ListSessions(ctx, a.Container())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, s := range list {
-		ids = append(ids, s.ID)
-	}
-	if slices.Contains(ids, fork) || !slices.Contains(ids, orig) {
-		t.Errorf("sessions after deleting the fork: %v", ids)
-	}
-	if _, err := drv.DumpSession(ctx, a.Container(), fork); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("dump of the deleted fork: %v", err)
-	}
-	// A deleted session cannot be continued: a DriverError, not a fresh
-	// session.
-	a.SetSession(fork)
-	_, err = a.Stream(ctx, "again", nil)
-	var de *sandboxagent.DriverError
-	if !errors.As(err, &de) {
-		t.Errorf("resume of a deleted session: %v", err)
-	} else {
-		t.Logf("resume of a deleted session: %v", de)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,17 +65,6 @@ func chatRequests(srv *fakemodel.Server) []fakemodel.Request {
 		}
 	}
 	return out
-}
-
-// noKeyInContainer fails if the API key is in any file under $HOME.
-func noKeyInContainer(t *testing.T, a *sandboxagent.Agent) {
-	t.Helper()
-	res, err := a.Container().Run(drivertest.Ctx(t), sandboxagent.ExecRequest{
-		Cmd: []string{"sh", "-c", `grep -rlF -- "$1" "$HOME" /tmp; test $? -eq 1`, "sh", drivertest.Key},
-	})
-	if err != nil || res.ExitCode != 0 {
-		t.Errorf("API key found in container files (exit %d): %s %s %v", res.ExitCode, res.Stdout, res.Stderr, err)
-	}
 }
 
 // Shell tool, then DONE; then a second turn continues the session.
@@ -140,7 +128,7 @@ func TestShellThenDoneAndContinue(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	noKeyInContainer(t, a)
+	drivertest.NoKeyInHome(t, a, "/tmp")
 
 	// Turn 2 continues the session: opencode re-sends turn 1.
 	n1 := len(chatRequests(srv))
@@ -218,39 +206,12 @@ func TestUnauthorized(t *testing.T) {
 	drivertest.AuditFiles(t, res.AuditDir, drivertest.Key)
 }
 
-// Rules and a skill reach the request; fork is isolated; list and
-// delete; dump in one container, load into another and continue there.
-func TestSessions(t *testing.T) {
+// Rules and a skill reach the request. (Fork, list, delete, dump and
+// load: internal/conformance, TestConformanceSessions.)
+func TestRulesAndSkills(t *testing.T) {
 	t.Parallel()
-	srv := drivertest.FakeModel(t, fakemodel.Script{Responses: []fakemodel.Step{
-		{Text: "FIRST"}, {Text: "IN FORK"}, {Text: "IN B"},
-	}})
-	opts := opencode.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key}
-	drv := opencode.New(opts)
-	// Start the second container while the first one works.
-	rt := testenv.Runtime(t)
-	bcfg := config(drivertest.AuditRoot(t))
-	bc := make(chan *sandboxagent.Agent, 1)
-	go func() {
-		defer close(bc)
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		b, err := sandboxagent.Start(ctx, rt, opencode.New(opts), sandboxagent.WithConfig(bcfg), sandboxagent.WithNetwork("host"))
-		if err != nil {
-			t.Errorf("start B: %v", err)
-			return
-		}
-		bc <- b
-	}()
-	t.Cleanup(func() { // when the test ended before taking B
-		if b, ok := <-bc; ok && b != nil {
-			b.Close()
-		}
-	})
-	a := startAgent(t, drv)
+	a, drv, srv := start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "FIRST"}}})
 	ctx := longCtx(t)
-	step := func(name string, t0 time.Time) { t.Logf("%s: %v", name, time.Since(t0).Round(time.Millisecond)) }
-
 	const rules = "RULE-MARKER-7f3a: always be terse."
 	if err := drv.InstallRules(ctx, a.Container(), rules); err != nil {
 		t.Fatal(err)
@@ -263,11 +224,10 @@ func TestSessions(t *testing.T) {
 	}
 	t0 := time.Now()
 	r1, err := a.Ask(ctx, "remember the word ALPHA-ORIGINAL")
-	step("turn 1", t0)
+	t.Logf("turn: %v", time.Since(t0).Round(time.Millisecond))
 	if err != nil || r1 != "FIRST" {
 		t.Fatalf("turn 1: %q %v", r1, err)
 	}
-	orig := a.SessionID()
 	reqs := chatRequests(srv)
 	body := string(reqs[len(reqs)-1].Body)
 	if !strings.Contains(body, "RULE-MARKER-7f3a") {
@@ -275,97 +235,5 @@ func TestSessions(t *testing.T) {
 	}
 	if !strings.Contains(body, "marker-skill") || !strings.Contains(body, "SKILL-MARKER-91c2") {
 		t.Errorf("skill not listed in the request")
-	}
-
-	// Fork, then a turn in the fork.
-	t0 = time.Now()
-	fork, err := drv.Fork(ctx, a.Container(), orig)
-	step("fork", t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fork == orig || !strings.HasPrefix(fork, "ses_") {
-		t.Fatalf("fork id %q (original %q)", fork, orig)
-	}
-	a.SetSession(fork)
-	t0 = time.Now()
-	rf, err := a.Ask(ctx, "only in the fork: BETA-FORK")
-	step("turn in fork", t0)
-	if err != nil || rf != "IN FORK" || a.SessionID() != fork {
-		t.Fatalf("fork turn: %q %v session %q", rf, err, a.SessionID())
-	}
-	reqs = chatRequests(srv)
-	body = string(reqs[len(reqs)-1].Body)
-	if !strings.Contains(body, "ALPHA-ORIGINAL") || !strings.Contains(body, "BETA-FORK") {
-		t.Errorf("fork request lacks the history: %.1500s", body)
-	}
-
-	// Isolation: the original session's stored history has no fork turn.
-	t0 = time.Now()
-	dump, err := drv.DumpSession(ctx, a.Container(), orig)
-	step("dump", t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exp := string(dump.Files["export.json"])
-	if !strings.Contains(exp, "ALPHA-ORIGINAL") || strings.Contains(exp, "BETA-FORK") {
-		t.Errorf("original session after the fork's turn: has original %v, has fork turn %v",
-			strings.Contains(exp, "ALPHA-ORIGINAL"), strings.Contains(exp, "BETA-FORK"))
-	}
-	if strings.Contains(exp, drivertest.Key) {
-		t.Error("dump contains the API key")
-	}
-
-	// Delete the fork; list shows the original only.
-	t0 = time.Now()
-	if err := drv.DeleteSession(ctx, a.Container(), fork); err != nil {
-		t.Fatal(err)
-	}
-	step("delete", t0)
-	t0 = time.Now()
-	list, err := drv.ListSessions(ctx, a.Container())
-	step("list", t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := make([]string, 0, len(list))
-	for _, s := range list {
-		ids = append(ids, s.ID)
-	}
-	if !slices.Contains(ids, orig) || slices.Contains(ids, fork) {
-		t.Errorf("sessions %v: want %s and not %s", ids, orig, fork)
-	}
-
-	// Load into another container and continue there.
-	b := <-bc
-	if b == nil {
-		t.Fatal("no second agent")
-	}
-	defer b.Close()
-	if b.Container().Name() == a.Container().Name() {
-		t.Fatal("same container")
-	}
-	raw, _ := json.Marshal(dump) // as a user would store it
-	var back sandboxagent.SessionDump
-	if err := json.Unmarshal(raw, &back); err != nil {
-		t.Fatal(err)
-	}
-	t0 = time.Now()
-	id, err := b.Driver().LoadSession(ctx, b.Container(), back)
-	step("load", t0)
-	if err != nil || id != orig {
-		t.Fatalf("load: %q %v", id, err)
-	}
-	b.SetSession(id)
-	t0 = time.Now()
-	rb, err := b.Ask(ctx, "continue in B: GAMMA-B")
-	step("turn in B", t0)
-	if err != nil || rb != "IN B" || b.SessionID() != orig {
-		t.Fatalf("turn in B: %q %v session %q", rb, err, b.SessionID())
-	}
-	reqs = chatRequests(srv)
-	body = string(reqs[len(reqs)-1].Body)
-	if !strings.Contains(body, "ALPHA-ORIGINAL") || !strings.Contains(body, "GAMMA-B") || strings.Contains(body, "BETA-FORK") {
-		t.Errorf("request in B: want the original history and no fork turn: %.1500s", body)
 	}
 }
