@@ -43,8 +43,7 @@ func lastMessages(t *testing.T, srv *fakemodel.Server) string {
 
 func TestClaudeShellThenDone(t *testing.T) {
 	t.Parallel()
-	const command = "echo hi > /tmp/out.txt"
-	a, _, srv := start(t, drivertest.ShellThenDone(command))
+	a, _, srv := start(t, drivertest.ShellThenDone(drivertest.ShellCommand))
 	ctx := drivertest.Ctx(t)
 	t0 := time.Now()
 	res, err := a.Stream(ctx, "Create /tmp/out.txt containing hi, then answer DONE.", nil)
@@ -53,60 +52,7 @@ func TestClaudeShellThenDone(t *testing.T) {
 		t.Fatalf("Stream: %v\nevents: %+v", err, res.Events)
 	}
 	drivertest.Capture(t, res, nil, "fake-shell-done")
-	if res.Reply != "DONE" {
-		t.Errorf("reply %q", res.Reply)
-	}
-	out, err := a.Container().ReadFile(ctx, "/tmp/out.txt", 0)
-	if err != nil || string(out) != "hi\n" {
-		t.Errorf("/tmp/out.txt = %q, %v", out, err)
-	}
-
-	call := -1
-	maxLine := 0
-	var kinds []string
-	for i, ev := range res.Events {
-		kinds = append(kinds, string(ev.Kind))
-		maxLine = max(maxLine, ev.Line)
-		if ev.Kind == sandboxagent.KindToolCall && strings.Contains(ev.Payload.Command, command) {
-			call = i
-			if ev.Payload.Tool != "Bash" || ev.Payload.CallID == "" || !json.Valid(ev.Payload.Input) {
-				t.Errorf("tool_call %+v", ev.Payload)
-			}
-		}
-	}
-	t.Logf("events: %s", strings.Join(kinds, " "))
-	if call < 0 {
-		t.Fatalf("no tool_call running %q", command)
-	}
-	id := res.Events[call].Payload.CallID
-	found := false
-	for _, ev := range res.Events[call+1:] {
-		if ev.Kind == sandboxagent.KindToolResult && ev.Payload.CallID == id {
-			found = true
-			if ev.Payload.IsError || ev.Payload.ExitCode == nil || *ev.Payload.ExitCode != 0 {
-				t.Errorf("tool_result %+v", ev.Payload)
-			}
-		}
-	}
-	if !found {
-		t.Errorf("no tool_result for call %s after the call", id)
-	}
-	if res.SessionID == "" || res.Events[0].Kind != sandboxagent.KindSession {
-		t.Errorf("session %q, first event %+v", res.SessionID, res.Events[0])
-	}
-	last := res.Events[len(res.Events)-1]
-	if last.Kind != sandboxagent.KindDone || last.Payload.Text != "DONE" {
-		t.Errorf("last event %+v", last)
-	}
-
-	// Audit: three files, one raw line per stdout line, no key.
-	if got := drivertest.AuditFiles(t, res.AuditDir, drivertest.Key); got != maxLine {
-		t.Errorf("session.jsonl has %d lines, the events point up to line %d", got, maxLine)
-	}
-	evs, err := os.ReadFile(filepath.Join(res.AuditDir, "events.jsonl"))
-	if err != nil || bytes.Count(evs, []byte("\n")) != len(res.Events) {
-		t.Errorf("events.jsonl has %d lines for %d events (%v)", bytes.Count(evs, []byte("\n")), len(res.Events), err)
-	}
+	drivertest.CheckShellTurn(t, a, res, drivertest.ShellWant{Tool: "Bash"})
 	if srv.Remaining() != 0 {
 		t.Errorf("%d script steps unused", srv.Remaining())
 	}
@@ -115,7 +61,6 @@ func TestClaudeShellThenDone(t *testing.T) {
 			t.Logf("unexpected request %s %s", r.Method, r.Path)
 		}
 	}
-	drivertest.NoKeyInHome(t, a)
 }
 
 func TestClaudeUnauthorized(t *testing.T) {

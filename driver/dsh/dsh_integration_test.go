@@ -4,7 +4,6 @@ package dsh_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -65,53 +64,17 @@ func maxLine(evs []sandboxagent.Event) int {
 
 func TestDshShellThenDone(t *testing.T) {
 	t.Parallel()
-	const command = "echo hi > /tmp/out.txt"
-	a, _, _ := start(t, drivertest.ShellThenDone(command))
+	a, _, _ := start(t, drivertest.ShellThenDone(drivertest.ShellCommand))
 	ctx := drivertest.Ctx(t)
 	res, err := a.Stream(ctx, "Create the file /tmp/out.txt containing hi", nil)
 	drivertest.Capture(t, res, err, "fake-shell-done")
 	if err != nil {
 		t.Fatalf("Ask: %v", err)
 	}
-	if res.Reply != "DONE" {
-		t.Errorf("reply %q", res.Reply)
+	call, result := drivertest.CheckShellTurn(t, a, res, drivertest.ShellWant{Tool: "bash", IDPrefix: "session-"})
+	if result.Line <= call.Line {
+		t.Errorf("tool_result on line %d, its call on line %d", result.Line, call.Line)
 	}
-	b, err := a.Container().ReadFile(ctx, "/tmp/out.txt", 1<<10)
-	if err != nil || string(b) != "hi\n" {
-		t.Errorf("/tmp/out.txt = %q, %v", b, err)
-	}
-	var call *sandboxagent.Event
-	var result *sandboxagent.Event
-	var session bool
-	for i, ev := range res.Events {
-		switch ev.Kind {
-		case sandboxagent.KindToolCall:
-			if strings.Contains(ev.Payload.Command, command) && call == nil {
-				call = &res.Events[i]
-			}
-		case sandboxagent.KindToolResult:
-			if call != nil && ev.Payload.CallID == call.Payload.CallID {
-				result = &res.Events[i]
-			}
-		case sandboxagent.KindSession:
-			session = ev.SessionID == res.SessionID
-		case sandboxagent.KindRaw:
-			t.Errorf("raw event: %.300s", ev.Payload.Raw)
-		}
-	}
-	if call == nil || call.Payload.Tool != "bash" || call.Payload.CallID == "" || !json.Valid(call.Payload.Input) {
-		t.Fatalf("no bash tool_call with %q: %+v", command, call)
-	}
-	if result == nil || result.Line <= call.Line || result.Payload.IsError || result.Payload.ExitCode == nil || *result.Payload.ExitCode != 0 {
-		t.Errorf("tool_result %+v", result)
-	}
-	if !session || !strings.HasPrefix(res.SessionID, "session-") {
-		t.Errorf("session %q announced: %v", res.SessionID, session)
-	}
-	if got, want := drivertest.AuditFiles(t, res.AuditDir, drivertest.Key), maxLine(res.Events); got != want {
-		t.Errorf("session.jsonl has %d lines, events point up to line %d", got, want)
-	}
-	drivertest.NoKeyInHome(t, a)
 
 	// A dsh that dies at boot (it refuses a credentials file others can
 	// read) ends the turn with a DriverError and leaves nothing running.

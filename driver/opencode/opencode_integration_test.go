@@ -4,10 +4,8 @@ package opencode_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -70,8 +68,7 @@ func chatRequests(srv *fakemodel.Server) []fakemodel.Request {
 // Shell tool, then DONE; then a second turn continues the session.
 func TestShellThenDoneAndContinue(t *testing.T) {
 	t.Parallel()
-	const command = "echo hi > /tmp/out.txt"
-	script := drivertest.ShellThenDone(command)
+	script := drivertest.ShellThenDone(drivertest.ShellCommand)
 	script.Responses = append(script.Responses, fakemodel.Step{Text: "SECOND"})
 	a, _, srv := start(t, script)
 	ctx := longCtx(t)
@@ -83,52 +80,7 @@ func TestShellThenDoneAndContinue(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Ask: %v (events %+v)", err, res.Events)
 	}
-	if res.Reply != "DONE" {
-		t.Errorf("reply %q, want DONE", res.Reply)
-	}
-	if !strings.HasPrefix(res.SessionID, "ses_") {
-		t.Errorf("session id %q", res.SessionID)
-	}
-	out, err := a.Container().ReadFile(ctx, "/tmp/out.txt", 0)
-	if err != nil || string(out) != "hi\n" {
-		t.Errorf("/tmp/out.txt = %q, %v", out, err)
-	}
-	var call *sandboxagent.Event
-	resultAfterCall, maxLine := false, 0
-	for i := range res.Events {
-		ev := &res.Events[i]
-		maxLine = max(maxLine, ev.Line)
-		switch ev.Kind {
-		case sandboxagent.KindToolCall:
-			if strings.Contains(ev.Payload.Command, command) {
-				call = ev
-			}
-		case sandboxagent.KindToolResult:
-			if call != nil && ev.Payload.CallID == call.Payload.CallID {
-				resultAfterCall = true
-				if ev.Payload.ExitCode == nil || *ev.Payload.ExitCode != 0 || ev.Payload.IsError {
-					t.Errorf("tool result %+v", ev.Payload)
-				}
-			}
-		case sandboxagent.KindRaw:
-			t.Errorf("raw event %q", ev.Payload.Raw)
-		}
-	}
-	if call == nil || call.Payload.Tool != "bash" || call.Payload.CallID == "" || !json.Valid(call.Payload.Input) {
-		t.Fatalf("no bash tool_call with %q: %+v", command, res.Events)
-	}
-	if !resultAfterCall {
-		t.Errorf("no tool_result for call %s", call.Payload.CallID)
-	}
-	if got := drivertest.AuditFiles(t, res.AuditDir, drivertest.Key); got != maxLine {
-		t.Errorf("session.jsonl has %d lines, events point up to line %d", got, maxLine)
-	}
-	for _, name := range []string{"events.jsonl", "session.jsonl", "status.json"} {
-		if _, err := os.Stat(filepath.Join(res.AuditDir, name)); err != nil {
-			t.Error(err)
-		}
-	}
-	drivertest.NoKeyInHome(t, a, "/tmp")
+	drivertest.CheckShellTurn(t, a, res, drivertest.ShellWant{Tool: "bash", IDPrefix: "ses_", AllowThinking: true, KeyDirs: []string{"/tmp"}})
 
 	// Turn 2 continues the session: opencode re-sends turn 1.
 	n1 := len(chatRequests(srv))
@@ -152,7 +104,7 @@ func TestShellThenDoneAndContinue(t *testing.T) {
 	if r2.AuditDir != res.AuditDir {
 		t.Errorf("turn 2 audit %q, turn 1 %q", r2.AuditDir, res.AuditDir)
 	}
-	maxLine = 0
+	maxLine := 0
 	for _, ev := range r2.Events {
 		maxLine = max(maxLine, ev.Line)
 	}

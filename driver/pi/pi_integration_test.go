@@ -3,12 +3,7 @@
 package pi_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,8 +25,7 @@ func start(t *testing.T, script fakemodel.Script) (*sandboxagent.Agent, *pi.Driv
 
 func TestPiShellThenDone(t *testing.T) {
 	t.Parallel()
-	const command = "echo hi > /tmp/out.txt"
-	a, _, _ := start(t, drivertest.ShellThenDone(command))
+	a, _, _ := start(t, drivertest.ShellThenDone(drivertest.ShellCommand))
 	ctx := drivertest.Ctx(t)
 
 	started := time.Now()
@@ -40,72 +34,7 @@ func TestPiShellThenDone(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Ask: %v (events %+v)", err, res.Events)
 	}
-	if res.Reply != "DONE" {
-		t.Errorf("reply %q, want DONE", res.Reply)
-	}
-	got, err := a.Container().ReadFile(ctx, "/tmp/out.txt", 0)
-	if err != nil || string(got) != "hi\n" {
-		t.Errorf("/tmp/out.txt = %q, %v", got, err)
-	}
-
-	callAt := slices.IndexFunc(res.Events, func(ev sandboxagent.Event) bool {
-		return ev.Kind == sandboxagent.KindToolCall && strings.Contains(ev.Payload.Command, command)
-	})
-	if callAt < 0 {
-		t.Fatalf("no tool_call running %q in %+v", command, res.Events)
-	}
-	call := res.Events[callAt].Payload
-	if call.CallID == "" || call.Tool != "bash" || !json.Valid(call.Input) {
-		t.Errorf("tool_call payload %+v", call)
-	}
-	resultAt := slices.IndexFunc(res.Events, func(ev sandboxagent.Event) bool {
-		return ev.Kind == sandboxagent.KindToolResult && ev.Payload.CallID == call.CallID
-	})
-	if resultAt <= callAt {
-		t.Errorf("tool_result for %s at %d, call at %d", call.CallID, resultAt, callAt)
-	} else if r := res.Events[resultAt].Payload; r.IsError || r.ExitCode == nil || *r.ExitCode != 0 {
-		t.Errorf("tool_result %+v", r)
-	}
-	maxLine := 0
-	kinds := map[sandboxagent.EventKind]int{}
-	for _, ev := range res.Events {
-		maxLine = max(maxLine, ev.Line)
-		kinds[ev.Kind]++
-		if ev.SessionID != res.SessionID || ev.Turn != 1 {
-			t.Errorf("event %+v: session/turn", ev)
-		}
-	}
-	for _, k := range []sandboxagent.EventKind{sandboxagent.KindSession, sandboxagent.KindText, sandboxagent.KindUsage, sandboxagent.KindDone} {
-		if kinds[k] == 0 {
-			t.Errorf("no %s event", k)
-		}
-	}
-	if kinds[sandboxagent.KindRaw] != 0 || kinds[sandboxagent.KindThinking] != 0 {
-		t.Errorf("unexpected raw/thinking events: %v", kinds)
-	}
-
-	// Audit: the three files, one raw line per stdout line, no key.
-	if lines := drivertest.AuditFiles(t, res.AuditDir, drivertest.Key); lines != maxLine {
-		t.Errorf("session.jsonl has %d lines, events point to %d", lines, maxLine)
-	}
-	f, err := os.Open(filepath.Join(res.AuditDir, "events.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 16<<20)
-	for ; sc.Scan(); n++ {
-		var ev sandboxagent.Event
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Errorf("events.jsonl line %d: %v", n+1, err)
-		}
-	}
-	if n != len(res.Events) {
-		t.Errorf("events.jsonl has %d events, the turn %d", n, len(res.Events))
-	}
-	drivertest.NoKeyInHome(t, a)
+	drivertest.CheckShellTurn(t, a, res, drivertest.ShellWant{Tool: "bash"})
 	drivertest.Capture(t, res, nil, "fake-shell-done")
 }
 

@@ -6,12 +6,14 @@
 package drivertest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -193,4 +195,101 @@ func NoKeyInHome(t testing.TB, a *sandboxagent.Agent, extra ...string) {
 	if err != nil || res.ExitCode != 0 {
 		t.Errorf("API key found in the sandbox's files (exit %d, %v): %s %s", res.ExitCode, err, res.Stdout, res.Stderr)
 	}
+}
+
+// ShellCommand is the command of the shell turns: ShellThenDone(ShellCommand).
+const ShellCommand = "echo hi > /tmp/out.txt"
+
+// ShellWant is what differs between the drivers' shell turns.
+type ShellWant struct {
+	Tool          string // the name of the CLI's shell tool
+	IDPrefix      string // every session id starts with it
+	AllowThinking bool   // the CLI reports thinking although the model sent none
+	KeyDirs       []string
+}
+
+// CheckShellTurn checks the first turn of agent a, which ran the script
+// ShellThenDone(ShellCommand): reply DONE and the file written; a
+// tool_call of the shell tool running the command (call id, JSON input)
+// and, after it, its tool_result with exit code 0; every event in the
+// turn's session and turn 1, the first a session event, the last done
+// with DONE; session, text, usage events and no raw (nor thinking)
+// event; the audit files without the key, one raw line per stdout line
+// and one line of events.jsonl per event; the key in no file of the
+// sandbox's home. It returns the call and the result.
+func CheckShellTurn(t testing.TB, a *sandboxagent.Agent, res sandboxagent.TurnResult, want ShellWant) (call, result sandboxagent.Event) {
+	t.Helper()
+	if res.Reply != "DONE" {
+		t.Errorf("reply %q, want DONE", res.Reply)
+	}
+	if out, err := a.Container().ReadFile(Ctx(t), "/tmp/out.txt", 1<<10); err != nil || string(out) != "hi\n" {
+		t.Errorf("/tmp/out.txt = %q, %v", out, err)
+	}
+	if res.SessionID == "" || !strings.HasPrefix(res.SessionID, want.IDPrefix) {
+		t.Errorf("session id %q, want the prefix %q", res.SessionID, want.IDPrefix)
+	}
+	callAt := slices.IndexFunc(res.Events, func(ev sandboxagent.Event) bool {
+		return ev.Kind == sandboxagent.KindToolCall && strings.Contains(ev.Payload.Command, ShellCommand)
+	})
+	if callAt < 0 {
+		t.Fatalf("no tool_call running %q in %+v", ShellCommand, res.Events)
+	}
+	call = res.Events[callAt]
+	if p := call.Payload; p.CallID == "" || p.Tool != want.Tool || !json.Valid(p.Input) {
+		t.Errorf("tool_call payload %+v, want the tool %s", p, want.Tool)
+	}
+	resultAt := slices.IndexFunc(res.Events, func(ev sandboxagent.Event) bool {
+		return ev.Kind == sandboxagent.KindToolResult && ev.Payload.CallID == call.Payload.CallID
+	})
+	if resultAt <= callAt {
+		t.Errorf("tool_result for %s at %d, call at %d", call.Payload.CallID, resultAt, callAt)
+	} else if result = res.Events[resultAt]; result.Line < call.Line || result.Payload.IsError || result.Payload.ExitCode == nil || *result.Payload.ExitCode != 0 {
+		t.Errorf("tool_result %+v (line %d, call line %d)", result.Payload, result.Line, call.Line)
+	}
+	maxLine := 0
+	kinds := map[sandboxagent.EventKind]int{}
+	for _, ev := range res.Events {
+		maxLine = max(maxLine, ev.Line)
+		kinds[ev.Kind]++
+		if ev.SessionID != res.SessionID || ev.Turn != 1 {
+			t.Errorf("event %+v: session/turn", ev)
+		}
+		if ev.Kind == sandboxagent.KindRaw {
+			t.Errorf("raw event: %.300s", ev.Payload.Raw)
+		}
+	}
+	for _, k := range []sandboxagent.EventKind{sandboxagent.KindSession, sandboxagent.KindText, sandboxagent.KindUsage, sandboxagent.KindDone} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s event", k)
+		}
+	}
+	if kinds[sandboxagent.KindThinking] != 0 && !want.AllowThinking {
+		t.Errorf("thinking events without reasoning: %v", kinds)
+	}
+	if first := res.Events[0]; first.Kind != sandboxagent.KindSession {
+		t.Errorf("first event %+v", first)
+	}
+	if last := res.Events[len(res.Events)-1]; last.Kind != sandboxagent.KindDone || last.Payload.Text != "DONE" {
+		t.Errorf("last event %+v", last)
+	}
+	if lines := AuditFiles(t, res.AuditDir, Key); lines != maxLine {
+		t.Errorf("session.jsonl has %d lines, the events point up to line %d", lines, maxLine)
+	}
+	evs, err := os.ReadFile(filepath.Join(res.AuditDir, "events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range bytes.Split(bytes.TrimSuffix(evs, []byte("\n")), []byte("\n")) {
+		n++
+		var ev sandboxagent.Event
+		if err := json.Unmarshal(l, &ev); err != nil {
+			t.Errorf("events.jsonl line %d: %v", n, err)
+		}
+	}
+	if n != len(res.Events) {
+		t.Errorf("events.jsonl has %d events, the turn %d", n, len(res.Events))
+	}
+	NoKeyInHome(t, a, want.KeyDirs...)
+	return call, result
 }
