@@ -5,7 +5,6 @@ package claude_test
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,26 +65,13 @@ func TestClaudeShellThenDone(t *testing.T) {
 func TestClaudeUnauthorized(t *testing.T) {
 	t.Parallel()
 	a, _, _ := start(t, drivertest.Unauthorized())
-	t0 := time.Now()
-	res, err := a.Stream(drivertest.Ctx(t), "hello", nil)
-	took := time.Since(t0)
-	t.Logf("DriverError after %v: %v", took, err)
-	drivertest.Capture(t, res, err, "fake-401-agent")
-	var de *sandboxagent.DriverError
-	if !errors.As(err, &de) {
-		t.Fatalf("err %v (%T), want *DriverError", err, err)
-	}
-	if took > 30*time.Second {
-		t.Errorf("a bad key took %v to fail", took)
-	}
-	if de.Status != 401 || de.ExitCode == 0 || de.Message == "" || de.Driver != "claude" {
-		t.Errorf("DriverError %+v", de)
-	}
-	if res.Reply != "" {
-		t.Errorf("reply %q on error", res.Reply)
+	b := drivertest.CheckBadKey(t, a, "claude", false)
+	drivertest.Capture(t, b.Res, b.Err, "fake-401-agent")
+	if b.DE.ExitCode == 0 || b.Res.AuditDir == "" {
+		t.Errorf("exit code %d, audit %q", b.DE.ExitCode, b.Res.AuditDir)
 	}
 	retries := 0
-	for _, ev := range res.Events {
+	for _, ev := range b.Res.Events {
 		if ev.Kind == sandboxagent.KindError && !ev.Payload.IsError {
 			retries++
 		}
@@ -93,7 +79,6 @@ func TestClaudeUnauthorized(t *testing.T) {
 	if retries != claude.DefaultMaxRetries {
 		t.Errorf("%d retry events, want %d", retries, claude.DefaultMaxRetries)
 	}
-	drivertest.AuditFiles(t, res.AuditDir, drivertest.Key)
 }
 
 func TestClaudeContinue(t *testing.T) {

@@ -293,3 +293,43 @@ func CheckShellTurn(t testing.TB, a *sandboxagent.Agent, res sandboxagent.TurnRe
 	NoKeyInHome(t, a, want.KeyDirs...)
 	return call, result
 }
+
+// BadKeyTurn is a turn the model answered with 401.
+type BadKeyTurn struct {
+	Res  sandboxagent.TurnResult
+	Err  error // a *DriverError: DE
+	DE   *sandboxagent.DriverError
+	Took time.Duration
+}
+
+// CheckBadKey runs a turn of agent a, whose fake model runs the script
+// Unauthorized, and checks what every driver does with the 401: a
+// *DriverError of the driver with status 401 and a one-line message,
+// within 30 s (unless slowStart: the caller judges the time), without
+// the key; no reply; the audit files without the key.
+func CheckBadKey(t testing.TB, a *sandboxagent.Agent, driver string, slowStart bool) BadKeyTurn {
+	t.Helper()
+	start := time.Now()
+	res, err := a.Stream(Ctx(t), "hello", nil)
+	b := BadKeyTurn{Res: res, Err: err, Took: time.Since(start)}
+	t.Logf("401 → %v after %v", err, b.Took)
+	if !errors.As(err, &b.DE) {
+		t.Fatalf("err %T %v, want *DriverError", err, err)
+	}
+	if b.Took > 30*time.Second && !slowStart {
+		t.Errorf("DriverError after %v, want < 30s", b.Took)
+	}
+	if de := b.DE; de.Status != 401 || de.Driver != driver || de.Message == "" || strings.Contains(de.Message, "\n") {
+		t.Errorf("DriverError %+v", de)
+	}
+	if strings.Contains(b.DE.Error(), Key) || strings.Contains(b.DE.Stderr, Key) {
+		t.Error("the error holds the key")
+	}
+	if res.Reply != "" {
+		t.Errorf("reply %q on error", res.Reply)
+	}
+	if res.AuditDir != "" {
+		AuditFiles(t, res.AuditDir, Key)
+	}
+	return b
+}
