@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -81,51 +80,14 @@ func TestClaudeUnauthorized(t *testing.T) {
 	}
 }
 
-func TestClaudeContinue(t *testing.T) {
+// TestClaudeSkillInInit: claude's init line lists an installed skill.
+// (Rules, skills and continuing in general: internal/conformance.)
+func TestClaudeSkillInInit(t *testing.T) {
 	t.Parallel()
-	a, _, srv := start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "NOTED"}, {Text: "PINEAPPLE-42"}}})
+	a, drv, _ := start(t, fakemodel.Script{})
 	ctx := drivertest.Ctx(t)
-	r1, err := a.Stream(ctx, "Remember the code word PINEAPPLE-42.", nil)
-	if err != nil || r1.Reply != "NOTED" {
-		t.Fatalf("turn 1: %q %v", r1.Reply, err)
-	}
-	r2, err := a.Stream(ctx, "What was the code word?", nil)
-	if err != nil || r2.Reply != "PINEAPPLE-42" {
-		t.Fatalf("turn 2: %q %v", r2.Reply, err)
-	}
-	if r1.SessionID == "" || r2.SessionID != r1.SessionID {
-		t.Errorf("sessions %q then %q", r1.SessionID, r2.SessionID)
-	}
-	body := lastMessages(t, srv)
-	for _, want := range []string{"Remember the code word PINEAPPLE-42.", "NOTED", "What was the code word?"} {
-		if !strings.Contains(body, want) {
-			t.Errorf("turn 2's request lacks %q", want)
-		}
-	}
-	// Both turns in one audit folder, lines numbered on.
-	if r2.AuditDir != r1.AuditDir {
-		t.Errorf("audit folders %s, %s", r1.AuditDir, r2.AuditDir)
-	}
-	maxLine := 0
-	for _, ev := range r2.Events {
-		maxLine = max(maxLine, ev.Line)
-	}
-	if got := drivertest.AuditFiles(t, r2.AuditDir, drivertest.Key); got != maxLine {
-		t.Errorf("session.jsonl has %d lines, turn 2's events point up to %d", got, maxLine)
-	}
-}
-
-func TestClaudeRulesAndSkills(t *testing.T) {
-	t.Parallel()
-	a, drv, srv := start(t, fakemodel.Script{})
-	ctx := drivertest.Ctx(t)
-	const rules = "RULES-MARKER-7: answer briefly."
-	if err := drv.InstallRules(ctx, a.Container(), rules+"\n"); err != nil {
-		t.Fatal(err)
-	}
 	skill := sandboxagent.Skill{Name: "demo-skill", Files: map[string][]byte{
-		"SKILL.md":      []byte("---\nname: demo-skill\ndescription: SKILL-MARKER-9 demo for tests\n---\nRun scripts/hi.sh.\n"),
-		"scripts/hi.sh": []byte("echo hi\n"),
+		"SKILL.md": []byte("---\nname: demo-skill\ndescription: SKILL-MARKER-9 demo for tests\n---\nRun scripts/hi.sh.\n"),
 	}}
 	if err := drv.InstallSkill(ctx, a.Container(), skill); err != nil {
 		t.Fatal(err)
@@ -133,13 +95,6 @@ func TestClaudeRulesAndSkills(t *testing.T) {
 	res, err := a.Stream(ctx, "Say hello.", nil)
 	if err != nil {
 		t.Fatal(err)
-	}
-	body := lastMessages(t, srv)
-	if !strings.Contains(body, rules) {
-		t.Error("the rules did not reach the model")
-	}
-	if !strings.Contains(body, "demo-skill: SKILL-MARKER-9 demo for tests") {
-		t.Error("the skill is not offered to the model")
 	}
 	raw, err := os.ReadFile(filepath.Join(res.AuditDir, "session.jsonl"))
 	if err != nil {
@@ -150,12 +105,5 @@ func TestClaudeRulesAndSkills(t *testing.T) {
 	}
 	if err := json.Unmarshal(bytes.SplitN(raw, []byte("\n"), 2)[0], &init); err != nil || !slices.Contains(init.Skills, "demo-skill") {
 		t.Errorf("init lists skills %q (%v)", init.Skills, err)
-	}
-	list, err := drv.ListSessions(ctx, a.Container())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list) != 1 || list[0].ID != res.SessionID || list[0].Title != "Say hello." {
-		t.Errorf("sessions %+v, want %s", list, res.SessionID)
 	}
 }

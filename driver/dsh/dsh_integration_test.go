@@ -54,14 +54,6 @@ func lastChat(t *testing.T, srv *fakemodel.Server) string {
 	return ""
 }
 
-func maxLine(evs []sandboxagent.Event) int {
-	n := 0
-	for _, ev := range evs {
-		n = max(n, ev.Line)
-	}
-	return n
-}
-
 func TestDshShellThenDone(t *testing.T) {
 	t.Parallel()
 	a, _, _ := start(t, drivertest.ShellThenDone(drivertest.ShellCommand))
@@ -111,71 +103,29 @@ func TestDshUnauthorized(t *testing.T) {
 	}
 }
 
-// TestDshContinueRulesSkills: rules and a skill reach the model, and a
-// second turn continues the session (its request holds turn 1).
-func TestDshContinueRulesSkills(t *testing.T) {
+// TestDshContinueCustomModel: a model the driver's settings do not list
+// (dsh would refuse it) in a continued session; the capture of the
+// parser's fake-continue. (Rules, skills and continuing in general:
+// internal/conformance.)
+func TestDshContinueCustomModel(t *testing.T) {
 	t.Parallel()
-	// A model the driver's settings do not list (dsh would refuse it).
-	a, drv, srv := start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "NOTED"}, {Text: "PINEAPPLE-42"}}}, sandboxagent.WithModel("custom-model-1"))
+	a, _, srv := start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "NOTED"}, {Text: "PINEAPPLE-42"}}}, sandboxagent.WithModel("custom-model-1"))
 	ctx := drivertest.Ctx(t)
-	const rules = "RULES-MARKER-7: answer briefly."
-	if err := drv.InstallRules(ctx, a.Container(), rules+"\n"); err != nil {
-		t.Fatal(err)
-	}
-	skill := sandboxagent.Skill{Name: "demo-skill", Files: map[string][]byte{
-		"SKILL.md":      []byte("---\nname: demo-skill\ndescription: SKILL-MARKER-9 demo for tests\n---\nRun scripts/hi.sh.\n"),
-		"scripts/hi.sh": []byte("echo hi\n"),
-	}}
-	if err := drv.InstallSkill(ctx, a.Container(), skill); err != nil {
-		t.Fatal(err)
-	}
 	r1, err := a.Stream(ctx, "Remember the code word PINEAPPLE-42.", nil)
 	if err != nil || r1.Reply != "NOTED" {
 		t.Fatalf("turn 1: %q %v", r1.Reply, err)
 	}
-	body := lastChat(t, srv)
-	if !strings.Contains(body, rules) {
-		t.Error("the rules did not reach the model")
-	}
-	if !strings.Contains(body, "demo-skill") || !strings.Contains(body, "SKILL-MARKER-9 demo for tests") {
-		t.Error("the skill is not offered to the model")
-	}
-
 	r2, err := a.Stream(ctx, "What was the code word?", nil)
 	drivertest.Capture(t, r2, err, "fake-continue")
-	if err != nil || r2.Reply != "PINEAPPLE-42" {
-		t.Fatalf("turn 2: %q %v", r2.Reply, err)
+	if err != nil || r2.Reply != "PINEAPPLE-42" || r2.SessionID != r1.SessionID {
+		t.Fatalf("turn 2: %q %v, session %q then %q", r2.Reply, err, r1.SessionID, r2.SessionID)
 	}
-	if r1.SessionID == "" || r2.SessionID != r1.SessionID {
-		t.Errorf("sessions %q then %q", r1.SessionID, r2.SessionID)
-	}
-	body = lastChat(t, srv)
+	body := lastChat(t, srv)
 	for _, want := range []string{"Remember the code word PINEAPPLE-42.", "NOTED", "What was the code word?", `"model":"custom-model-1"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("turn 2's request lacks %q", want)
 		}
 	}
-	for _, ev := range r2.Events {
-		if ev.Kind == sandboxagent.KindRaw {
-			t.Errorf("turn 2 raw event %+v", ev)
-		}
-	}
-	// Both turns in one audit folder, lines numbered on.
-	if r2.AuditDir != r1.AuditDir {
-		t.Errorf("audit folders %s, %s", r1.AuditDir, r2.AuditDir)
-	}
-	if got, want := drivertest.AuditFiles(t, r2.AuditDir, drivertest.Key), maxLine(r2.Events); got != want {
-		t.Errorf("session.jsonl has %d lines, turn 2's events point up to %d", got, want)
-	}
-
-	list, err := drv.ListSessions(ctx, a.Container())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list) != 1 || list[0].ID != r1.SessionID || list[0].Title == "" {
-		t.Errorf("sessions %+v, want %s", list, r1.SessionID)
-	}
-	drivertest.NoKeyInHome(t, a)
 }
 
 // TestDshShellEnvironment: what the model's commands see of the

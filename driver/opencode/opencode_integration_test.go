@@ -148,35 +148,3 @@ func TestUnauthorized(t *testing.T) {
 		t.Error("no audit")
 	}
 }
-
-// Rules and a skill reach the request. (Fork, list, delete, dump and
-// load: internal/conformance, TestConformanceSessions.)
-func TestRulesAndSkills(t *testing.T) {
-	t.Parallel()
-	a, drv, srv := start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "FIRST"}}})
-	ctx := longCtx(t)
-	const rules = "RULE-MARKER-7f3a: always be terse."
-	if err := drv.InstallRules(ctx, a.Container(), rules); err != nil {
-		t.Fatal(err)
-	}
-	skill := sandboxagent.Skill{Name: "marker-skill", Files: map[string][]byte{
-		"SKILL.md": []byte("---\nname: marker-skill\ndescription: SKILL-MARKER-91c2 does nothing useful\n---\n\nSay hello.\n"),
-	}}
-	if err := drv.InstallSkill(ctx, a.Container(), skill); err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Now()
-	r1, err := a.Ask(ctx, "remember the word ALPHA-ORIGINAL")
-	t.Logf("turn: %v", time.Since(t0).Round(time.Millisecond))
-	if err != nil || r1 != "FIRST" {
-		t.Fatalf("turn 1: %q %v", r1, err)
-	}
-	reqs := chatRequests(srv)
-	body := string(reqs[len(reqs)-1].Body)
-	if !strings.Contains(body, "RULE-MARKER-7f3a") {
-		t.Errorf("rules not in the request")
-	}
-	if !strings.Contains(body, "marker-skill") || !strings.Contains(body, "SKILL-MARKER-91c2") {
-		t.Errorf("skill not listed in the request")
-	}
-}

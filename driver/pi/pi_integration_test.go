@@ -56,60 +56,19 @@ func TestPiUnauthorized(t *testing.T) {
 	drivertest.Capture(t, b.Res, b.Err, "fake-401")
 }
 
-func TestPiContinueRulesSkills(t *testing.T) {
+// TestPiShellHidesKey: the commands the model runs do not see the key.
+// (Rules, skills and continuing: internal/conformance.)
+func TestPiShellHidesKey(t *testing.T) {
 	t.Parallel()
-	// Turn 1 also checks that the commands the model runs do not see the key.
-	script := fakemodel.Script{Responses: []fakemodel.Step{
+	a, _, _ := start(t, fakemodel.Script{Responses: []fakemodel.Step{
 		{Tool: fakemodel.ToolShell, Command: `echo "key=[$` + pi.KeyEnv + `]" > /tmp/key.txt`},
-		{Text: "FIRST"}, {Text: "SECOND"},
-	}}
-	a, drv, srv := start(t, script)
+		{Text: "FIRST"},
+	}})
 	ctx := drivertest.Ctx(t)
-	const rules = "RULES-MARKER-7d1: answer in one word."
-	if err := drv.InstallRules(ctx, a.Container(), rules+"\n"); err != nil {
-		t.Fatal(err)
-	}
-	skill := sandboxagent.Skill{Name: "marker-skill", Files: map[string][]byte{
-		"SKILL.md":      []byte("---\nname: marker-skill\ndescription: SKILL-MARKER-3c9 explains markers\n---\n\n# Marker\nUse markers.\n"),
-		"scripts/do.sh": []byte("#!/bin/sh\necho marker\n"),
-	}}
-	if err := drv.InstallSkill(ctx, a.Container(), skill); err != nil {
-		t.Fatal(err)
-	}
-
-	const first = "FIRST-PROMPT-5e2 remember this"
-	reply, err := a.Ask(ctx, first)
-	if err != nil || reply != "FIRST" {
+	if reply, err := a.Ask(ctx, "FIRST-PROMPT-5e2 remember this"); err != nil || reply != "FIRST" {
 		t.Fatalf("turn 1: %q, %v", reply, err)
 	}
-	sid := a.SessionID()
 	if got, err := a.Container().ReadFile(ctx, "/tmp/key.txt", 0); err != nil || string(got) != "key=[]\n" {
 		t.Errorf("the model's shell saw %q (%v), want an empty key variable", got, err)
 	}
-	body := drivertest.RequestText(t, srv, 0)
-	if !strings.Contains(body, rules) {
-		t.Error("the rules did not reach the model")
-	}
-	if !strings.Contains(body, "<name>marker-skill</name>") || !strings.Contains(body, "SKILL-MARKER-3c9 explains markers") {
-		t.Error("the skill is not listed in the request")
-	}
-
-	n := len(srv.Requests())
-	reply, err = a.Ask(ctx, "SECOND-PROMPT what did I say?")
-	if err != nil || reply != "SECOND" {
-		t.Fatalf("turn 2: %q, %v", reply, err)
-	}
-	if a.SessionID() != sid {
-		t.Errorf("session %s became %s", sid, a.SessionID())
-	}
-	body = drivertest.RequestText(t, srv, n)
-	if !strings.Contains(body, first) || !strings.Contains(body, "FIRST\n") || !strings.Contains(body, "SECOND-PROMPT") {
-		t.Error("turn 2's request does not carry turn 1's prompt and reply: the session was not continued")
-	}
-
-	list, err := drv.ListSessions(ctx, a.Container())
-	if err != nil || len(list) != 1 || list[0].ID != sid || list[0].Title != first {
-		t.Errorf("ListSessions = %+v, %v; want %s", list, err, sid)
-	}
-	drivertest.NoKeyInHome(t, a)
 }
