@@ -17,31 +17,14 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
-// start runs the fake model with script and an agent of a fresh claude
-// driver talking to it.
-func start(t *testing.T, script fakemodel.Script) (*sandboxagent.Agent, *claude.Driver, *fakemodel.Server) {
-	t.Helper()
-	srv := drivertest.FakeModel(t, script)
-	drv := claude.New(claude.Options{BaseURL: srv.URL(), APIKey: drivertest.Key})
-	return drivertest.StartAgent(t, drv, drivertest.AuditRoot(t)), drv, srv
-}
-
-// lastMessages is the body of the last Messages API request the fake got.
-func lastMessages(t *testing.T, srv *fakemodel.Server) string {
-	t.Helper()
-	reqs := srv.Requests()
-	for i := len(reqs) - 1; i >= 0; i-- {
-		if reqs[i].API == fakemodel.APIMessages {
-			return string(reqs[i].Body)
-		}
-	}
-	t.Fatal("the fake model got no Messages request")
-	return ""
+// newDriver is a claude driver for the fake model srv.
+func newDriver(srv *fakemodel.Server) *claude.Driver {
+	return claude.New(claude.Options{BaseURL: srv.URL(), APIKey: drivertest.Key})
 }
 
 func TestClaudeShellThenDone(t *testing.T) {
 	t.Parallel()
-	a, _, srv := start(t, drivertest.ShellThenDone(drivertest.ShellCommand))
+	a, _, srv := drivertest.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
 	ctx := drivertest.Ctx(t)
 	t0 := time.Now()
 	res, err := a.Stream(ctx, "Create /tmp/out.txt containing hi, then answer DONE.", nil)
@@ -63,7 +46,7 @@ func TestClaudeShellThenDone(t *testing.T) {
 
 func TestClaudeUnauthorized(t *testing.T) {
 	t.Parallel()
-	a, _, _ := start(t, drivertest.Unauthorized())
+	a, _, _ := drivertest.Start(t, drivertest.Unauthorized(), newDriver)
 	b := drivertest.CheckBadKey(t, a, "claude", false)
 	drivertest.Capture(t, b.Res, b.Err, "fake-401-agent")
 	if b.DE.ExitCode == 0 || b.Res.AuditDir == "" {
@@ -84,7 +67,7 @@ func TestClaudeUnauthorized(t *testing.T) {
 // (Rules, skills and continuing in general: internal/conformance.)
 func TestClaudeSkillInInit(t *testing.T) {
 	t.Parallel()
-	a, drv, _ := start(t, fakemodel.Script{})
+	a, drv, _ := drivertest.Start(t, fakemodel.Script{}, newDriver)
 	ctx := drivertest.Ctx(t)
 	skill := sandboxagent.Skill{Name: "demo-skill", Files: map[string][]byte{
 		"SKILL.md": []byte("---\nname: demo-skill\ndescription: SKILL-MARKER-9 demo for tests\n---\nRun scripts/hi.sh.\n"),

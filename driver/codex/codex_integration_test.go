@@ -5,24 +5,19 @@ package codex_test
 import (
 	"testing"
 
-	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/codex"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
-// start runs the fake model with script and an agent of a fresh codex
-// driver talking to it.
-func start(t *testing.T, script fakemodel.Script) (*sandboxagent.Agent, *codex.Driver, *fakemodel.Server) {
-	t.Helper()
-	srv := drivertest.FakeModel(t, script)
-	drv := codex.New(codex.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
-	return drivertest.StartAgent(t, drv, drivertest.AuditRoot(t)), drv, srv
+// newDriver is a codex driver for the fake model srv.
+func newDriver(srv *fakemodel.Server) *codex.Driver {
+	return codex.New(codex.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
 }
 
 func TestCodexShellThenDone(t *testing.T) {
 	t.Parallel()
-	a, _, _ := start(t, drivertest.ShellThenDone(drivertest.ShellCommand))
+	a, _, _ := drivertest.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
 	ctx := drivertest.Ctx(t)
 
 	res, err := a.Stream(ctx, "Create /tmp/out.txt containing hi, then answer DONE.", nil)
@@ -34,7 +29,7 @@ func TestCodexShellThenDone(t *testing.T) {
 
 func TestCodexUnauthorized(t *testing.T) {
 	t.Parallel()
-	a, _, _ := start(t, drivertest.Unauthorized())
+	a, _, _ := drivertest.Start(t, drivertest.Unauthorized(), newDriver)
 	if b := drivertest.CheckBadKey(t, a, "codex", false); b.DE.ExitCode == 0 {
 		t.Errorf("exit code %d", b.DE.ExitCode)
 	}

@@ -13,31 +13,11 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/driver/dsh"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
-	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
+// newDriver is a dsh driver for the fake model srv.
 func newDriver(srv *fakemodel.Server) *dsh.Driver {
 	return dsh.New(dsh.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
-}
-
-// startAgent is drivertest.StartAgent with a longer turn timeout: a dsh
-// boot loads some 300 ES modules, which on a loaded 2-core machine took up
-// to 90 s.
-func startAgent(t *testing.T, drv sandboxagent.Driver, opts ...sandboxagent.AgentOption) *sandboxagent.Agent {
-	t.Helper()
-	cfg := testenv.Config()
-	cfg.AuditRoot = drivertest.AuditRoot(t)
-	cfg.Timeouts.Ask = 4 * time.Minute
-	return drivertest.StartAgent(t, drv, cfg.AuditRoot, append([]sandboxagent.AgentOption{sandboxagent.WithConfig(cfg)}, opts...)...)
-}
-
-// start runs the fake model with script and an agent of a fresh dsh driver
-// talking to it.
-func start(t *testing.T, script fakemodel.Script, opts ...sandboxagent.AgentOption) (*sandboxagent.Agent, *dsh.Driver, *fakemodel.Server) {
-	t.Helper()
-	srv := drivertest.FakeModel(t, script)
-	drv := newDriver(srv)
-	return startAgent(t, drv, opts...), drv, srv
 }
 
 // lastChat is the body of the last chat-completions request that offered
@@ -56,7 +36,7 @@ func lastChat(t *testing.T, srv *fakemodel.Server) string {
 
 func TestDshShellThenDone(t *testing.T) {
 	t.Parallel()
-	a, _, _ := start(t, drivertest.ShellThenDone(drivertest.ShellCommand))
+	a, _, _ := drivertest.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
 	ctx := drivertest.Ctx(t)
 	res, err := a.Stream(ctx, "Create the file /tmp/out.txt containing hi", nil)
 	drivertest.Capture(t, res, err, "fake-shell-done")
@@ -92,7 +72,7 @@ func TestDshShellThenDone(t *testing.T) {
 
 func TestDshUnauthorized(t *testing.T) {
 	t.Parallel()
-	a, _, _ := start(t, drivertest.Unauthorized())
+	a, _, _ := drivertest.Start(t, drivertest.Unauthorized(), newDriver)
 	b := drivertest.CheckBadKey(t, a, "dsh", false)
 	drivertest.Capture(t, b.Res, b.Err, "fake-401")
 	if de := b.DE; de.ExitCode != 1 || !strings.Contains(de.Message, "AUTH") || !strings.Contains(de.Stderr, "dsh: AUTH") {
@@ -109,7 +89,7 @@ func TestDshUnauthorized(t *testing.T) {
 // internal/conformance.)
 func TestDshContinueCustomModel(t *testing.T) {
 	t.Parallel()
-	a, _, srv := start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "NOTED"}, {Text: "PINEAPPLE-42"}}}, sandboxagent.WithModel("custom-model-1"))
+	a, _, srv := drivertest.Start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "NOTED"}, {Text: "PINEAPPLE-42"}}}, newDriver, sandboxagent.WithModel("custom-model-1"))
 	ctx := drivertest.Ctx(t)
 	r1, err := a.Stream(ctx, "Remember the code word PINEAPPLE-42.", nil)
 	if err != nil || r1.Reply != "NOTED" {
@@ -133,7 +113,7 @@ func TestDshContinueCustomModel(t *testing.T) {
 // it.
 func TestDshShellEnvironment(t *testing.T) {
 	t.Parallel()
-	a, _, _ := start(t, fakemodel.Script{Responses: []fakemodel.Step{{Tool: fakemodel.ToolShell, Command: "env > /tmp/env.txt"}}})
+	a, _, _ := drivertest.Start(t, fakemodel.Script{Responses: []fakemodel.Step{{Tool: fakemodel.ToolShell, Command: "env > /tmp/env.txt"}}}, newDriver)
 	ctx := drivertest.Ctx(t)
 	if _, err := a.Stream(ctx, "FIRST-PROMPT-alpha", nil); err != nil {
 		t.Fatal(err)
@@ -151,7 +131,7 @@ func TestDshCaptureMore(t *testing.T) {
 		t.Skip("only with -capture")
 	}
 	t.Parallel()
-	a, _, srv := start(t, fakemodel.Script{})
+	a, _, srv := drivertest.Start(t, fakemodel.Script{}, newDriver)
 	ctx := drivertest.Ctx(t)
 	for _, c := range []struct {
 		name   string

@@ -31,18 +31,12 @@ func config(auditRoot string) sandboxagent.Config {
 	return cfg
 }
 
-// startAgent starts an opencode agent (host network) for drv.
-func startAgent(t *testing.T, drv *opencode.Driver) *sandboxagent.Agent {
-	t.Helper()
-	return drivertest.StartAgent(t, drv, "", sandboxagent.WithConfig(config(drivertest.AuditRoot(t))))
-}
-
 // start runs the fake model with script and an opencode agent talking to it.
 func start(t *testing.T, script fakemodel.Script) (*sandboxagent.Agent, *opencode.Driver, *fakemodel.Server) {
 	t.Helper()
-	srv := drivertest.FakeModel(t, script)
-	drv := opencode.New(opencode.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
-	return startAgent(t, drv), drv, srv
+	return drivertest.Start(t, script, func(srv *fakemodel.Server) *opencode.Driver {
+		return opencode.New(opencode.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
+	}, sandboxagent.WithConfig(config(drivertest.AuditRoot(t))))
 }
 
 // longCtx bounds a test of several turns.

@@ -7,24 +7,19 @@ import (
 	"testing"
 	"time"
 
-	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/pi"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
-// start runs the fake model with script and an agent of a fresh pi driver
-// talking to it.
-func start(t *testing.T, script fakemodel.Script) (*sandboxagent.Agent, *pi.Driver, *fakemodel.Server) {
-	t.Helper()
-	srv := drivertest.FakeModel(t, script)
-	drv := pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
-	return drivertest.StartAgent(t, drv, drivertest.AuditRoot(t)), drv, srv
+// newDriver is a pi driver for the fake model srv.
+func newDriver(srv *fakemodel.Server) *pi.Driver {
+	return pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
 }
 
 func TestPiShellThenDone(t *testing.T) {
 	t.Parallel()
-	a, _, _ := start(t, drivertest.ShellThenDone(drivertest.ShellCommand))
+	a, _, _ := drivertest.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
 	ctx := drivertest.Ctx(t)
 
 	started := time.Now()
@@ -41,7 +36,7 @@ func TestPiShellThenDone(t *testing.T) {
 // it measures the time to the error, which on a loaded 2-core machine
 // grows several times over when four other pi processes start with it.
 func TestPiUnauthorized(t *testing.T) {
-	a, _, srv := start(t, drivertest.Unauthorized())
+	a, _, srv := drivertest.Start(t, drivertest.Unauthorized(), newDriver)
 	b := drivertest.CheckBadKey(t, a, "pi", false)
 	if evs := b.Res.Events; len(evs) > 0 {
 		t.Logf("first output line after %v, last after %v", b.Took-time.Since(evs[0].Time), b.Took-time.Since(evs[len(evs)-1].Time))
@@ -60,10 +55,10 @@ func TestPiUnauthorized(t *testing.T) {
 // (Rules, skills and continuing: internal/conformance.)
 func TestPiShellHidesKey(t *testing.T) {
 	t.Parallel()
-	a, _, _ := start(t, fakemodel.Script{Responses: []fakemodel.Step{
+	a, _, _ := drivertest.Start(t, fakemodel.Script{Responses: []fakemodel.Step{
 		{Tool: fakemodel.ToolShell, Command: `echo "key=[$` + pi.KeyEnv + `]" > /tmp/key.txt`},
 		{Text: "FIRST"},
-	}})
+	}}, newDriver)
 	ctx := drivertest.Ctx(t)
 	if reply, err := a.Ask(ctx, "FIRST-PROMPT-5e2 remember this"); err != nil || reply != "FIRST" {
 		t.Fatalf("turn 1: %q, %v", reply, err)

@@ -333,3 +333,12 @@ func CheckBadKey(t testing.TB, a *sandboxagent.Agent, driver string, slowStart b
 	}
 	return b
 }
+
+// Start starts the fake model with script (see FakeModel) and an agent
+// (see StartAgent) of the driver newDriver makes for it.
+func Start[D sandboxagent.Driver](t testing.TB, script fakemodel.Script, newDriver func(*fakemodel.Server) D, opts ...sandboxagent.AgentOption) (*sandboxagent.Agent, D, *fakemodel.Server) {
+	t.Helper()
+	srv := FakeModel(t, script)
+	drv := newDriver(srv)
+	return StartAgent(t, drv, AuditRoot(t), opts...), drv, srv
+}
