@@ -95,15 +95,7 @@ func TestCommand(t *testing.T) {
 
 func TestDriverBasics(t *testing.T) {
 	d := New(Options{APIKey: "sk-x-1234"})
-	if d.Name() != "claude" || d.Image() != "" {
-		t.Errorf("name %q image %q", d.Name(), d.Image())
-	}
-	if s := d.Secrets(); len(s) != 1 || s[0] != "sk-x-1234" {
-		t.Errorf("secrets %q", s)
-	}
-	if New(Options{}).Secrets() != nil {
-		t.Error("secrets without a key")
-	}
+	drivertest.CheckBasics(t, d, New(Options{}), "claude", "sk-x-1234")
 	c := d.Capabilities()
 	if !c.Continue || !c.Fork || !c.Skills || !c.Rules || !c.Sessions || !c.Thinking || !c.Usage || c.Deltas {
 		t.Errorf("capabilities %+v", c)
@@ -146,45 +138,7 @@ func TestSetup(t *testing.T) {
 }
 
 func TestRulesAndSkills(t *testing.T) {
-	ctx := context.Background()
-	o := drivertest.NewHostOps(t)
-	d := New(Options{})
-	if err := d.InstallRules(ctx, o, "Always answer in French.\n"); err != nil {
-		t.Fatal(err)
-	}
-	if got := o.Read(t, ".claude/CLAUDE.md"); got != "Always answer in French.\n" {
-		t.Errorf("rules %q", got)
-	}
-	if err := d.InstallRules(ctx, o, ""); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(o.Home, ".claude/CLAUDE.md")); !os.IsNotExist(err) {
-		t.Errorf("empty rules left the file: %v", err)
-	}
-	sk := sandboxagent.Skill{Name: "demo", Files: map[string][]byte{
-		"SKILL.md":          []byte("---\nname: demo\ndescription: d\n---\nbody\n"),
-		"scripts/run.sh":    []byte("echo hi\n"),
-		"refs/a b/ü it.txt": []byte("odd name"),
-	}}
-	if err := d.InstallSkill(ctx, o, sk); err != nil {
-		t.Fatal(err)
-	}
-	for n, want := range sk.Files {
-		if got := o.Read(t, ".claude/skills/demo/"+n); got != string(want) {
-			t.Errorf("%s: %q", n, got)
-		}
-	}
-	// Reinstalling replaces the folder.
-	sk.Files = map[string][]byte{"SKILL.md": []byte("v2")}
-	if err := d.InstallSkill(ctx, o, sk); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(o.Home, ".claude/skills/demo/scripts/run.sh")); !os.IsNotExist(err) {
-		t.Errorf("old skill file survived: %v", err)
-	}
-	if err := d.InstallSkill(ctx, o, sandboxagent.Skill{Name: "../x", Files: map[string][]byte{"SKILL.md": nil}}); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
-		t.Errorf("bad skill name: %v", err)
-	}
+	drivertest.CheckRulesAndSkills(t, New(Options{}), drivertest.NewHostOps(t), ".claude/CLAUDE.md", ".claude/skills", true)
 }
 
 const (

@@ -18,15 +18,7 @@ const testKey = "sk-unit-test-key-0123456789"
 
 func TestDriverBasics(t *testing.T) {
 	d := New(Options{APIKey: testKey})
-	if d.Name() != "codex" || d.Image() != "" {
-		t.Errorf("Name %q Image %q", d.Name(), d.Image())
-	}
-	if got := d.Secrets(); !reflect.DeepEqual(got, []string{testKey}) {
-		t.Errorf("Secrets %v", got)
-	}
-	if New(Options{}).Secrets() != nil {
-		t.Error("Secrets without a key")
-	}
+	drivertest.CheckBasics(t, d, New(Options{}), "codex", testKey)
 	c := d.Capabilities()
 	if !c.Continue || !c.Fork || !c.Skills || !c.Rules || !c.Sessions || !c.Thinking || !c.Usage || c.Deltas {
 		t.Errorf("Capabilities %+v", c)
@@ -252,48 +244,20 @@ func TestSetup(t *testing.T) {
 }
 
 func TestRulesAndSkills(t *testing.T) {
-	ctx := context.Background()
 	f := newFakeOps(t, true)
 	d := New(Options{})
-	if err := d.InstallRules(ctx, f, "be brief\n"); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.InstallRules(ctx, f, "be kind\n"); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.Read(t, ".codex/AGENTS.md"); got != "be kind\n" {
-		t.Errorf("AGENTS.md %q", got)
-	}
+	drivertest.CheckRulesAndSkills(t, d, f, ".codex/AGENTS.md", ".codex/skills", false)
+	// Scripts stay executable.
 	s := sandboxagent.Skill{Name: "deploy", Files: map[string][]byte{
-		"SKILL.md":         []byte("---\nname: deploy\ndescription: ships it\n---\nbody\n"),
-		"scripts/go.sh":    []byte("#!/bin/sh\necho go\n"),
-		"docs/old note.md": []byte("old"),
+		"SKILL.md":      []byte("---\nname: deploy\ndescription: ships it\n---\nbody\n"),
+		"scripts/go.sh": []byte("#!/bin/sh\necho go\n"),
 	}}
-	if err := d.InstallSkill(ctx, f, s); err != nil {
+	if err := d.InstallSkill(context.Background(), f, s); err != nil {
 		t.Fatal(err)
 	}
-	delete(s.Files, "docs/old note.md")
-	if err := d.InstallSkill(ctx, f, s); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.Read(t, ".codex/skills/deploy/SKILL.md"); !strings.Contains(got, "description: ships it") {
-		t.Errorf("SKILL.md %q", got)
-	}
-	st, err := os.Stat(filepath.Join(f.Home, ".codex/skills/deploy/scripts/go.sh"))
+	st, err := os.Stat(f.HomePath(".codex/skills/deploy/scripts/go.sh"))
 	if err != nil || st.Mode().Perm() != 0o755 {
 		t.Errorf("script: %v %v", st, err)
-	}
-	if _, err := os.Stat(filepath.Join(f.Home, ".codex/skills/deploy/docs/old note.md")); !os.IsNotExist(err) {
-		t.Errorf("reinstall kept an old file: %v", err)
-	}
-	for _, bad := range []sandboxagent.Skill{
-		{Name: "../x", Files: map[string][]byte{"SKILL.md": nil}},
-		{Name: "x", Files: map[string][]byte{"README.md": nil}},
-		{Name: "x", Files: map[string][]byte{"SKILL.md": nil, "../escape": nil}},
-	} {
-		if err := d.InstallSkill(ctx, f, bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
-			t.Errorf("InstallSkill(%q): %v", bad.Name, err)
-		}
 	}
 }
 

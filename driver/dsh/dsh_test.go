@@ -17,18 +17,10 @@ import (
 
 func TestCapabilities(t *testing.T) {
 	d := New(Options{})
-	if d.Name() != "dsh" || d.Image() != "" {
-		t.Errorf("name %q image %q", d.Name(), d.Image())
-	}
+	drivertest.CheckBasics(t, New(Options{APIKey: "k-123"}), d, "dsh", "k-123")
 	c := d.Capabilities()
 	if !c.Continue || !c.Fork || !c.Skills || !c.Rules || !c.Sessions || !c.Thinking || !c.Usage || !c.Deltas {
 		t.Errorf("%+v", c)
-	}
-	if s := New(Options{APIKey: "k-123"}).Secrets(); len(s) != 1 || s[0] != "k-123" {
-		t.Errorf("secrets %v", s)
-	}
-	if s := d.Secrets(); len(s) != 0 {
-		t.Errorf("secrets %v", s)
 	}
 }
 
@@ -198,49 +190,7 @@ func TestSetup(t *testing.T) {
 }
 
 func TestRulesAndSkills(t *testing.T) {
-	h := drivertest.NewHostOps(t)
-	d := New(Options{})
-	ctx := context.Background()
-	if err := d.InstallRules(ctx, h, "Always answer in French.\n"); err != nil {
-		t.Fatal(err)
-	}
-	if h.Read(t, ".dsh/AGENTS.md") != "Always answer in French.\n" {
-		t.Error("rules")
-	}
-	if err := d.InstallRules(ctx, h, ""); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(h.Home, ".dsh/AGENTS.md")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("rules not removed: %v", err)
-	}
-	s := sandboxagent.Skill{Name: "greet", Files: map[string][]byte{
-		"SKILL.md":       []byte("---\nname: greet\ndescription: Greets.\n---\nSay hi.\n"),
-		"scripts/hi.sh":  []byte("echo hi\n"),
-		"notes/deep/x.m": []byte("x"),
-	}}
-	if err := d.InstallSkill(ctx, h, s); err != nil {
-		t.Fatal(err)
-	}
-	if h.Read(t, ".dsh/skills/greet/scripts/hi.sh") != "echo hi\n" || !strings.Contains(h.Read(t, ".dsh/skills/greet/SKILL.md"), "name: greet") {
-		t.Error("skill files")
-	}
-	// Reinstalling replaces the whole folder.
-	s.Files = map[string][]byte{"SKILL.md": []byte("---\nname: greet\ndescription: v2\n---\n")}
-	if err := d.InstallSkill(ctx, h, s); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(h.Home, ".dsh/skills/greet/scripts")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("old skill file kept: %v", err)
-	}
-	for _, bad := range []sandboxagent.Skill{
-		{Name: "../x", Files: map[string][]byte{"SKILL.md": nil}},
-		{Name: "x"},
-		{Name: "x", Files: map[string][]byte{"SKILL.md": nil, "../y": nil}},
-	} {
-		if err := d.InstallSkill(ctx, h, bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
-			t.Errorf("%+v: %v", bad, err)
-		}
-	}
+	drivertest.CheckRulesAndSkills(t, New(Options{}), drivertest.NewHostOps(t), ".dsh/AGENTS.md", ".dsh/skills", true)
 }
 
 // sessionLog is a small session log as dsh writes it.

@@ -85,15 +85,10 @@ func TestCommand(t *testing.T) {
 
 func TestCapabilitiesAndSecrets(t *testing.T) {
 	d := New(Options{BaseURL: "http://x", APIKey: "sk-1"})
-	if d.Name() != "opencode" || d.Image() != "" {
-		t.Error(d.Name(), d.Image())
-	}
+	drivertest.CheckBasics(t, d, New(Options{Provider: "p"}), "opencode", "sk-1")
 	want := sandboxagent.Capabilities{Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true, Thinking: true, Usage: true}
 	if d.Capabilities() != want {
 		t.Errorf("%+v", d.Capabilities())
-	}
-	if !reflect.DeepEqual(d.Secrets(), []string{"sk-1"}) || New(Options{Provider: "p"}).Secrets() != nil {
-		t.Error("secrets")
 	}
 }
 
@@ -165,30 +160,11 @@ func TestSetup(t *testing.T) {
 }
 
 func TestRulesAndSkills(t *testing.T) {
-	ctx := context.Background()
 	ops := newFakeOps(t, nil)
-	d := New(Options{BaseURL: "http://x"})
-	if err := d.InstallRules(ctx, ops, "be brief"); err != nil {
-		t.Fatal(err)
-	}
-	if got := string(configFile(t, ops, "AGENTS.md")); got != "be brief" {
-		t.Errorf("rules %q", got)
-	}
-	sk := sandboxagent.Skill{Name: "demo", Files: map[string][]byte{"SKILL.md": []byte("---\nname: demo\n---\n"), "scripts/x.sh": []byte("echo")}}
-	if err := d.InstallSkill(ctx, ops, sk); err != nil {
-		t.Fatal(err)
-	}
-	for n, want := range sk.Files {
-		if got := configFile(t, ops, "skills/demo/"+n); string(got) != string(want) {
-			t.Errorf("%s: %q", n, got)
-		}
-	}
+	drivertest.CheckRulesAndSkills(t, New(Options{BaseURL: "http://x"}), ops, ".config/opencode/AGENTS.md", ".config/opencode/skills", false)
 	last := ops.LastRun().Cmd
 	if !reflect.DeepEqual(last, []string{"rm", "-rf", "--", ops.HomePath(".config/opencode/skills/demo")}) {
 		t.Errorf("old skill not removed first: %q", last)
-	}
-	if err := d.InstallSkill(ctx, ops, sandboxagent.Skill{Name: "../x", Files: sk.Files}); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
-		t.Errorf("bad skill: %v", err)
 	}
 }
 

@@ -26,15 +26,7 @@ func installFakePi(t *testing.T, f *drivertest.HostOps) {
 
 func TestDriverBasics(t *testing.T) {
 	d := New(Options{APIKey: "sk-secret-1234"})
-	if d.Name() != "pi" || d.Image() != "" {
-		t.Errorf("name %q image %q", d.Name(), d.Image())
-	}
-	if !reflect.DeepEqual(d.Secrets(), []string{"sk-secret-1234"}) {
-		t.Errorf("secrets %v", d.Secrets())
-	}
-	if New(Options{}).Secrets() != nil {
-		t.Error("secrets without a key")
-	}
+	drivertest.CheckBasics(t, d, New(Options{}), "pi", "sk-secret-1234")
 	want := sandboxagent.Capabilities{Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true, Thinking: true, Usage: true, Deltas: true}
 	if d.Capabilities() != want {
 		t.Errorf("capabilities %+v", d.Capabilities())
@@ -441,42 +433,19 @@ func TestRulesAndSkills(t *testing.T) {
 	ctx := context.Background()
 	f := drivertest.NewHostOps(t)
 	d := New(Options{BaseURL: "http://x"})
-	if err := d.InstallRules(ctx, f, "Always say RULE.\n"); err != nil {
+	drivertest.CheckRulesAndSkills(t, d, f, ".pi/agent/AGENTS.md", ".pi/agent/skills", false)
+	// pi reads SKILL.md's front matter: CRLF lines and a folded value
+	// pass; none, or one without a description, does not.
+	crlf := sandboxagent.Skill{Name: "marker", Files: map[string][]byte{"SKILL.md": []byte("---\r\nname: marker\r\ndescription: >\r\n  v2\r\n---\r\n")}}
+	if err := d.InstallSkill(ctx, f, crlf); err != nil {
 		t.Fatal(err)
-	}
-	if got := f.Read(t, ".pi/agent/AGENTS.md"); got != "Always say RULE.\n" {
-		t.Errorf("rules %q", got)
-	}
-	sk := sandboxagent.Skill{Name: "marker", Files: map[string][]byte{
-		"SKILL.md":          []byte("---\nname: marker\ndescription: d\n---\nbody\n"),
-		"scripts/run.sh":    []byte("echo hi\n"),
-		"reference/a/b.txt": {},
-	}}
-	if err := d.InstallSkill(ctx, f, sk); err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range sk.Files {
-		if got := f.Read(t, ".pi/agent/skills/marker/"+name); got != string(want) {
-			t.Errorf("%s: %q", name, got)
-		}
-	}
-	// Reinstalling replaces the folder.
-	sk.Files = map[string][]byte{"SKILL.md": []byte("---\r\nname: marker\r\ndescription: >\r\n  v2\r\n---\r\n")}
-	if err := d.InstallSkill(ctx, f, sk); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(f.Home, ".pi/agent/skills/marker/scripts")); !errors.Is(err, fs.ErrNotExist) {
-		t.Error("old skill files left behind")
 	}
 	for _, bad := range []sandboxagent.Skill{
-		{Name: "../x", Files: map[string][]byte{"SKILL.md": nil}},
-		{Name: "x"},
-		{Name: "x", Files: map[string][]byte{"SKILL.md": nil, "../evil": nil}},
 		{Name: "x", Files: map[string][]byte{"SKILL.md": []byte("# no front matter\ndescription: x\n")}},
 		{Name: "x", Files: map[string][]byte{"SKILL.md": []byte("---\nname: x\n---\ndescription: x\n")}},
 	} {
 		if err := d.InstallSkill(ctx, f, bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
-			t.Errorf("skill %+v: %v", bad.Name, err)
+			t.Errorf("skill %q: %v", bad.Files["SKILL.md"], err)
 		}
 	}
 }

@@ -99,6 +99,13 @@ func Parse(t testing.TB, p sandboxagent.Parser, stdout []byte, exit int, stderr 
 	return g
 }
 
+// ParseFile runs a fresh parser of newParser over testdata/file (the
+// stdout) with exit and stderr.
+func ParseFile(t testing.TB, newParser NewParser, file string, exit int, stderr []byte) Golden {
+	t.Helper()
+	return Parse(t, newParser(sandboxagent.Turn{Prompt: "p"}), Testdata(t, file), exit, stderr)
+}
+
 // ParseCase runs a fresh parser of newParser over c's capture.
 func ParseCase(t testing.TB, newParser NewParser, c ParserCase) Golden {
 	t.Helper()

@@ -1,0 +1,97 @@
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path"
+	"testing"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// RulesSkillsDriver installs rules and skills.
+type RulesSkillsDriver interface {
+	InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error
+	InstallSkill(ctx context.Context, c sandboxagent.ContainerOps, s sandboxagent.Skill) error
+}
+
+// CheckRulesAndSkills installs rules and a skill with d into ops and
+// checks that the rules land in the file rules and the skill's files in
+// the folder skills/<name> (both relative to ops.Home); that installing
+// rules again replaces them, and empty rules remove the file
+// (emptyRemoves) or leave it empty; that reinstalling a skill replaces its whole
+// folder; and that a skill whose name or file leaves its folder, or that
+// has no SKILL.md, is ErrInvalidArgument. It returns the skill it
+// installed last.
+func CheckRulesAndSkills(t *testing.T, d RulesSkillsDriver, ops *HostOps, rules, skills string, emptyRemoves bool) sandboxagent.Skill {
+	t.Helper()
+	ctx := context.Background()
+	for _, r := range []string{"be brief\n", "Always answer in French.\n"} {
+		if err := d.InstallRules(ctx, ops, r); err != nil {
+			t.Fatal(err)
+		}
+		if got := ops.Read(t, rules); got != r {
+			t.Errorf("rules %q, want %q", got, r)
+		}
+	}
+	if err := d.InstallRules(ctx, ops, ""); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(ops.HomePath(rules)); emptyRemoves && !errors.Is(err, os.ErrNotExist) || !emptyRemoves && (err != nil || len(b) != 0) {
+		t.Errorf("empty rules: the file holds %q (%v); want it removed: %v", b, err, emptyRemoves)
+	}
+	sk := sandboxagent.Skill{Name: "demo", Files: map[string][]byte{
+		"SKILL.md":          []byte("---\nname: demo\ndescription: ships it\n---\nbody\n"),
+		"scripts/run.sh":    []byte("#!/bin/sh\necho hi\n"),
+		"refs/a b/ü it.txt": []byte("odd name"),
+		"reference/a/b.txt": {},
+	}}
+	if err := d.InstallSkill(ctx, ops, sk); err != nil {
+		t.Fatal(err)
+	}
+	for n, want := range sk.Files {
+		if got := ops.Read(t, path.Join(skills, sk.Name, n)); got != string(want) {
+			t.Errorf("%s: %q", n, got)
+		}
+	}
+	sk.Files = map[string][]byte{"SKILL.md": []byte("---\nname: demo\ndescription: v2\n---\n")}
+	if err := d.InstallSkill(ctx, ops, sk); err != nil {
+		t.Fatal(err)
+	}
+	if got := ops.Read(t, path.Join(skills, "demo/SKILL.md")); got != string(sk.Files["SKILL.md"]) {
+		t.Errorf("reinstalled SKILL.md %q", got)
+	}
+	for _, old := range []string{"scripts", "refs", "reference"} {
+		if _, err := os.Lstat(ops.HomePath(path.Join(skills, "demo", old))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the reinstall kept %s: %v", old, err)
+		}
+	}
+	for _, bad := range []sandboxagent.Skill{
+		{Name: "../x", Files: map[string][]byte{"SKILL.md": nil}},
+		{Name: "x"},
+		{Name: "x", Files: map[string][]byte{"README.md": nil}},
+		{Name: "x", Files: map[string][]byte{"SKILL.md": nil, "../y": nil}},
+	} {
+		if err := d.InstallSkill(ctx, ops, bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("skill %q with %d files: %v", bad.Name, len(bad.Files), err)
+		}
+	}
+	return sk
+}
+
+// CheckBasics checks a driver's name and default image (""), that its
+// secrets are exactly the API key it was given, and that a driver
+// without a key (withoutKey) has none.
+func CheckBasics(t *testing.T, withKey, withoutKey sandboxagent.Driver, name, key string) {
+	t.Helper()
+	if withKey.Name() != name || withKey.Image() != "" || withoutKey.Name() != name {
+		t.Errorf("name %q image %q", withKey.Name(), withKey.Image())
+	}
+	if s := withKey.Secrets(); len(s) != 1 || s[0] != key {
+		t.Errorf("secrets %q, want the key", s)
+	}
+	if s := withoutKey.Secrets(); s != nil {
+		t.Errorf("secrets without a key %q", s)
+	}
+}
