@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/claude"
@@ -25,15 +24,7 @@ func newDriver(srv *fakemodel.Server) *claude.Driver {
 func TestClaudeShellThenDone(t *testing.T) {
 	t.Parallel()
 	a, _, srv := drivertest.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
-	ctx := drivertest.Ctx(t)
-	t0 := time.Now()
-	res, err := a.Stream(ctx, "Create /tmp/out.txt containing hi, then answer DONE.", nil)
-	t.Logf("turn took %v", time.Since(t0))
-	if err != nil {
-		t.Fatalf("Stream: %v\nevents: %+v", err, res.Events)
-	}
-	drivertest.Capture(t, res, nil, "fake-shell-done")
-	drivertest.CheckShellTurn(t, a, res, drivertest.ShellWant{Tool: "Bash"})
+	drivertest.ShellTurn(t, a, drivertest.ShellWant{Tool: "Bash", Capture: "fake-shell-done"})
 	if srv.Remaining() != 0 {
 		t.Errorf("%d script steps unused", srv.Remaining())
 	}

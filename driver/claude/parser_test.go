@@ -11,13 +11,8 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
-// newParser makes the parser of a turn.
-var newParser = New(Options{}).NewParser
-
-// TestParserGolden compares the events of every captured output with its
-// golden file (go test -run TestParserGolden -update rewrites them).
 func TestParserGolden(t *testing.T) {
-	drivertest.CheckGolden(t, "claude", newParser, []drivertest.ParserCase{
+	drivertest.CheckGolden(t, New(Options{}), []drivertest.ParserCase{
 		{Name: "ref-stream"},
 		{Name: "ref-stream-401", Exit: 1},
 		{Name: "ref-stream-partial"},
@@ -35,7 +30,7 @@ func TestParserGolden(t *testing.T) {
 // The golden files are reviewed by hand; these assertions pin what matters
 // so a careless -update cannot bless a regression.
 func TestParserShellWriteDone(t *testing.T) {
-	g := drivertest.ParseFile(t, newParser, "fake-shell-write-done.jsonl", 0, nil)
+	g := drivertest.ParseFile(t, New(Options{}), "fake-shell-write-done.jsonl", 0, nil)
 	if g.Error != nil || g.Reply != "DONE" {
 		t.Fatalf("reply %q error %+v", g.Reply, g.Error)
 	}
@@ -96,7 +91,7 @@ func TestParserShellWriteDone(t *testing.T) {
 
 func TestParser401(t *testing.T) {
 	for _, f := range []string{"fake-401.jsonl", "ref-stream-401.jsonl"} {
-		g := drivertest.ParseFile(t, newParser, f, 1, []byte("  \n"))
+		g := drivertest.ParseFile(t, New(Options{}), f, 1, []byte("  \n"))
 		if g.Error == nil || g.Error.Status != 401 || g.Error.ExitCode != 1 || g.Error.Message == "" || strings.Contains(g.Error.Message, "\n") {
 			t.Errorf("%s: error %+v", f, g.Error)
 		}
@@ -121,12 +116,12 @@ func TestParser401(t *testing.T) {
 func TestParserErrors(t *testing.T) {
 	// Unknown session: the result line's errors, the stderr.
 	stderr, _ := os.ReadFile("testdata/fake-resume-unknown.stderr")
-	g := drivertest.ParseFile(t, newParser, "fake-resume-unknown.jsonl", 1, stderr)
+	g := drivertest.ParseFile(t, New(Options{}), "fake-resume-unknown.jsonl", 1, stderr)
 	if g.Error == nil || !strings.Contains(g.Error.Message, "No conversation found") || g.Error.Stderr == "" {
 		t.Errorf("unknown session: %+v", g.Error)
 	}
 	// Connection refused: no HTTP status.
-	g = drivertest.ParseFile(t, newParser, "fake-connrefused.jsonl", 1, nil)
+	g = drivertest.ParseFile(t, New(Options{}), "fake-connrefused.jsonl", 1, nil)
 	if g.Error == nil || g.Error.Status != 0 || !strings.Contains(g.Error.Message, "ECONNREFUSED") {
 		t.Errorf("connection refused: %+v", g.Error)
 	}
@@ -168,7 +163,7 @@ func TestParserErrors(t *testing.T) {
 }
 
 func TestParserPartial(t *testing.T) {
-	g := drivertest.ParseFile(t, newParser, "ref-stream-partial.jsonl", 0, nil)
+	g := drivertest.ParseFile(t, New(Options{}), "ref-stream-partial.jsonl", 0, nil)
 	var deltas, whole strings.Builder
 	for _, ev := range g.Events {
 		if ev.Kind == sandboxagent.KindText {
@@ -185,7 +180,7 @@ func TestParserPartial(t *testing.T) {
 }
 
 func TestParserPermissionDenied(t *testing.T) {
-	g := drivertest.ParseFile(t, newParser, "ref-stream-permission-denied.jsonl", 0, nil)
+	g := drivertest.ParseFile(t, New(Options{}), "ref-stream-permission-denied.jsonl", 0, nil)
 	var denied, result bool
 	for _, ev := range g.Events {
 		if ev.Kind == sandboxagent.KindError && ev.Payload.Tool == "Bash" && ev.Payload.CallID != "" && ev.Payload.Text != "" {

@@ -14,11 +14,11 @@ import (
 // name.stderr) of a turn that resumed session and exited with exit.
 func parseFile(t *testing.T, name, session string, exit int) drivertest.Golden {
 	t.Helper()
-	return drivertest.ParseCase(t, New(Options{}).NewParser, drivertest.ParserCase{Name: name, Resume: session, Exit: exit})
+	return drivertest.ParseCase(t, New(Options{}), drivertest.ParserCase{Name: name, Resume: session, Exit: exit})
 }
 
 func TestParserGolden(t *testing.T) {
-	drivertest.CheckGolden(t, "codex", New(Options{}).NewParser, []drivertest.ParserCase{
+	drivertest.CheckGolden(t, New(Options{}), []drivertest.ParserCase{
 		// Real CLI output from the reference run (python mock).
 		{Name: "codex-stream"},
 		{Name: "codex-stream-401", Exit: 1},

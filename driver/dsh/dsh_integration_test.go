@@ -38,12 +38,7 @@ func TestDshShellThenDone(t *testing.T) {
 	t.Parallel()
 	a, _, _ := drivertest.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
 	ctx := drivertest.Ctx(t)
-	res, err := a.Stream(ctx, "Create the file /tmp/out.txt containing hi", nil)
-	drivertest.Capture(t, res, err, "fake-shell-done")
-	if err != nil {
-		t.Fatalf("Ask: %v", err)
-	}
-	call, result := drivertest.CheckShellTurn(t, a, res, drivertest.ShellWant{Tool: "bash", IDPrefix: "session-"})
+	_, call, result := drivertest.ShellTurn(t, a, drivertest.ShellWant{Tool: "bash", IDPrefix: "session-", Capture: "fake-shell-done"})
 	if result.Line <= call.Line {
 		t.Errorf("tool_result on line %d, its call on line %d", result.Line, call.Line)
 	}
@@ -56,7 +51,7 @@ func TestDshShellThenDone(t *testing.T) {
 	}
 	a.SetSession("")
 	begin := time.Now()
-	_, err = a.Stream(ctx, "this boot fails", nil)
+	_, err := a.Stream(ctx, "this boot fails", nil)
 	var de *sandboxagent.DriverError
 	if !errors.As(err, &de) || de.ExitCode == 0 || !strings.Contains(de.Message, "644") {
 		t.Errorf("boot failure: %v", err)

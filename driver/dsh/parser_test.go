@@ -55,11 +55,11 @@ func output(t *testing.T, c drivertest.ParserCase) []byte {
 // runCase runs a fresh parser over a case.
 func runCase(t *testing.T, c drivertest.ParserCase) drivertest.Golden {
 	t.Helper()
-	return drivertest.ParseCase(t, New(Options{}).NewParser, c)
+	return drivertest.ParseCase(t, New(Options{}), c)
 }
 
 func TestParserGolden(t *testing.T) {
-	drivertest.CheckGolden(t, "dsh", New(Options{}).NewParser, parserCases(t))
+	drivertest.CheckGolden(t, New(Options{}), parserCases(t))
 }
 
 // TestParserReference checks the reference capture's meaning directly, so

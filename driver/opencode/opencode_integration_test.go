@@ -65,19 +65,11 @@ func TestShellThenDoneAndContinue(t *testing.T) {
 	script.Responses = append(script.Responses, fakemodel.Step{Text: "SECOND"})
 	a, _, srv := start(t, script)
 	ctx := longCtx(t)
-
-	const prompt1 = "call the shell tool with `echo hi > /tmp/out.txt`, then answer DONE"
-	t0 := time.Now()
-	res, err := a.Stream(ctx, prompt1, nil)
-	t.Logf("turn 1: %v", time.Since(t0))
-	if err != nil {
-		t.Fatalf("Ask: %v (events %+v)", err, res.Events)
-	}
-	drivertest.CheckShellTurn(t, a, res, drivertest.ShellWant{Tool: "bash", IDPrefix: "ses_", AllowThinking: true, KeyDirs: []string{"/tmp"}})
+	res, _, _ := drivertest.ShellTurn(t, a, drivertest.ShellWant{Tool: "bash", IDPrefix: "ses_", AllowThinking: true, KeyDirs: []string{"/tmp"}})
 
 	// Turn 2 continues the session: opencode re-sends turn 1.
 	n1 := len(chatRequests(srv))
-	t0 = time.Now()
+	t0 := time.Now()
 	r2, err := a.Stream(ctx, "now say SECOND", nil)
 	t.Logf("turn 2: %v", time.Since(t0))
 	if err != nil {

@@ -21,7 +21,7 @@ func parseFile(t *testing.T, name string, exit int, stderr []byte) drivertest.Go
 }
 
 func TestParserGolden(t *testing.T) {
-	drivertest.CheckGolden(t, "opencode", New(Options{BaseURL: "http://x/v1"}).NewParser, []drivertest.ParserCase{
+	drivertest.CheckGolden(t, New(Options{BaseURL: "http://x/v1"}), []drivertest.ParserCase{
 		{Name: "ref-shell-done"},          // reference capture (mock, --thinking)
 		{Name: "ref-401", Exit: 1},        // reference capture, bad key
 		{Name: "fake-shell-done"},         // our command against the fake model

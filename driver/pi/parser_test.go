@@ -11,17 +11,12 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
-// newParser makes the parser of a turn.
-var newParser = New(Options{}).NewParser
-
-// TestParserGolden compares the events of every captured output with its
-// golden file (go test -run TestParserGolden -update rewrites them).
-// ref-* are the reference study's captures (pi 0.73.1 against its Python
+// TestParserGolden: ref-* are the reference study's captures (pi 0.73.1 against its Python
 // mock); fake-* were captured from pi 0.73.1 in its image against the
 // project's fake model (the integration test rewrites fake-shell-done
 // and fake-401 with -capture).
 func TestParserGolden(t *testing.T) {
-	drivertest.CheckGolden(t, "pi", newParser, []drivertest.ParserCase{
+	drivertest.CheckGolden(t, New(Options{}), []drivertest.ParserCase{
 		{Name: "ref-stream"},
 		{Name: "ref-401"},
 		{Name: "fake-shell-done"},
@@ -47,7 +42,7 @@ func kinds(g drivertest.Golden, k sandboxagent.EventKind) []drivertest.GoldenEve
 func TestParserShellDone(t *testing.T) {
 	for _, file := range []string{"fake-shell-done.jsonl", "ref-stream.jsonl"} {
 		t.Run(file, func(t *testing.T) {
-			g := drivertest.ParseFile(t, newParser, file, 0, nil)
+			g := drivertest.ParseFile(t, New(Options{}), file, 0, nil)
 			if g.Error != nil {
 				t.Fatalf("error %+v", g.Error)
 			}
@@ -104,10 +99,10 @@ func TestParserShellDone(t *testing.T) {
 
 func TestParserThinking(t *testing.T) {
 	// ref-stream: the mock sent reasoning; fake-shell-done: it sent none.
-	if th := kinds(drivertest.ParseFile(t, newParser, "fake-shell-done.jsonl", 0, nil), sandboxagent.KindThinking); len(th) != 0 {
+	if th := kinds(drivertest.ParseFile(t, New(Options{}), "fake-shell-done.jsonl", 0, nil), sandboxagent.KindThinking); len(th) != 0 {
 		t.Errorf("thinking events without reasoning: %+v", th)
 	}
-	g := drivertest.ParseFile(t, newParser, "ref-stream.jsonl", 0, nil)
+	g := drivertest.ParseFile(t, New(Options{}), "ref-stream.jsonl", 0, nil)
 	var whole []string
 	for _, e := range kinds(g, sandboxagent.KindThinking) {
 		if e.Payload.Text == "" {
@@ -125,7 +120,7 @@ func TestParserThinking(t *testing.T) {
 func TestParser401(t *testing.T) {
 	for _, file := range []string{"fake-401.jsonl", "ref-401.jsonl"} {
 		t.Run(file, func(t *testing.T) {
-			g := drivertest.ParseFile(t, newParser, file, 0, nil) // pi exits 0 in JSON mode
+			g := drivertest.ParseFile(t, New(Options{}), file, 0, nil) // pi exits 0 in JSON mode
 			if g.Error == nil {
 				t.Fatal("no error for a 401")
 			}
@@ -140,7 +135,7 @@ func TestParser401(t *testing.T) {
 }
 
 func TestParserRetries(t *testing.T) {
-	g := drivertest.ParseFile(t, newParser, "fake-thinking-toolerror-retry.jsonl", 0, nil)
+	g := drivertest.ParseFile(t, New(Options{}), "fake-thinking-toolerror-retry.jsonl", 0, nil)
 	if g.Error != nil || g.Reply != "FINISHED" {
 		t.Fatalf("reply %q, error %+v (a retry that succeeded is no failure)", g.Reply, g.Error)
 	}
@@ -161,14 +156,14 @@ func TestParserRetries(t *testing.T) {
 		t.Errorf("no retry event: %+v", kinds(g, sandboxagent.KindError))
 	}
 
-	g = drivertest.ParseFile(t, newParser, "fake-500-exhausted.jsonl", 0, nil)
+	g = drivertest.ParseFile(t, New(Options{}), "fake-500-exhausted.jsonl", 0, nil)
 	if g.Error == nil || g.Error.Status != 500 || g.Error.Message != "500 upstream exploded" {
 		t.Errorf("error %+v", g.Error)
 	}
 }
 
 func TestParserExitCode(t *testing.T) {
-	g := drivertest.ParseFile(t, newParser, "fake-no-session.jsonl", 1, []byte("No session found matching 'x'\n"))
+	g := drivertest.ParseFile(t, New(Options{}), "fake-no-session.jsonl", 1, []byte("No session found matching 'x'\n"))
 	if g.Error == nil || g.Error.ExitCode != 1 || g.Error.Message != "No session found matching 'x'" || g.Error.Stderr != "No session found matching 'x'" {
 		t.Errorf("error %+v", g.Error)
 	}

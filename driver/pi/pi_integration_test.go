@@ -20,16 +20,7 @@ func newDriver(srv *fakemodel.Server) *pi.Driver {
 func TestPiShellThenDone(t *testing.T) {
 	t.Parallel()
 	a, _, _ := drivertest.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
-	ctx := drivertest.Ctx(t)
-
-	started := time.Now()
-	res, err := a.Stream(ctx, "Create /tmp/out.txt containing hi, then answer DONE.", nil)
-	t.Logf("turn took %v", time.Since(started))
-	if err != nil {
-		t.Fatalf("Ask: %v (events %+v)", err, res.Events)
-	}
-	drivertest.CheckShellTurn(t, a, res, drivertest.ShellWant{Tool: "bash"})
-	drivertest.Capture(t, res, nil, "fake-shell-done")
+	drivertest.ShellTurn(t, a, drivertest.ShellWant{Tool: "bash", Capture: "fake-shell-done"})
 }
 
 // TestPiUnauthorized does not run in parallel with the other tests here:

@@ -202,23 +202,35 @@ const ShellCommand = "echo hi > /tmp/out.txt"
 
 // ShellWant is what differs between the drivers' shell turns.
 type ShellWant struct {
-	Tool          string // the name of the CLI's shell tool
-	IDPrefix      string // every session id starts with it
-	AllowThinking bool   // the CLI reports thinking although the model sent none
-	KeyDirs       []string
+	Tool          string   // the name of the CLI's shell tool
+	IDPrefix      string   // every session id starts with it
+	AllowThinking bool     // the CLI reports thinking although the model sent none
+	KeyDirs       []string // folders besides the home to search for the key
+	Capture       string   // the name -capture keeps the turn's output under
 }
 
-// CheckShellTurn checks the first turn of agent a, which ran the script
-// ShellThenDone(ShellCommand): reply DONE and the file written; a
-// tool_call of the shell tool running the command (call id, JSON input)
-// and, after it, its tool_result with exit code 0; every event in the
-// turn's session and turn 1, the first a session event, the last done
-// with DONE; session, text, usage events and no raw (nor thinking)
-// event; the audit files without the key, one raw line per stdout line
-// and one line of events.jsonl per event; the key in no file of the
-// sandbox's home. It returns the call and the result.
-func CheckShellTurn(t testing.TB, a *sandboxagent.Agent, res sandboxagent.TurnResult, want ShellWant) (call, result sandboxagent.Event) {
+// ShellTurn runs the first turn of agent a, whose fake model runs the
+// script ShellThenDone(ShellCommand), and checks: reply DONE and the file
+// written; a tool_call of the shell tool running the command (call id,
+// JSON input) and, after it, its tool_result with exit code 0; every
+// event in the turn's session and turn 1, the first a session event, the
+// last done with DONE; session, text, usage events and no raw (nor
+// thinking) event; the audit files without the key, one raw line per
+// stdout line and one line of events.jsonl per event; the key in no file
+// of the sandbox's home. It returns the turn, the call and the result.
+func ShellTurn(t testing.TB, a *sandboxagent.Agent, want ShellWant) (res sandboxagent.TurnResult, call, result sandboxagent.Event) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	res, err := a.Stream(ctx, "Create /tmp/out.txt containing hi, then answer DONE.", nil)
+	t.Logf("turn took %v", time.Since(start))
+	if want.Capture != "" {
+		Capture(t, res, err, want.Capture)
+	}
+	if err != nil {
+		t.Fatalf("Stream: %v (events %+v)", err, res.Events)
+	}
 	if res.Reply != "DONE" {
 		t.Errorf("reply %q, want DONE", res.Reply)
 	}
@@ -291,7 +303,7 @@ func CheckShellTurn(t testing.TB, a *sandboxagent.Agent, res sandboxagent.TurnRe
 		t.Errorf("events.jsonl has %d events, the turn %d", n, len(res.Events))
 	}
 	NoKeyInHome(t, a, want.KeyDirs...)
-	return call, result
+	return res, call, result
 }
 
 // BadKeyTurn is a turn the model answered with 401.

@@ -59,8 +59,11 @@ type ParserCase struct {
 	Stdout []byte
 }
 
-// NewParser makes a driver's parser for a turn.
-type NewParser func(sandboxagent.Turn) sandboxagent.Parser
+// Parsing is a driver's side the parser tests need (a Driver has it).
+type Parsing interface {
+	Name() string
+	NewParser(sandboxagent.Turn) sandboxagent.Parser
+}
 
 // Testdata reads testdata/name, failing the test when it cannot.
 func Testdata(t testing.TB, name string) []byte {
@@ -99,15 +102,15 @@ func Parse(t testing.TB, p sandboxagent.Parser, stdout []byte, exit int, stderr 
 	return g
 }
 
-// ParseFile runs a fresh parser of newParser over testdata/file (the
-// stdout) with exit and stderr.
-func ParseFile(t testing.TB, newParser NewParser, file string, exit int, stderr []byte) Golden {
+// ParseFile runs a fresh parser of d over testdata/file (the stdout) with
+// exit and stderr.
+func ParseFile(t testing.TB, d Parsing, file string, exit int, stderr []byte) Golden {
 	t.Helper()
-	return Parse(t, newParser(sandboxagent.Turn{Prompt: "p"}), Testdata(t, file), exit, stderr)
+	return Parse(t, d.NewParser(sandboxagent.Turn{Prompt: "p"}), Testdata(t, file), exit, stderr)
 }
 
-// ParseCase runs a fresh parser of newParser over c's capture.
-func ParseCase(t testing.TB, newParser NewParser, c ParserCase) Golden {
+// ParseCase runs a fresh parser of d over c's capture.
+func ParseCase(t testing.TB, d Parsing, c ParserCase) Golden {
 	t.Helper()
 	stdout := c.Stdout
 	if stdout == nil {
@@ -117,20 +120,20 @@ func ParseCase(t testing.TB, newParser NewParser, c ParserCase) Golden {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
-	return Parse(t, newParser(sandboxagent.Turn{Prompt: "p", SessionID: c.Resume}), stdout, c.Exit, stderr)
+	return Parse(t, d.NewParser(sandboxagent.Turn{Prompt: "p", SessionID: c.Resume}), stdout, c.Exit, stderr)
 }
 
-// CheckGolden compares what the parser makes of every case with the
+// CheckGolden compares what d's parser makes of every case with the
 // case's golden file, or rewrites the golden files when the test runs
-// with -update (review the diff!). It also checks that every DriverError
-// names the driver.
-func CheckGolden(t *testing.T, driver string, newParser NewParser, cases []ParserCase) {
+// with -update (go test -run TestParserGolden -update; review the diff!).
+// It also checks that every DriverError names the driver.
+func CheckGolden(t *testing.T, d Parsing, cases []ParserCase) {
 	t.Helper()
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
-			g := ParseCase(t, newParser, c)
-			if g.Error != nil && g.Error.Driver != driver {
-				t.Errorf("DriverError.Driver %q, want %q", g.Error.Driver, driver)
+			g := ParseCase(t, d, c)
+			if g.Error != nil && g.Error.Driver != d.Name() {
+				t.Errorf("DriverError.Driver %q, want %q", g.Error.Driver, d.Name())
 			}
 			got, err := json.MarshalIndent(g, "", "  ")
 			if err != nil {
