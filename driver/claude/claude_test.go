@@ -217,9 +217,7 @@ func TestSessions(t *testing.T) {
 	if o.Read(t, ".claude/projects/-workspace/"+sessA+".jsonl") != before {
 		t.Error("fork changed the original")
 	}
-	if _, err := d.Fork(ctx, o, "99999999-2222-4333-8444-555555555555"); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("fork of a missing session: %v", err)
-	}
+	drivertest.CheckSessionGone(t, d, o, "99999999-2222-4333-8444-555555555555")
 
 	// Dump, then load into another "sandbox".
 	dump, err := d.DumpSession(ctx, o, sessA)
@@ -282,12 +280,7 @@ func TestSessions(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(o.Home, ".claude/projects/-workspace", sessA)); !os.IsNotExist(err) {
 		t.Errorf("session folder survived: %v", err)
 	}
-	if err := d.DeleteSession(ctx, o, sessA); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("second delete: %v", err)
-	}
-	if _, err := d.DumpSession(ctx, o, sessA); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("dump of a deleted session: %v", err)
-	}
+	drivertest.CheckSessionGone(t, d, o, sessA)
 	list, _ = d.ListSessions(ctx, o)
 	if len(list) != 2 || slices.ContainsFunc(list, func(s sandboxagent.SessionInfo) bool { return s.ID == sessA }) {
 		t.Errorf("list after delete %+v", list)

@@ -240,9 +240,7 @@ func TestSessions(t *testing.T) {
 	if h.Read(t, ".dsh/sessions/--workspace--/"+id+"/session.jsonl") != orig {
 		t.Error("fork changed the original")
 	}
-	if _, err := d.Fork(ctx, h, "session-00000000-0000-4000-8000-000000000000"); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("fork of nothing: %v", err)
-	}
+	drivertest.CheckSessionGone(t, d, h, "session-00000000-0000-4000-8000-000000000000")
 
 	// Dump, delete, load elsewhere.
 	dump, err := d.DumpSession(ctx, h, id)
@@ -259,12 +257,7 @@ func TestSessions(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("delete left %v", err)
 	}
-	if err := d.DeleteSession(ctx, h, id); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("second delete: %v", err)
-	}
-	if _, err := d.DumpSession(ctx, h, id); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("dump of deleted: %v", err)
-	}
+	drivertest.CheckSessionGone(t, d, h, id)
 	if list, _ := d.ListSessions(ctx, h); len(list) != 1 || list[0].ID != fid {
 		t.Errorf("list after delete %+v", list)
 	}

@@ -348,15 +348,7 @@ func TestSessions(t *testing.T) {
 	if _, err := os.Stat(pa); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("deleted session still there (%v)", err)
 	}
-	if err := d.DeleteSession(ctx, f, a); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("delete twice: %v", err)
-	}
-	if _, err := d.DumpSession(ctx, f, a); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("dump of a deleted session: %v", err)
-	}
-	if _, err := d.Fork(ctx, f, a); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("fork of a deleted session: %v", err)
-	}
+	drivertest.CheckSessionGone(t, d, f, a)
 
 	// Load into "another container" whose working directory differs: the
 	// file goes to that directory's folder with its cwd rewritten.

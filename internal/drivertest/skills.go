@@ -95,3 +95,26 @@ func CheckBasics(t *testing.T, withKey, withoutKey sandboxagent.Driver, name, ke
 		t.Errorf("secrets without a key %q", s)
 	}
 }
+
+// SessionDriver has the session members (asserted on a concrete driver).
+type SessionDriver interface {
+	Fork(ctx context.Context, c sandboxagent.ContainerOps, id string) (string, error)
+	DeleteSession(ctx context.Context, c sandboxagent.ContainerOps, id string) error
+	DumpSession(ctx context.Context, c sandboxagent.ContainerOps, id string) (sandboxagent.SessionDump, error)
+}
+
+// CheckSessionGone checks that the session id, deleted or never made, is
+// gone for every member: delete, dump and fork fail with ErrPathNotFound.
+func CheckSessionGone(t *testing.T, d SessionDriver, ops sandboxagent.ContainerOps, id string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := d.DeleteSession(ctx, ops, id); !errors.Is(err, sandboxagent.ErrPathNotFound) {
+		t.Errorf("delete of %s: %v", id, err)
+	}
+	if _, err := d.DumpSession(ctx, ops, id); !errors.Is(err, sandboxagent.ErrPathNotFound) {
+		t.Errorf("dump of %s: %v", id, err)
+	}
+	if _, err := d.Fork(ctx, ops, id); !errors.Is(err, sandboxagent.ErrPathNotFound) {
+		t.Errorf("fork of %s: %v", id, err)
+	}
+}
