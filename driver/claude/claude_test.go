@@ -73,22 +73,7 @@ func TestCommand(t *testing.T) {
 			if !slices.Equal(inv.Cmd, tc.cmd) {
 				t.Errorf("cmd\n got %q\nwant %q", inv.Cmd, tc.cmd)
 			}
-			if string(inv.Stdin) != tc.turn.Prompt {
-				t.Errorf("stdin %q, want the prompt", inv.Stdin)
-			}
-			if inv.WorkDir != tc.turn.WorkDir {
-				t.Errorf("workdir %q", inv.WorkDir)
-			}
-			for k, v := range tc.env {
-				if inv.Env[k] != v {
-					t.Errorf("env %s=%q, want %q", k, inv.Env[k], v)
-				}
-			}
-			for _, k := range tc.noEnv {
-				if _, ok := inv.Env[k]; ok {
-					t.Errorf("env has %s", k)
-				}
-			}
+			drivertest.CheckInvocation(t, inv, tc.turn, tc.env, tc.noEnv, false, tc.o.APIKey)
 		})
 	}
 }

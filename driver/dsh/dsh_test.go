@@ -83,29 +83,9 @@ func TestCommand(t *testing.T) {
 			if strings.Join(inv.Cmd, " ") != `sh -c exec node "${DSH_HOME:-$HOME/.dsh}/sandbox-agent/run.mjs"` {
 				t.Errorf("cmd %q", inv.Cmd)
 			}
-			if string(inv.Stdin) != c.turn.Prompt {
-				t.Errorf("stdin %q", inv.Stdin)
-			}
-			if inv.WorkDir != c.turn.WorkDir {
-				t.Errorf("workdir %q", inv.WorkDir)
-			}
-			for k, v := range c.env {
-				if inv.Env[k] != v {
-					t.Errorf("env %s = %q, want %q", k, inv.Env[k], v)
-				}
-			}
-			for _, k := range c.absent {
-				if _, ok := inv.Env[k]; ok {
-					t.Errorf("env %s set", k)
-				}
-			}
+			drivertest.CheckInvocation(t, inv, c.turn, c.env, c.absent, false, c.o.APIKey)
 			if c.turn.SessionID == "" && !validID(inv.Env[envSession]) {
 				t.Errorf("new session id %q", inv.Env[envSession])
-			}
-			for _, a := range inv.Cmd {
-				if c.o.APIKey != "" && strings.Contains(a, c.o.APIKey) {
-					t.Errorf("key in argv")
-				}
 			}
 		})
 	}

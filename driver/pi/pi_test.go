@@ -113,20 +113,7 @@ func TestCommand(t *testing.T) {
 			if !reflect.DeepEqual(inv.Cmd, tc.cmd) {
 				t.Errorf("cmd\n got %q\nwant %q", inv.Cmd, tc.cmd)
 			}
-			if !reflect.DeepEqual(inv.Env, tc.env) {
-				t.Errorf("env\n got %v\nwant %v", inv.Env, tc.env)
-			}
-			if string(inv.Stdin) != tc.turn.Prompt {
-				t.Errorf("stdin %q", inv.Stdin)
-			}
-			if inv.WorkDir != tc.turn.WorkDir {
-				t.Errorf("workdir %q", inv.WorkDir)
-			}
-			for _, a := range inv.Cmd {
-				if strings.Contains(a, "sk-") {
-					t.Errorf("the key is on the command line: %q", inv.Cmd)
-				}
-			}
+			drivertest.CheckInvocation(t, inv, tc.turn, tc.env, nil, true, "sk-")
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path"
+	"strings"
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
@@ -116,5 +117,37 @@ func CheckSessionGone(t *testing.T, d SessionDriver, ops sandboxagent.ContainerO
 	}
 	if _, err := d.Fork(ctx, ops, id); !errors.Is(err, sandboxagent.ErrPathNotFound) {
 		t.Errorf("fork of %s: %v", id, err)
+	}
+}
+
+// CheckInvocation checks what a driver's Command made of turn: the
+// prompt on stdin, the turn's working directory, env holding want (and
+// nothing else when exact) and none of absent, and secret (when not
+// empty) in no argument.
+func CheckInvocation(t *testing.T, inv sandboxagent.Invocation, turn sandboxagent.Turn, want map[string]string, absent []string, exact bool, secret string) {
+	t.Helper()
+	if string(inv.Stdin) != turn.Prompt {
+		t.Errorf("stdin %q, want the prompt", inv.Stdin)
+	}
+	if inv.WorkDir != turn.WorkDir {
+		t.Errorf("workdir %q, want %q", inv.WorkDir, turn.WorkDir)
+	}
+	for k, v := range want {
+		if got, ok := inv.Env[k]; !ok || got != v {
+			t.Errorf("env %s=%q, want %q", k, got, v)
+		}
+	}
+	if exact && len(inv.Env) != len(want) {
+		t.Errorf("env\n got %v\nwant %v", inv.Env, want)
+	}
+	for _, k := range absent {
+		if _, ok := inv.Env[k]; ok {
+			t.Errorf("env has %s", k)
+		}
+	}
+	for _, a := range inv.Cmd {
+		if secret != "" && strings.Contains(a, secret) {
+			t.Errorf("the key is on the command line: %q", inv.Cmd)
+		}
 	}
 }
