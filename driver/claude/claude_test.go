@@ -1,20 +1,17 @@
 package claude
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
 func TestCommand(t *testing.T) {
@@ -76,127 +73,28 @@ func TestCommand(t *testing.T) {
 			if !slices.Equal(inv.Cmd, tc.cmd) {
 				t.Errorf("cmd\n got %q\nwant %q", inv.Cmd, tc.cmd)
 			}
-			if string(inv.Stdin) != tc.turn.Prompt {
-				t.Errorf("stdin %q, want the prompt", inv.Stdin)
-			}
-			if inv.WorkDir != tc.turn.WorkDir {
-				t.Errorf("workdir %q", inv.WorkDir)
-			}
-			for k, v := range tc.env {
-				if inv.Env[k] != v {
-					t.Errorf("env %s=%q, want %q", k, inv.Env[k], v)
-				}
-			}
-			for _, k := range tc.noEnv {
-				if _, ok := inv.Env[k]; ok {
-					t.Errorf("env has %s", k)
-				}
-			}
+			drivertest.CheckInvocation(t, inv, tc.turn, tc.env, tc.noEnv, false, tc.o.APIKey)
 		})
 	}
 }
 
 func TestDriverBasics(t *testing.T) {
 	d := New(Options{APIKey: "sk-x-1234"})
-	if d.Name() != "claude" || d.Image() != "" {
-		t.Errorf("name %q image %q", d.Name(), d.Image())
-	}
-	if s := d.Secrets(); len(s) != 1 || s[0] != "sk-x-1234" {
-		t.Errorf("secrets %q", s)
-	}
-	if New(Options{}).Secrets() != nil {
-		t.Error("secrets without a key")
-	}
+	drivertest.CheckBasics(t, d, New(Options{}), "claude", "sk-x-1234")
 	c := sandboxagent.CapabilitiesOf(d)
 	if !c.Continue || !c.Fork || !c.Skills || !c.Rules || !c.Sessions || !c.Thinking || !c.Usage || c.Deltas {
 		t.Errorf("capabilities %+v", c)
 	}
 }
 
-// localOps is a fake sandbox: Run executes on the host with HOME and the
-// working directory inside a temporary folder; ReadFile and WriteFile use
-// host paths. It lets the session members run their real shell scripts.
-type localOps struct {
-	home, work string
-	runs       [][]string
-}
-
-func newLocalOps(t *testing.T) *localOps {
-	t.Helper()
-	if _, err := exec.LookPath("sh"); err != nil {
-		t.Skip("no sh")
-	}
-	dir := t.TempDir()
-	o := &localOps{home: filepath.Join(dir, "home"), work: filepath.Join(dir, "workspace")}
-	for _, d := range []string{o.home, o.work} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return o
-}
-
-func (o *localOps) Run(ctx context.Context, req sandboxagent.ExecRequest) (sandboxagent.ExecResult, error) {
-	o.runs = append(o.runs, req.Cmd)
-	cmd := exec.CommandContext(ctx, req.Cmd[0], req.Cmd[1:]...)
-	cmd.Dir = o.work
-	if req.WorkDir != "" {
-		cmd.Dir = req.WorkDir
-	}
-	cmd.Env = []string{"HOME=" + o.home, "PATH=" + os.Getenv("PATH"), "LC_ALL=C"}
-	for k, v := range req.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	if req.Stdin != nil {
-		cmd.Stdin = req.Stdin
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	code := 0
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		return sandboxagent.ExecResult{}, err
-	}
-	return sandboxagent.ExecResult{ExitCode: code, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, nil
-}
-
-func (o *localOps) ReadFile(_ context.Context, name string, max int64) ([]byte, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, max))
-}
-
-func (o *localOps) WriteFile(_ context.Context, name string, data []byte, mode fs.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(name, data, mode)
-}
-
-func (o *localOps) read(t *testing.T, rel string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(o.home, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 func TestSetup(t *testing.T) {
-	o := newLocalOps(t)
+	o := drivertest.NewHostOps(t)
 	const key = "sk-never-in-a-file-123"
 	d := New(Options{BaseURL: "http://127.0.0.1:1234", APIKey: key, Env: map[string]string{"ANTHROPIC_DEFAULT_HAIKU_MODEL": "small"}})
 	if err := d.Setup(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
-	raw := o.read(t, ".claude/settings.json")
+	raw := o.Read(t, ".claude/settings.json")
 	if strings.Contains(raw, key) {
 		t.Error("settings.json holds the key")
 	}
@@ -213,7 +111,7 @@ func TestSetup(t *testing.T) {
 		s.Env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] != "small" || s.Permissions.DefaultMode != "bypassPermissions" {
 		t.Errorf("settings %s", raw)
 	}
-	fi, err := os.Stat(filepath.Join(o.home, ".claude/settings.json"))
+	fi, err := os.Stat(filepath.Join(o.Home, ".claude/settings.json"))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("settings mode %v %v", fi.Mode(), err)
 	}
@@ -225,45 +123,7 @@ func TestSetup(t *testing.T) {
 }
 
 func TestRulesAndSkills(t *testing.T) {
-	ctx := context.Background()
-	o := newLocalOps(t)
-	d := New(Options{})
-	if err := d.InstallRules(ctx, o, "Always answer in French.\n"); err != nil {
-		t.Fatal(err)
-	}
-	if got := o.read(t, ".claude/CLAUDE.md"); got != "Always answer in French.\n" {
-		t.Errorf("rules %q", got)
-	}
-	if err := d.InstallRules(ctx, o, ""); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(o.home, ".claude/CLAUDE.md")); !os.IsNotExist(err) {
-		t.Errorf("empty rules left the file: %v", err)
-	}
-	sk := sandboxagent.Skill{Name: "demo", Files: map[string][]byte{
-		"SKILL.md":          []byte("---\nname: demo\ndescription: d\n---\nbody\n"),
-		"scripts/run.sh":    []byte("echo hi\n"),
-		"refs/a b/ü it.txt": []byte("odd name"),
-	}}
-	if err := d.InstallSkill(ctx, o, sk); err != nil {
-		t.Fatal(err)
-	}
-	for n, want := range sk.Files {
-		if got := o.read(t, ".claude/skills/demo/"+n); got != string(want) {
-			t.Errorf("%s: %q", n, got)
-		}
-	}
-	// Reinstalling replaces the folder.
-	sk.Files = map[string][]byte{"SKILL.md": []byte("v2")}
-	if err := d.InstallSkill(ctx, o, sk); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(o.home, ".claude/skills/demo/scripts/run.sh")); !os.IsNotExist(err) {
-		t.Errorf("old skill file survived: %v", err)
-	}
-	if err := d.InstallSkill(ctx, o, sandboxagent.Skill{Name: "../x", Files: map[string][]byte{"SKILL.md": nil}}); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
-		t.Errorf("bad skill name: %v", err)
-	}
+	drivertest.CheckRulesAndSkills(t, New(Options{}), drivertest.NewHostOps(t), ".claude/CLAUDE.md", ".claude/skills")
 }
 
 const (
@@ -272,9 +132,9 @@ const (
 )
 
 // transcript writes a small transcript of id in project.
-func (o *localOps) transcript(t *testing.T, project, id, prompt string) string {
+func transcript(t *testing.T, o *drivertest.HostOps, project, id, prompt string) string {
 	t.Helper()
-	p := filepath.Join(o.home, ".claude/projects", project, id+".jsonl")
+	p := filepath.Join(o.Home, ".claude/projects", project, id+".jsonl")
 	lines := `{"type":"user","sessionId":"` + id + `","message":{"role":"user","content":"` + prompt + `"}}` + "\n" +
 		`{"type":"last-prompt","lastPrompt":"` + prompt + `","sessionId":"` + id + `"}` + "\n"
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -288,18 +148,18 @@ func (o *localOps) transcript(t *testing.T, project, id, prompt string) string {
 
 func TestSessions(t *testing.T) {
 	ctx := context.Background()
-	o := newLocalOps(t)
+	o := drivertest.NewHostOps(t)
 	d := New(Options{})
 
 	if list, err := d.ListSessions(ctx, o); err != nil || len(list) != 0 {
 		t.Fatalf("empty list: %v %v", list, err)
 	}
-	pa := o.transcript(t, "-workspace", sessA, "first prompt")
-	o.transcript(t, "-other", sessB, "second prompt")
-	if err := os.MkdirAll(filepath.Join(o.home, ".claude/projects/-workspace/memory"), 0o755); err != nil {
+	pa := transcript(t, o, "-workspace", sessA, "first prompt")
+	transcript(t, o, "-other", sessB, "second prompt")
+	if err := os.MkdirAll(filepath.Join(o.Home, ".claude/projects/-workspace/memory"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sub := filepath.Join(o.home, ".claude/projects/-workspace", sessA, "subagents")
+	sub := filepath.Join(o.Home, ".claude/projects/-workspace", sessA, "subagents")
 	if err := os.MkdirAll(sub, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +184,7 @@ func TestSessions(t *testing.T) {
 
 	// Fork: a new id, the history copied with the id replaced, the
 	// original untouched.
-	before := o.read(t, ".claude/projects/-workspace/"+sessA+".jsonl")
+	before := o.Read(t, ".claude/projects/-workspace/"+sessA+".jsonl")
 	fid, err := d.Fork(ctx, o, sessA)
 	if err != nil {
 		t.Fatal(err)
@@ -332,19 +192,17 @@ func TestSessions(t *testing.T) {
 	if !validID(fid) || fid == sessA {
 		t.Fatalf("fork id %q", fid)
 	}
-	forked := o.read(t, ".claude/projects/-workspace/"+fid+".jsonl")
+	forked := o.Read(t, ".claude/projects/-workspace/"+fid+".jsonl")
 	if strings.Contains(forked, sessA) || !strings.Contains(forked, fid) || !strings.Contains(forked, "first prompt") {
 		t.Errorf("fork transcript %s", forked)
 	}
-	if o.read(t, ".claude/projects/-workspace/"+fid+"/subagents/agent-1.jsonl") != "{}\n" {
+	if o.Read(t, ".claude/projects/-workspace/"+fid+"/subagents/agent-1.jsonl") != "{}\n" {
 		t.Error("fork lost the session folder")
 	}
-	if o.read(t, ".claude/projects/-workspace/"+sessA+".jsonl") != before {
+	if o.Read(t, ".claude/projects/-workspace/"+sessA+".jsonl") != before {
 		t.Error("fork changed the original")
 	}
-	if _, err := d.Fork(ctx, o, "99999999-2222-4333-8444-555555555555"); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("fork of a missing session: %v", err)
-	}
+	drivertest.CheckSessionGone(t, d, o, "99999999-2222-4333-8444-555555555555")
 
 	// Dump, then load into another "sandbox".
 	dump, err := d.DumpSession(ctx, o, sessA)
@@ -364,25 +222,25 @@ func TestSessions(t *testing.T) {
 	if err := json.Unmarshal(js, &back); err != nil {
 		t.Fatal(err)
 	}
-	o2 := newLocalOps(t)
+	o2 := drivertest.NewHostOps(t)
 	id, err := d.LoadSession(ctx, o2, back)
 	if err != nil || id != sessA {
 		t.Fatalf("load: %q %v", id, err)
 	}
-	if o2.read(t, ".claude/projects/-workspace/"+sessA+".jsonl") != before ||
-		o2.read(t, ".claude/projects/-workspace/"+sessA+"/subagents/agent-1.jsonl") != "{}\n" {
+	if o2.Read(t, ".claude/projects/-workspace/"+sessA+".jsonl") != before ||
+		o2.Read(t, ".claude/projects/-workspace/"+sessA+"/subagents/agent-1.jsonl") != "{}\n" {
 		t.Error("loaded files differ")
 	}
 	if _, err := d.LoadSession(ctx, o2, back); !errors.Is(err, sandboxagent.ErrDestinationExists) {
 		t.Errorf("second load: %v", err)
 	}
 	// Without a project, the working directory's slug is used.
-	o3 := newLocalOps(t)
+	o3 := drivertest.NewHostOps(t)
 	back.Meta = nil
 	if _, err := d.LoadSession(ctx, o3, back); err != nil {
 		t.Fatal(err)
 	}
-	if o3.read(t, ".claude/projects/"+slug(o3.work)+"/"+sessA+".jsonl") != before {
+	if o3.Read(t, ".claude/projects/"+slug(o3.Work)+"/"+sessA+".jsonl") != before {
 		t.Error("load without project")
 	}
 	for _, bad := range []sandboxagent.SessionDump{
@@ -392,7 +250,7 @@ func TestSessions(t *testing.T) {
 		{Driver: "claude", SessionID: sessB, Files: map[string][]byte{"transcript.jsonl": nil, "files/../../x": nil}},
 		{Driver: "claude", SessionID: sessB, Files: map[string][]byte{"transcript.jsonl": nil}, Meta: map[string]string{"project": ".."}},
 	} {
-		if _, err := d.LoadSession(ctx, newLocalOps(t), bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+		if _, err := d.LoadSession(ctx, drivertest.NewHostOps(t), bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
 			t.Errorf("load %+v: %v", bad.SessionID, err)
 		}
 	}
@@ -404,15 +262,10 @@ func TestSessions(t *testing.T) {
 	if _, err := os.Stat(pa); !os.IsNotExist(err) {
 		t.Errorf("transcript survived: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(o.home, ".claude/projects/-workspace", sessA)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(o.Home, ".claude/projects/-workspace", sessA)); !os.IsNotExist(err) {
 		t.Errorf("session folder survived: %v", err)
 	}
-	if err := d.DeleteSession(ctx, o, sessA); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("second delete: %v", err)
-	}
-	if _, err := d.DumpSession(ctx, o, sessA); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("dump of a deleted session: %v", err)
-	}
+	drivertest.CheckSessionGone(t, d, o, sessA)
 	list, _ = d.ListSessions(ctx, o)
 	if len(list) != 2 || slices.ContainsFunc(list, func(s sandboxagent.SessionInfo) bool { return s.ID == sessA }) {
 		t.Errorf("list after delete %+v", list)

@@ -1,132 +1,36 @@
 package claude
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
-
-// golden is what a whole turn's output parses into.
-type golden struct {
-	Events    []goldenEvent `json:"events"`
-	Reply     string        `json:"reply"`
-	SessionID string        `json:"session_id"`
-	Error     *goldenError  `json:"error"`
-}
-
-type goldenEvent struct {
-	Line      int                    `json:"line"`
-	Kind      sandboxagent.EventKind `json:"kind"`
-	SessionID string                 `json:"session_id,omitempty"`
-	Payload   sandboxagent.Payload   `json:"payload"`
-}
-
-type goldenError struct {
-	Message  string `json:"message"`
-	ExitCode int    `json:"exit_code"`
-	Status   int    `json:"status"`
-	Stderr   string `json:"stderr"`
-}
-
-// runParser feeds a captured stdout file through a parser, line by line as
-// the agent does, and finishes it with exit code and stderr.
-func runParser(t *testing.T, file string, exit int, stderr []byte) golden {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := New(Options{}).NewParser(sandboxagent.Turn{Prompt: "x"})
-	var g golden
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(nil, 16<<20)
-	for n := 1; sc.Scan(); n++ {
-		for _, ev := range p.Parse(sc.Bytes()) {
-			g.Events = append(g.Events, goldenEvent{Line: n, Kind: ev.Kind, SessionID: ev.SessionID, Payload: ev.Payload})
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	out, err := p.Finish(exit, stderr)
-	g.Reply, g.SessionID = out.Reply, out.SessionID
-	if err != nil {
-		var de *sandboxagent.DriverError
-		if !errors.As(err, &de) {
-			t.Fatalf("Finish error %v is not a *DriverError", err)
-		}
-		g.Error = &goldenError{Message: de.Message, ExitCode: de.ExitCode, Status: de.Status, Stderr: de.Stderr}
-	}
-	return g
-}
-
-var parserCases = []struct {
-	file   string
-	exit   int
-	stderr string // a testdata file
-}{
-	{file: "ref-stream.jsonl"},
-	{file: "ref-stream-401.jsonl", exit: 1},
-	{file: "ref-stream-partial.jsonl"},
-	{file: "ref-stream-permission-denied.jsonl"},
-	{file: "fake-shell-done.jsonl"}, // captured by the integration test (-capture)
-	{file: "fake-401-agent.jsonl", exit: 1},
-	{file: "fake-shell-write-done.jsonl"},
-	{file: "fake-401.jsonl", exit: 1},
-	{file: "fake-connrefused.jsonl", exit: 1},
-	{file: "fake-resume.jsonl"},
-	{file: "fake-resume-unknown.jsonl", exit: 1, stderr: "fake-resume-unknown.stderr"},
-}
-
-// TestParserGolden compares the events of every captured output with its
-// golden file (go test -run TestParserGolden -update rewrites them).
 func TestParserGolden(t *testing.T) {
-	for _, tc := range parserCases {
-		t.Run(tc.file, func(t *testing.T) {
-			var stderr []byte
-			if tc.stderr != "" {
-				var err error
-				if stderr, err = os.ReadFile(filepath.Join("testdata", tc.stderr)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			got, err := json.MarshalIndent(runParser(t, tc.file, tc.exit, stderr), "", "  ")
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, '\n')
-			name := filepath.Join("testdata", "golden", strings.TrimSuffix(tc.file, ".jsonl")+".json")
-			if *update {
-				if err := os.WriteFile(name, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(name)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("events of %s differ from %s (run with -update and review the diff):\n%s", tc.file, name, got)
-			}
-		})
-	}
+	drivertest.CheckGolden(t, New(Options{}), []drivertest.ParserCase{
+		{Name: "ref-stream"},
+		{Name: "ref-stream-401", Exit: 1},
+		{Name: "ref-stream-partial"},
+		{Name: "ref-stream-permission-denied"},
+		{Name: "fake-shell-done"}, // captured by the integration test (-capture)
+		{Name: "fake-401-agent", Exit: 1},
+		{Name: "fake-shell-write-done"},
+		{Name: "fake-401", Exit: 1},
+		{Name: "fake-connrefused", Exit: 1},
+		{Name: "fake-resume"},
+		{Name: "fake-resume-unknown", Exit: 1}, // with fake-resume-unknown.stderr
+	})
 }
 
 // The golden files are reviewed by hand; these assertions pin what matters
 // so a careless -update cannot bless a regression.
 func TestParserShellWriteDone(t *testing.T) {
-	g := runParser(t, "fake-shell-write-done.jsonl", 0, nil)
+	g := drivertest.ParseFile(t, New(Options{}), "fake-shell-write-done.jsonl", 0, nil)
 	if g.Error != nil || g.Reply != "DONE" {
 		t.Fatalf("reply %q error %+v", g.Reply, g.Error)
 	}
@@ -158,7 +62,7 @@ func TestParserShellWriteDone(t *testing.T) {
 	if got := strings.Join(kinds, " "); got != want {
 		t.Errorf("kinds\n got %s\nwant %s", got, want)
 	}
-	var shell, fail, write *goldenEvent
+	var shell, fail, write *drivertest.GoldenEvent
 	for i := range g.Events {
 		ev := &g.Events[i]
 		switch {
@@ -187,7 +91,7 @@ func TestParserShellWriteDone(t *testing.T) {
 
 func TestParser401(t *testing.T) {
 	for _, f := range []string{"fake-401.jsonl", "ref-stream-401.jsonl"} {
-		g := runParser(t, f, 1, []byte("  \n"))
+		g := drivertest.ParseFile(t, New(Options{}), f, 1, []byte("  \n"))
 		if g.Error == nil || g.Error.Status != 401 || g.Error.ExitCode != 1 || g.Error.Message == "" || strings.Contains(g.Error.Message, "\n") {
 			t.Errorf("%s: error %+v", f, g.Error)
 		}
@@ -212,12 +116,12 @@ func TestParser401(t *testing.T) {
 func TestParserErrors(t *testing.T) {
 	// Unknown session: the result line's errors, the stderr.
 	stderr, _ := os.ReadFile("testdata/fake-resume-unknown.stderr")
-	g := runParser(t, "fake-resume-unknown.jsonl", 1, stderr)
+	g := drivertest.ParseFile(t, New(Options{}), "fake-resume-unknown.jsonl", 1, stderr)
 	if g.Error == nil || !strings.Contains(g.Error.Message, "No conversation found") || g.Error.Stderr == "" {
 		t.Errorf("unknown session: %+v", g.Error)
 	}
 	// Connection refused: no HTTP status.
-	g = runParser(t, "fake-connrefused.jsonl", 1, nil)
+	g = drivertest.ParseFile(t, New(Options{}), "fake-connrefused.jsonl", 1, nil)
 	if g.Error == nil || g.Error.Status != 0 || !strings.Contains(g.Error.Message, "ECONNREFUSED") {
 		t.Errorf("connection refused: %+v", g.Error)
 	}
@@ -259,7 +163,7 @@ func TestParserErrors(t *testing.T) {
 }
 
 func TestParserPartial(t *testing.T) {
-	g := runParser(t, "ref-stream-partial.jsonl", 0, nil)
+	g := drivertest.ParseFile(t, New(Options{}), "ref-stream-partial.jsonl", 0, nil)
 	var deltas, whole strings.Builder
 	for _, ev := range g.Events {
 		if ev.Kind == sandboxagent.KindText {
@@ -276,7 +180,7 @@ func TestParserPartial(t *testing.T) {
 }
 
 func TestParserPermissionDenied(t *testing.T) {
-	g := runParser(t, "ref-stream-permission-denied.jsonl", 0, nil)
+	g := drivertest.ParseFile(t, New(Options{}), "ref-stream-permission-denied.jsonl", 0, nil)
 	var denied, result bool
 	for _, ev := range g.Events {
 		if ev.Kind == sandboxagent.KindError && ev.Payload.Tool == "Bash" && ev.Payload.CallID != "" && ev.Payload.Text != "" {

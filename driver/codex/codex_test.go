@@ -1,10 +1,8 @@
 package codex
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,21 +11,14 @@ import (
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
 const testKey = "sk-unit-test-key-0123456789"
 
 func TestDriverBasics(t *testing.T) {
 	d := New(Options{APIKey: testKey})
-	if d.Name() != "codex" || d.Image() != "" {
-		t.Errorf("Name %q Image %q", d.Name(), d.Image())
-	}
-	if got := d.Secrets(); !reflect.DeepEqual(got, []string{testKey}) {
-		t.Errorf("Secrets %v", got)
-	}
-	if New(Options{}).Secrets() != nil {
-		t.Error("Secrets without a key")
-	}
+	drivertest.CheckBasics(t, d, New(Options{}), "codex", testKey)
 	c := sandboxagent.CapabilitiesOf(d)
 	if !c.Continue || !c.Fork || !c.Skills || !c.Rules || !c.Sessions || !c.Thinking || !c.Usage || c.Deltas {
 		t.Errorf("Capabilities %+v", c)
@@ -173,16 +164,6 @@ func TestConfig(t *testing.T) {
 	}
 }
 
-// fakeOps implements ContainerOps on the host: commands run with a fresh
-// HOME and a stub `codex` on PATH, so the driver's shell scripts run for
-// real.
-type fakeOps struct {
-	t    *testing.T
-	home string
-	path string
-	runs []sandboxagent.ExecRequest
-}
-
 // stubCodex imitates the codex subcommands the session members use.
 const stubCodex = `#!/bin/sh
 H="${CODEX_HOME:-$HOME/.codex}"
@@ -205,84 +186,32 @@ case "$1 $2" in
 esac
 `
 
-func newFakeOps(t *testing.T, withCodex bool) *fakeOps {
+// newFakeOps is a fake sandbox with the stub codex on PATH (withCodex).
+// At the end of the test it checks that the driver read only inside HOME
+// and wrote nothing with WriteFile: the driver writes with Run so files
+// belong to the CLI's user.
+func newFakeOps(t *testing.T, withCodex bool) *drivertest.HostOps {
 	t.Helper()
 	for _, tool := range []string{"sh", "find", "grep", "head", "wc"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("host lacks %s", tool)
 		}
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	f := drivertest.NewHostOps(t)
 	if withCodex {
-		if err := os.WriteFile(filepath.Join(bin, "codex"), []byte(stubCodex), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		f.Install(t, "codex", stubCodex)
 	}
-	home := filepath.Join(dir, "home")
-	if err := os.MkdirAll(home, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return &fakeOps{t: t, home: home, path: bin + ":/usr/local/bin:/usr/bin:/bin"}
-}
-
-func (f *fakeOps) Run(ctx context.Context, req sandboxagent.ExecRequest) (sandboxagent.ExecResult, error) {
-	f.runs = append(f.runs, req)
-	name := req.Cmd[0]
-	if !strings.Contains(name, "/") {
-		name = "/nonexistent/" + name
-		for _, dir := range filepath.SplitList(f.path) {
-			if st, err := os.Stat(filepath.Join(dir, req.Cmd[0])); err == nil && !st.IsDir() {
-				name = filepath.Join(dir, req.Cmd[0])
-				break
+	t.Cleanup(func() {
+		for _, name := range f.Reads() {
+			if !strings.HasPrefix(name, f.Home) {
+				t.Errorf("ReadFile outside the fake home: %s", name)
 			}
 		}
-	}
-	cmd := exec.CommandContext(ctx, name, req.Cmd[1:]...)
-	cmd.Env = []string{"HOME=" + f.home, "PATH=" + f.path, "LC_ALL=C"}
-	for k, v := range req.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Dir = f.home
-	cmd.Stdin = req.Stdin
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	res := sandboxagent.ExecResult{Stdout: out.Bytes(), Stderr: errb.Bytes()}
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		res.ExitCode = ee.ExitCode()
-	case errors.Is(err, fs.ErrNotExist):
-		res.ExitCode = 127
-	case err != nil:
-		return res, err
-	}
-	return res, nil
-}
-
-func (f *fakeOps) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
-	if !strings.HasPrefix(name, f.home) {
-		f.t.Errorf("ReadFile outside the fake home: %s", name)
-	}
-	return os.ReadFile(name)
-}
-
-func (f *fakeOps) WriteFile(ctx context.Context, name string, data []byte, mode fs.FileMode) error {
-	f.t.Errorf("WriteFile(%s) called; the driver writes with Run so files belong to the CLI's user", name)
-	return os.WriteFile(name, data, mode)
-}
-
-func (f *fakeOps) read(rel string) string {
-	f.t.Helper()
-	b, err := os.ReadFile(filepath.Join(f.home, ".codex", rel))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return string(b)
+		for _, name := range f.Writes() {
+			t.Errorf("WriteFile(%s) called; the driver writes with Run so files belong to the CLI's user", name)
+		}
+	})
+	return f
 }
 
 func TestSetup(t *testing.T) {
@@ -292,20 +221,20 @@ func TestSetup(t *testing.T) {
 	if err := d.Setup(ctx, f); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.read("config.toml"); got != d.Config() {
+	if got := f.Read(t, ".codex/config.toml"); got != d.Config() {
 		t.Errorf("config.toml:\n%s", got)
 	}
-	for _, r := range f.runs {
+	for _, r := range f.Runs() {
 		if _, ok := r.Env[KeyEnv]; ok || strings.Contains(strings.Join(r.Cmd, " "), testKey) {
 			t.Errorf("Setup passed the key: %+v", r)
 		}
 	}
 	// Again (idempotent), with CODEX_HOME.
-	d = New(Options{APIKey: testKey, CodexHome: filepath.Join(f.home, "cx")})
+	d = New(Options{APIKey: testKey, CodexHome: filepath.Join(f.Home, "cx")})
 	if err := d.Setup(ctx, f); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(f.home, "cx", "config.toml")); err != nil {
+	if _, err := os.Stat(filepath.Join(f.Home, "cx", "config.toml")); err != nil {
 		t.Error(err)
 	}
 
@@ -315,47 +244,20 @@ func TestSetup(t *testing.T) {
 }
 
 func TestRulesAndSkills(t *testing.T) {
-	ctx := context.Background()
 	f := newFakeOps(t, true)
 	d := New(Options{})
-	if err := d.InstallRules(ctx, f, "be brief\n"); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.InstallRules(ctx, f, "be kind\n"); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.read("AGENTS.md"); got != "be kind\n" {
-		t.Errorf("AGENTS.md %q", got)
-	}
+	drivertest.CheckRulesAndSkills(t, d, f, ".codex/AGENTS.md", ".codex/skills")
+	// Scripts stay executable.
 	s := sandboxagent.Skill{Name: "deploy", Files: map[string][]byte{
-		"SKILL.md":         []byte("---\nname: deploy\ndescription: ships it\n---\nbody\n"),
-		"scripts/go.sh":    []byte("#!/bin/sh\necho go\n"),
-		"docs/old note.md": []byte("old"),
+		"SKILL.md":      []byte("---\nname: deploy\ndescription: ships it\n---\nbody\n"),
+		"scripts/go.sh": []byte("#!/bin/sh\necho go\n"),
 	}}
-	if err := d.InstallSkill(ctx, f, s); err != nil {
+	if err := d.InstallSkill(context.Background(), f, s); err != nil {
 		t.Fatal(err)
 	}
-	delete(s.Files, "docs/old note.md")
-	if err := d.InstallSkill(ctx, f, s); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.read("skills/deploy/SKILL.md"); !strings.Contains(got, "description: ships it") {
-		t.Errorf("SKILL.md %q", got)
-	}
-	st, err := os.Stat(filepath.Join(f.home, ".codex/skills/deploy/scripts/go.sh"))
+	st, err := os.Stat(f.HomePath(".codex/skills/deploy/scripts/go.sh"))
 	if err != nil || st.Mode().Perm() != 0o755 {
 		t.Errorf("script: %v %v", st, err)
-	}
-	if _, err := os.Stat(filepath.Join(f.home, ".codex/skills/deploy/docs/old note.md")); !os.IsNotExist(err) {
-		t.Errorf("reinstall kept an old file: %v", err)
-	}
-	for _, bad := range []sandboxagent.Skill{
-		{Name: "../x", Files: map[string][]byte{"SKILL.md": nil}},
-		{Name: "x", Files: map[string][]byte{"SKILL.md": nil, "../escape": nil}},
-	} {
-		if err := d.InstallSkill(ctx, f, bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
-			t.Errorf("InstallSkill(%q): %v", bad.Name, err)
-		}
 	}
 }
 
@@ -379,7 +281,7 @@ func TestSessionMembers(t *testing.T) {
 	if err != nil || id != parent {
 		t.Fatalf("LoadSession = %q, %v", id, err)
 	}
-	if got := f.read(rel); got != string(rolloutData) {
+	if got := f.Read(t, ".codex/"+rel); got != string(rolloutData) {
 		t.Error("loaded rollout differs")
 	}
 	list, err := d.ListSessions(ctx, f)
@@ -392,7 +294,7 @@ func TestSessionMembers(t *testing.T) {
 	if err != nil || got != fork {
 		t.Fatalf("Fork = %q, %v", got, err)
 	}
-	if r := f.runs[len(f.runs)-1]; r.Env[KeyEnv] != testKey || r.Cmd[0] != "codex" || r.Cmd[2] != "fork" {
+	if r := f.LastRun(); r.Env[KeyEnv] != testKey || r.Cmd[0] != "codex" || r.Cmd[2] != "fork" {
 		t.Errorf("fork run %+v", r)
 	}
 	dump, err := d.DumpSession(ctx, f, fork)
@@ -415,7 +317,7 @@ func TestSessionMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// codex's index does not know a loaded session: the file is removed.
-	if err := os.WriteFile(filepath.Join(f.home, ".codex", "unindexed-"+parent), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(f.Home, ".codex", "unindexed-"+parent), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.DeleteSession(ctx, f, parent); err != nil {

@@ -1,113 +1,47 @@
 package codex
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
-
-// golden is what a golden file holds for one captured run.
-type golden struct {
-	Events  []sandboxagent.Event      `json:"events"`
-	Outcome sandboxagent.TurnOutcome  `json:"outcome"`
-	Error   *sandboxagent.DriverError `json:"error,omitempty"`
-}
-
-// parseFile runs the parser over a captured stdout the way the agent does
-// (line by line, Line numbers filled in), then Finish.
-func parseFile(t *testing.T, name string, turn sandboxagent.Turn, exit int) golden {
+// parseFile runs a fresh parser over the capture testdata/name.jsonl (and
+// name.stderr) of a turn that resumed session and exited with exit.
+func parseFile(t *testing.T, name, session string, exit int) drivertest.Golden {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", name+".jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr, _ := os.ReadFile(filepath.Join("testdata", name+".stderr.txt"))
-	p := newParser(turn)
-	var g golden
-	lines := bytes.Split(data, []byte("\n"))
-	if len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
-		lines = lines[:len(lines)-1]
-	}
-	for i, l := range lines {
-		for _, ev := range p.Parse(l) {
-			ev.Line = i + 1
-			g.Events = append(g.Events, ev)
-		}
-	}
-	out, ferr := p.Finish(exit, stderr)
-	g.Outcome = out
-	if ferr != nil {
-		var de *sandboxagent.DriverError
-		if !errors.As(ferr, &de) {
-			t.Fatalf("Finish error %T %v, want *DriverError", ferr, ferr)
-		}
-		g.Error = de
-	}
-	return g
+	return drivertest.ParseCase(t, New(Options{}), drivertest.ParserCase{Name: name, Resume: session, Exit: exit})
 }
 
 func TestParserGolden(t *testing.T) {
-	cases := []struct {
-		name    string
-		session string // the turn resumes this session
-		exit    int
-	}{
+	drivertest.CheckGolden(t, New(Options{}), []drivertest.ParserCase{
 		// Real CLI output from the reference run (python mock).
-		{name: "codex-stream"},
-		{name: "codex-stream-401", exit: 1},
-		{name: "codex-stream-apply-patch"},
-		{name: "codex-stream-unknown-model"},
+		{Name: "codex-stream"},
+		{Name: "codex-stream-401", Exit: 1},
+		{Name: "codex-stream-apply-patch"},
+		{Name: "codex-stream-unknown-model"},
 		// Real CLI output captured in the image against the fake model.
-		{name: "fake-shell-done"},
-		{name: "fake-multi"},
-		{name: "fake-401", exit: 1},
-		{name: "fake-429", exit: 1},
-		{name: "fake-500-recover"},
-		{name: "fake-missing-key", exit: 1},
-		{name: "fake-resume", session: "01a226c8-667d-7f42-ab84-674eb9e97950"},
-		{name: "fake-resume-unknown", session: "01a226c1-0000-7000-8000-000000000000", exit: 1},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got := parseFile(t, tc.name, sandboxagent.Turn{Prompt: "p", SessionID: tc.session}, tc.exit)
-			b, err := json.MarshalIndent(got, "", "  ")
-			if err != nil {
-				t.Fatal(err)
-			}
-			b = append(b, '\n')
-			path := filepath.Join("testdata", tc.name+".golden.json")
-			if *update {
-				if err := os.WriteFile(path, b, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -update)", err)
-			}
-			if !bytes.Equal(b, want) {
-				t.Errorf("events differ from %s (go test -run TestParserGolden -update to accept):\n%s", path, b)
-			}
-		})
-	}
+		{Name: "fake-shell-done"},
+		{Name: "fake-multi"},
+		{Name: "fake-401", Exit: 1},
+		{Name: "fake-429", Exit: 1},
+		{Name: "fake-500-recover"},
+		{Name: "fake-missing-key", Exit: 1},
+		{Name: "fake-resume", Resume: "01a226c8-667d-7f42-ab84-674eb9e97950"},
+		{Name: "fake-resume-unknown", Resume: "01a226c1-0000-7000-8000-000000000000", Exit: 1},
+	})
 }
 
 // TestParserSemantics states the key facts the golden files hold, so a
 // careless -update cannot hide a regression.
 func TestParserSemantics(t *testing.T) {
-	g := parseFile(t, "fake-multi", sandboxagent.Turn{Prompt: "p"}, 0)
-	if g.Error != nil || g.Outcome.Reply != "DONE" || g.Outcome.SessionID != "01a226c2-2239-7773-8a9d-a6a55069ace8" {
-		t.Fatalf("outcome %+v err %v", g.Outcome, g.Error)
+	g := parseFile(t, "fake-multi", "", 0)
+	if g.Error != nil || g.Reply != "DONE" || g.SessionID != "01a226c2-2239-7773-8a9d-a6a55069ace8" {
+		t.Fatalf("reply %q session %q err %+v", g.Reply, g.SessionID, g.Error)
 	}
 	kinds := map[sandboxagent.EventKind]int{}
 	calls := map[string]bool{}
@@ -148,7 +82,7 @@ func TestParserSemantics(t *testing.T) {
 	}
 
 	// No reasoning from the backend: no thinking event.
-	g = parseFile(t, "fake-shell-done", sandboxagent.Turn{Prompt: "p"}, 0)
+	g = parseFile(t, "fake-shell-done", "", 0)
 	for _, ev := range g.Events {
 		if ev.Kind == sandboxagent.KindThinking {
 			t.Errorf("thinking event without reasoning: %+v", ev)
@@ -156,7 +90,7 @@ func TestParserSemantics(t *testing.T) {
 	}
 
 	// 401: a DriverError with the status, the retries as non-fatal errors.
-	g = parseFile(t, "fake-401", sandboxagent.Turn{Prompt: "p"}, 1)
+	g = parseFile(t, "fake-401", "", 1)
 	if g.Error == nil || g.Error.Status != 401 || g.Error.ExitCode != 1 || strings.Contains(g.Error.Message, "\n") {
 		t.Fatalf("401 error %+v", g.Error)
 	}
@@ -173,25 +107,25 @@ func TestParserSemantics(t *testing.T) {
 		t.Errorf("%d retry events, want 2", retries)
 	}
 
-	g = parseFile(t, "fake-429", sandboxagent.Turn{Prompt: "p"}, 1)
+	g = parseFile(t, "fake-429", "", 1)
 	if g.Error == nil || g.Error.Status != 429 {
 		t.Errorf("429 error %+v", g.Error)
 	}
 
 	// An unknown resume id: no JSON, the message comes from stderr.
-	g = parseFile(t, "fake-resume-unknown", sandboxagent.Turn{Prompt: "p", SessionID: "01a226c1-0000-7000-8000-000000000000"}, 1)
+	g = parseFile(t, "fake-resume-unknown", "01a226c1-0000-7000-8000-000000000000", 1)
 	if g.Error == nil || !strings.Contains(g.Error.Message, "no rollout found") {
 		t.Errorf("unknown resume error %+v", g.Error)
 	}
 
 	// `codex exec fork ID` without a prompt: only the new thread id.
-	g = parseFile(t, "fake-fork", sandboxagent.Turn{}, 0)
+	g = drivertest.Parse(t, newParser(sandboxagent.Turn{}), drivertest.Testdata(t, "fake-fork.jsonl"), 0, drivertest.Testdata(t, "fake-fork.stderr"))
 	if len(g.Events) != 1 || g.Events[0].SessionID != "01a226c8-9e43-7590-8437-61d2114ad44a" {
 		t.Errorf("fork output events %+v", g.Events)
 	}
 
 	// apply_patch: a file_change tool call with the path.
-	g = parseFile(t, "codex-stream-apply-patch", sandboxagent.Turn{Prompt: "p"}, 0)
+	g = parseFile(t, "codex-stream-apply-patch", "", 0)
 	if ev := g.Events[1]; ev.Kind != sandboxagent.KindToolCall || ev.Payload.Path != "/workspace/hello.txt" || ev.Payload.Tool != "file_change" {
 		t.Errorf("file_change call %+v", ev)
 	}

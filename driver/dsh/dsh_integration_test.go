@@ -4,12 +4,7 @@ package dsh_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
-	"flag"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,57 +13,11 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/driver/dsh"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
-	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
-var capture = flag.Bool("capture", false, "copy the raw output (and stderr) of the end-to-end turns into testdata/ for the parser's golden tests")
-
-// keep copies a turn's raw output (the audit's session.jsonl) and stderr
-// to testdata/name(.stderr.txt) when -capture is given.
-func keep(t *testing.T, res sandboxagent.TurnResult, err error, name string) {
-	t.Helper()
-	if !*capture || res.AuditDir == "" {
-		return
-	}
-	b, rerr := os.ReadFile(filepath.Join(res.AuditDir, "session.jsonl"))
-	if rerr == nil {
-		rerr = os.WriteFile(filepath.Join("testdata", name+".jsonl"), b, 0o644)
-	}
-	var stderr string
-	var de *sandboxagent.DriverError
-	if errors.As(err, &de) {
-		stderr = de.Stderr
-	}
-	if rerr == nil {
-		rerr = os.WriteFile(filepath.Join("testdata", name+".stderr.txt"), []byte(stderr), 0o644)
-	}
-	if rerr != nil {
-		t.Error(rerr)
-	}
-}
-
+// newDriver is a dsh driver for the fake model srv.
 func newDriver(srv *fakemodel.Server) *dsh.Driver {
 	return dsh.New(dsh.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
-}
-
-// startAgent is drivertest.StartAgent with a longer turn timeout: a dsh
-// boot loads some 300 ES modules, which on a loaded 2-core machine took up
-// to 90 s.
-func startAgent(t *testing.T, drv sandboxagent.Driver, opts ...sandboxagent.AgentOption) *sandboxagent.Agent {
-	t.Helper()
-	cfg := testenv.Config()
-	cfg.AuditRoot = drivertest.AuditRoot(t)
-	cfg.Timeouts.Ask = 4 * time.Minute
-	return drivertest.StartAgent(t, drv, cfg.AuditRoot, append([]sandboxagent.AgentOption{sandboxagent.WithConfig(cfg)}, opts...)...)
-}
-
-// start runs the fake model with script and an agent of a fresh dsh driver
-// talking to it.
-func start(t *testing.T, script fakemodel.Script, opts ...sandboxagent.AgentOption) (*sandboxagent.Agent, *dsh.Driver, *fakemodel.Server) {
-	t.Helper()
-	srv := drivertest.FakeModel(t, script)
-	drv := newDriver(srv)
-	return startAgent(t, drv, opts...), drv, srv
 }
 
 // lastChat is the body of the last chat-completions request that offered
@@ -85,75 +34,14 @@ func lastChat(t *testing.T, srv *fakemodel.Server) string {
 	return ""
 }
 
-// noKeyInHome fails when the API key is in any file of the sandbox user's
-// home.
-func noKeyInHome(t *testing.T, a *sandboxagent.Agent) {
-	t.Helper()
-	res, err := a.Container().Run(drivertest.Ctx(t), sandboxagent.ExecRequest{
-		Cmd: []string{"sh", "-c", `grep -rlF -- "$1" "$HOME"; test $? -eq 1`, "sh", drivertest.Key},
-	})
-	if err != nil || res.ExitCode != 0 {
-		t.Errorf("API key found in the sandbox home (exit %d, %v): %s", res.ExitCode, err, res.Stdout)
-	}
-}
-
-func maxLine(evs []sandboxagent.Event) int {
-	n := 0
-	for _, ev := range evs {
-		n = max(n, ev.Line)
-	}
-	return n
-}
-
 func TestDshShellThenDone(t *testing.T) {
 	t.Parallel()
-	const command = "echo hi > /tmp/out.txt"
-	a, _, _ := start(t, drivertest.ShellThenDone(command))
+	a, _, _ := drivertest.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
 	ctx := drivertest.Ctx(t)
-	res, err := a.Stream(ctx, "Create the file /tmp/out.txt containing hi", nil)
-	keep(t, res, err, "fake-shell-done")
-	if err != nil {
-		t.Fatalf("Ask: %v", err)
+	_, call, result := drivertest.ShellTurn(t, a, drivertest.ShellWant{Tool: "bash", IDPrefix: "session-", Capture: "fake-shell-done"})
+	if result.Line <= call.Line {
+		t.Errorf("tool_result on line %d, its call on line %d", result.Line, call.Line)
 	}
-	if res.Reply != "DONE" {
-		t.Errorf("reply %q", res.Reply)
-	}
-	b, err := a.Container().ReadFile(ctx, "/tmp/out.txt", 1<<10)
-	if err != nil || string(b) != "hi\n" {
-		t.Errorf("/tmp/out.txt = %q, %v", b, err)
-	}
-	var call *sandboxagent.Event
-	var result *sandboxagent.Event
-	var session bool
-	for i, ev := range res.Events {
-		switch ev.Kind {
-		case sandboxagent.KindToolCall:
-			if strings.Contains(ev.Payload.Command, command) && call == nil {
-				call = &res.Events[i]
-			}
-		case sandboxagent.KindToolResult:
-			if call != nil && ev.Payload.CallID == call.Payload.CallID {
-				result = &res.Events[i]
-			}
-		case sandboxagent.KindSession:
-			session = ev.SessionID == res.SessionID
-		case sandboxagent.KindRaw:
-			t.Errorf("raw event: %.300s", ev.Payload.Raw)
-		}
-	}
-	if call == nil || call.Payload.Tool != "bash" || call.Payload.CallID == "" || !json.Valid(call.Payload.Input) {
-		t.Fatalf("no bash tool_call with %q: %+v", command, call)
-	}
-	if result == nil || result.Line <= call.Line || result.Payload.IsError || result.Payload.ExitCode == nil || *result.Payload.ExitCode != 0 {
-		t.Errorf("tool_result %+v", result)
-	}
-	if !session || !strings.HasPrefix(res.SessionID, "session-") {
-		t.Errorf("session %q announced: %v", res.SessionID, session)
-	}
-	if got, want := drivertest.AuditFiles(t, res.AuditDir, drivertest.Key), maxLine(res.Events); got != want {
-		t.Errorf("session.jsonl has %d lines, events point up to line %d", got, want)
-	}
-	noKeyInHome(t, a)
 
 	// A dsh that dies at boot (it refuses a credentials file others can
 	// read) ends the turn with a DriverError and leaves nothing running.
@@ -163,7 +51,7 @@ func TestDshShellThenDone(t *testing.T) {
 	}
 	a.SetSession("")
 	begin := time.Now()
-	_, err = a.Stream(ctx, "this boot fails", nil)
+	_, err := a.Stream(ctx, "this boot fails", nil)
 	var de *sandboxagent.DriverError
 	if !errors.As(err, &de) || de.ExitCode == 0 || !strings.Contains(de.Message, "644") {
 		t.Errorf("boot failure: %v", err)
@@ -179,199 +67,54 @@ func TestDshShellThenDone(t *testing.T) {
 
 func TestDshUnauthorized(t *testing.T) {
 	t.Parallel()
-	a, _, _ := start(t, drivertest.Unauthorized())
-	begin := time.Now()
-	res, err := a.Stream(drivertest.Ctx(t), "hello", nil)
-	took := time.Since(begin)
-	keep(t, res, err, "fake-401")
-	var de *sandboxagent.DriverError
-	if !errors.As(err, &de) {
-		t.Fatalf("want a *DriverError, got %v", err)
-	}
-	t.Logf("401 → DriverError after %v: %v", took, de)
-	if took > 30*time.Second {
-		t.Errorf("the DriverError took %v", took)
-	}
-	if de.Status != 401 || de.ExitCode != 1 || !strings.Contains(de.Message, "AUTH") || !strings.Contains(de.Stderr, "dsh: AUTH") {
+	a, _, _ := drivertest.Start(t, drivertest.Unauthorized(), newDriver)
+	b := drivertest.CheckBadKey(t, a, "dsh", false)
+	drivertest.Capture(t, b.Res, b.Err, "fake-401")
+	if de := b.DE; de.ExitCode != 1 || !strings.Contains(de.Message, "AUTH") || !strings.Contains(de.Stderr, "dsh: AUTH") {
 		t.Errorf("DriverError %+v", de)
 	}
-	if strings.Contains(de.Error(), drivertest.Key) || strings.Contains(de.Stderr, drivertest.Key) {
-		t.Error("the error holds the key")
+	if b.Res.AuditDir == "" {
+		t.Error("no audit")
 	}
-	drivertest.AuditFiles(t, res.AuditDir, drivertest.Key)
 }
 
-// TestDshContinueRulesSkills: rules and a skill reach the model, and a
-// second turn continues the session (its request holds turn 1).
-func TestDshContinueRulesSkills(t *testing.T) {
+// TestDshContinueCustomModel: a model the driver's settings do not list
+// (dsh would refuse it) in a continued session; the capture of the
+// parser's fake-continue. (Rules, skills and continuing in general:
+// internal/conformance.)
+func TestDshContinueCustomModel(t *testing.T) {
 	t.Parallel()
-	// A model the driver's settings do not list (dsh would refuse it).
-	a, drv, srv := start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "NOTED"}, {Text: "PINEAPPLE-42"}}}, sandboxagent.WithModel("custom-model-1"))
+	a, _, srv := drivertest.Start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "NOTED"}, {Text: "PINEAPPLE-42"}}}, newDriver, sandboxagent.WithModel("custom-model-1"))
 	ctx := drivertest.Ctx(t)
-	const rules = "RULES-MARKER-7: answer briefly."
-	if err := drv.InstallRules(ctx, a.Container(), rules+"\n"); err != nil {
-		t.Fatal(err)
-	}
-	skill := sandboxagent.Skill{Name: "demo-skill", Files: map[string][]byte{
-		"SKILL.md":      []byte("---\nname: demo-skill\ndescription: SKILL-MARKER-9 demo for tests\n---\nRun scripts/hi.sh.\n"),
-		"scripts/hi.sh": []byte("echo hi\n"),
-	}}
-	if err := drv.InstallSkill(ctx, a.Container(), skill); err != nil {
-		t.Fatal(err)
-	}
 	r1, err := a.Stream(ctx, "Remember the code word PINEAPPLE-42.", nil)
 	if err != nil || r1.Reply != "NOTED" {
 		t.Fatalf("turn 1: %q %v", r1.Reply, err)
 	}
-	body := lastChat(t, srv)
-	if !strings.Contains(body, rules) {
-		t.Error("the rules did not reach the model")
-	}
-	if !strings.Contains(body, "demo-skill") || !strings.Contains(body, "SKILL-MARKER-9 demo for tests") {
-		t.Error("the skill is not offered to the model")
-	}
-
 	r2, err := a.Stream(ctx, "What was the code word?", nil)
-	keep(t, r2, err, "fake-continue")
-	if err != nil || r2.Reply != "PINEAPPLE-42" {
-		t.Fatalf("turn 2: %q %v", r2.Reply, err)
+	drivertest.Capture(t, r2, err, "fake-continue")
+	if err != nil || r2.Reply != "PINEAPPLE-42" || r2.SessionID != r1.SessionID {
+		t.Fatalf("turn 2: %q %v, session %q then %q", r2.Reply, err, r1.SessionID, r2.SessionID)
 	}
-	if r1.SessionID == "" || r2.SessionID != r1.SessionID {
-		t.Errorf("sessions %q then %q", r1.SessionID, r2.SessionID)
-	}
-	body = lastChat(t, srv)
+	body := lastChat(t, srv)
 	for _, want := range []string{"Remember the code word PINEAPPLE-42.", "NOTED", "What was the code word?", `"model":"custom-model-1"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("turn 2's request lacks %q", want)
 		}
 	}
-	for _, ev := range r2.Events {
-		if ev.Kind == sandboxagent.KindRaw {
-			t.Errorf("turn 2 raw event %+v", ev)
-		}
-	}
-	// Both turns in one audit folder, lines numbered on.
-	if r2.AuditDir != r1.AuditDir {
-		t.Errorf("audit folders %s, %s", r1.AuditDir, r2.AuditDir)
-	}
-	if got, want := drivertest.AuditFiles(t, r2.AuditDir, drivertest.Key), maxLine(r2.Events); got != want {
-		t.Errorf("session.jsonl has %d lines, turn 2's events point up to %d", got, want)
-	}
-
-	list, err := drv.ListSessions(ctx, a.Container())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list) != 1 || list[0].ID != r1.SessionID || list[0].Title == "" {
-		t.Errorf("sessions %+v, want %s", list, r1.SessionID)
-	}
-	noKeyInHome(t, a)
 }
 
-func TestDshForkDumpLoadDelete(t *testing.T) {
+// TestDshShellEnvironment: what the model's commands see of the
+// environment. dsh drops credential-shaped names (KEY, TOKEN, ...) from
+// it.
+func TestDshShellEnvironment(t *testing.T) {
 	t.Parallel()
-	// Turn 1 also shows what the model's commands see of the environment:
-	// dsh drops credential-shaped names (KEY, TOKEN, ...) from it.
-	a, drv, srv := start(t, fakemodel.Script{Responses: []fakemodel.Step{{Tool: fakemodel.ToolShell, Command: "env > /tmp/env.txt"}}})
+	a, _, _ := drivertest.Start(t, fakemodel.Script{Responses: []fakemodel.Step{{Tool: fakemodel.ToolShell, Command: "env > /tmp/env.txt"}}}, newDriver)
 	ctx := drivertest.Ctx(t)
-	r1, err := a.Stream(ctx, "FIRST-PROMPT-alpha", nil)
-	if err != nil {
+	if _, err := a.Stream(ctx, "FIRST-PROMPT-alpha", nil); err != nil {
 		t.Fatal(err)
 	}
 	if env, err := a.Container().ReadFile(ctx, "/tmp/env.txt", 1<<20); err != nil || !bytes.Contains(env, []byte("PATH=")) || bytes.Contains(env, []byte(drivertest.Key)) {
 		t.Errorf("the model's shell environment (%v) holds the key or nothing:\n%s", err, env)
-	}
-	orig := r1.SessionID
-	before, err := drv.DumpSession(ctx, a.Container(), orig)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// Fork, continue the fork: it has the history, the original is
-	// untouched.
-	fork, err := drv.Fork(ctx, a.Container(), orig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.SetSession(fork)
-	r2, err := a.Stream(ctx, "FORK-PROMPT-beta", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r2.SessionID != fork || fork == orig {
-		t.Errorf("fork turn ran in %q, fork %q, original %q", r2.SessionID, fork, orig)
-	}
-	body := lastChat(t, srv)
-	if !strings.Contains(body, "FIRST-PROMPT-alpha") || !strings.Contains(body, "FORK-PROMPT-beta") {
-		t.Error("the fork's request lacks the history")
-	}
-	after, err := drv.DumpSession(ctx, a.Container(), orig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(after.Files["session.jsonl"], before.Files["session.jsonl"]) {
-		t.Error("the fork's turn changed the original session's log")
-	}
-	fd, err := drv.DumpSession(ctx, a.Container(), fork)
-	if err != nil || !bytes.Contains(fd.Files["session.jsonl"], []byte("FORK-PROMPT-beta")) {
-		t.Errorf("fork log: %v", err)
-	}
-
-	// Load the original (as dumped, through JSON) into another container
-	// and continue it there.
-	b := startAgent(t, newDriver(srv))
-	js, err := json.Marshal(before)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dump sandboxagent.SessionDump
-	if err := json.Unmarshal(js, &dump); err != nil {
-		t.Fatal(err)
-	}
-	id, err := drv.LoadSession(ctx, b.Container(), dump)
-	if err != nil || id != orig {
-		t.Fatalf("LoadSession: %q %v", id, err)
-	}
-	b.SetSession(id)
-	r3, err := b.Stream(ctx, "LOADED-PROMPT-gamma", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r3.SessionID != orig {
-		t.Errorf("loaded turn ran in %q, want %q", r3.SessionID, orig)
-	}
-	body = lastChat(t, srv)
-	if !strings.Contains(body, "FIRST-PROMPT-alpha") || !strings.Contains(body, "LOADED-PROMPT-gamma") || strings.Contains(body, "FORK-PROMPT-beta") {
-		t.Error("the loaded session's request does not hold exactly its own history")
-	}
-
-	// Delete the fork in the first container.
-	if err := drv.DeleteSession(ctx, a.Container(), fork); err != nil {
-		t.Fatal(err)
-	}
-	list, err := drv.ListSessions(ctx, a.Container())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, s := range list {
-		ids = append(ids, s.ID)
-	}
-	if slices.Contains(ids, fork) || !slices.Contains(ids, orig) {
-		t.Errorf("sessions after deleting the fork: %v", ids)
-	}
-	if _, err := drv.DumpSession(ctx, a.Container(), fork); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("dump of the deleted fork: %v", err)
-	}
-	// A deleted session cannot be continued: a DriverError, not a fresh
-	// session.
-	a.SetSession(fork)
-	_, err = a.Stream(ctx, "again", nil)
-	var de *sandboxagent.DriverError
-	if !errors.As(err, &de) {
-		t.Errorf("resume of a deleted session: %v", err)
-	} else {
-		t.Logf("resume of a deleted session: %v", de)
 	}
 }
 
@@ -379,11 +122,11 @@ func TestDshForkDumpLoadDelete(t *testing.T) {
 // tests (only with -capture): a 500 that a retry gets past, a write with
 // reasoning, a failing command.
 func TestDshCaptureMore(t *testing.T) {
-	if !*capture {
+	if !drivertest.Capturing() {
 		t.Skip("only with -capture")
 	}
 	t.Parallel()
-	a, _, srv := start(t, fakemodel.Script{})
+	a, _, srv := drivertest.Start(t, fakemodel.Script{}, newDriver)
 	ctx := drivertest.Ctx(t)
 	for _, c := range []struct {
 		name   string
@@ -403,7 +146,7 @@ func TestDshCaptureMore(t *testing.T) {
 		}
 		a.SetSession("")
 		res, err := a.Stream(ctx, "capture "+c.name, nil)
-		keep(t, res, err, c.name)
+		drivertest.Capture(t, res, err, c.name)
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}

@@ -1,95 +1,26 @@
 package dsh
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
-
-// hostOps is a fake sandbox: it runs the driver's commands with the host's
-// sh in a private HOME, so the driver's shell scripts really run.
-type hostOps struct {
-	home string
-	cmds [][]string
-}
-
-func newHostOps(t *testing.T) *hostOps {
-	return &hostOps{home: t.TempDir()}
-}
-
-func (h *hostOps) Run(ctx context.Context, req sandboxagent.ExecRequest) (sandboxagent.ExecResult, error) {
-	h.cmds = append(h.cmds, req.Cmd)
-	cmd := exec.CommandContext(ctx, req.Cmd[0], req.Cmd[1:]...)
-	cmd.Dir = h.home
-	cmd.Env = []string{"HOME=" + h.home, "PATH=" + os.Getenv("PATH"), "LC_ALL=C"}
-	for k, v := range req.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	if req.Stdin != nil {
-		cmd.Stdin = req.Stdin
-	}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	res := sandboxagent.ExecResult{Stdout: out.Bytes(), Stderr: errb.Bytes()}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		res.ExitCode = ee.ExitCode()
-		err = nil
-	}
-	return res, err
-}
-
-func (h *hostOps) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
-	f, err := os.Open(name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, sandboxagent.ErrPathNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, max))
-}
-
-func (h *hostOps) WriteFile(ctx context.Context, name string, data []byte, mode fs.FileMode) error {
-	return os.WriteFile(name, data, mode)
-}
-
-func (h *hostOps) read(t *testing.T, rel string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(h.home, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
 
 func TestCapabilities(t *testing.T) {
 	d := New(Options{})
-	if d.Name() != "dsh" || d.Image() != "" {
-		t.Errorf("name %q image %q", d.Name(), d.Image())
-	}
+	drivertest.CheckBasics(t, New(Options{APIKey: "k-123"}), d, "dsh", "k-123")
 	c := sandboxagent.CapabilitiesOf(d)
 	if !c.Continue || !c.Fork || !c.Skills || !c.Rules || !c.Sessions || !c.Thinking || !c.Usage || !c.Deltas {
 		t.Errorf("%+v", c)
-	}
-	if s := New(Options{APIKey: "k-123"}).Secrets(); len(s) != 1 || s[0] != "k-123" {
-		t.Errorf("secrets %v", s)
-	}
-	if s := d.Secrets(); len(s) != 0 {
-		t.Errorf("secrets %v", s)
 	}
 }
 
@@ -152,29 +83,9 @@ func TestCommand(t *testing.T) {
 			if strings.Join(inv.Cmd, " ") != `sh -c exec node "${DSH_HOME:-$HOME/.dsh}/sandbox-agent/run.mjs"` {
 				t.Errorf("cmd %q", inv.Cmd)
 			}
-			if string(inv.Stdin) != c.turn.Prompt {
-				t.Errorf("stdin %q", inv.Stdin)
-			}
-			if inv.WorkDir != c.turn.WorkDir {
-				t.Errorf("workdir %q", inv.WorkDir)
-			}
-			for k, v := range c.env {
-				if inv.Env[k] != v {
-					t.Errorf("env %s = %q, want %q", k, inv.Env[k], v)
-				}
-			}
-			for _, k := range c.absent {
-				if _, ok := inv.Env[k]; ok {
-					t.Errorf("env %s set", k)
-				}
-			}
+			drivertest.CheckInvocation(t, inv, c.turn, c.env, c.absent, false, c.o.APIKey)
 			if c.turn.SessionID == "" && !validID(inv.Env[envSession]) {
 				t.Errorf("new session id %q", inv.Env[envSession])
-			}
-			for _, a := range inv.Cmd {
-				if c.o.APIKey != "" && strings.Contains(a, c.o.APIKey) {
-					t.Errorf("key in argv")
-				}
 			}
 		})
 	}
@@ -187,13 +98,13 @@ func TestCommand(t *testing.T) {
 }
 
 func TestSetup(t *testing.T) {
-	h := newHostOps(t)
+	h := drivertest.NewHostOps(t)
 	d := New(Options{BaseURL: "http://127.0.0.1:18080/v1", APIKey: "sk-secret-0123", Model: "mock-model"})
 	if err := d.Setup(context.Background(), h); err != nil {
 		t.Fatal(err)
 	}
 	var settings map[string]any
-	if err := json.Unmarshal([]byte(h.read(t, ".dsh/settings.yaml")), &settings); err != nil {
+	if err := json.Unmarshal([]byte(h.Read(t, ".dsh/settings.yaml")), &settings); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]any{
@@ -210,97 +121,56 @@ func TestSetup(t *testing.T) {
 	if !reflect.DeepEqual(settings, want) {
 		t.Errorf("settings.yaml = %v\nwant %v", settings, want)
 	}
-	patch := h.read(t, ".dsh/cordis.patch.yml")
+	patch := h.Read(t, ".dsh/cordis.patch.yml")
 	for _, want := range []string{"compression: none", "packChunks: false", "writeBatchMaxDelayMs: 20", "root: !!js dshHomePath('sessions')"} {
 		if !strings.Contains(patch, want) {
 			t.Errorf("cordis.patch.yml lacks %q", want)
 		}
 	}
-	hp := h.read(t, ".dsh/sandbox-agent/headless.patch.yml")
-	if !strings.Contains(hp, `name: "file://`+h.home+`/.dsh/sandbox-agent/runner.mjs"`) || !strings.Contains(hp, "- id: headless-runner\n  disabled: true\n") {
+	hp := h.Read(t, ".dsh/sandbox-agent/headless.patch.yml")
+	if !strings.Contains(hp, `name: "file://`+h.Home+`/.dsh/sandbox-agent/runner.mjs"`) || !strings.Contains(hp, "- id: headless-runner\n  disabled: true\n") {
 		t.Errorf("headless.patch.yml:\n%s", hp)
 	}
-	if h.read(t, ".dsh/sandbox-agent/runner.mjs") != string(runnerJS) || h.read(t, ".dsh/sandbox-agent/run.mjs") != string(wrapperJS) {
+	if h.Read(t, ".dsh/sandbox-agent/runner.mjs") != string(runnerJS) || h.Read(t, ".dsh/sandbox-agent/run.mjs") != string(wrapperJS) {
 		t.Error("helper scripts differ")
 	}
 	for _, f := range []string{"settings.yaml", "cordis.patch.yml", "sandbox-agent/run.mjs"} {
-		st, err := os.Stat(filepath.Join(h.home, ".dsh", f))
+		st, err := os.Stat(filepath.Join(h.Home, ".dsh", f))
 		if err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: %v %v", f, st.Mode(), err)
 		}
-		if strings.Contains(h.read(t, ".dsh/"+f), "sk-secret-0123") {
+		if strings.Contains(h.Read(t, ".dsh/"+f), "sk-secret-0123") {
 			t.Errorf("%s holds the key", f)
 		}
 	}
-	if st, err := os.Stat(filepath.Join(h.home, ".dsh")); err != nil || st.Mode().Perm() != 0o700 {
+	if st, err := os.Stat(filepath.Join(h.Home, ".dsh")); err != nil || st.Mode().Perm() != 0o700 {
 		t.Errorf("~/.dsh: %v %v", st.Mode(), err)
 	}
-	for _, c := range h.cmds {
-		if strings.Contains(strings.Join(c, " "), "sk-secret-0123") {
-			t.Errorf("key in a command: %q", c)
+	for _, c := range h.Runs() {
+		if strings.Contains(strings.Join(c.Cmd, " "), "sk-secret-0123") {
+			t.Errorf("key in a command: %q", c.Cmd)
 		}
 	}
 
 	// The DeepSeek adapter: only the base URL and the default model.
-	h = newHostOps(t)
+	h = drivertest.NewHostOps(t)
 	if err := New(Options{DeepSeek: true, BaseURL: "https://gw.example/v1"}).Setup(context.Background(), h); err != nil {
 		t.Fatal(err)
 	}
-	ds := h.read(t, ".dsh/settings.yaml")
+	ds := h.Read(t, ".dsh/settings.yaml")
 	if strings.Contains(ds, "llm-pi-ai") || !strings.Contains(ds, `"llm-deepseek": {
     "baseURL": "https://gw.example/v1"
   }`) || !strings.Contains(ds, `"provider": "deepseek-official"`) || !strings.Contains(ds, `"model": "deepseek-v4-flash"`) {
 		t.Errorf("settings.yaml:\n%s", ds)
 	}
 	// A base URL that is not one.
-	if err := New(Options{BaseURL: "127.0.0.1:80"}).Setup(context.Background(), newHostOps(t)); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+	if err := New(Options{BaseURL: "127.0.0.1:80"}).Setup(context.Background(), drivertest.NewHostOps(t)); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
 		t.Errorf("bad URL: %v", err)
 	}
 }
 
 func TestRulesAndSkills(t *testing.T) {
-	h := newHostOps(t)
-	d := New(Options{})
-	ctx := context.Background()
-	if err := d.InstallRules(ctx, h, "Always answer in French.\n"); err != nil {
-		t.Fatal(err)
-	}
-	if h.read(t, ".dsh/AGENTS.md") != "Always answer in French.\n" {
-		t.Error("rules")
-	}
-	if err := d.InstallRules(ctx, h, ""); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(h.home, ".dsh/AGENTS.md")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("rules not removed: %v", err)
-	}
-	s := sandboxagent.Skill{Name: "greet", Files: map[string][]byte{
-		"SKILL.md":       []byte("---\nname: greet\ndescription: Greets.\n---\nSay hi.\n"),
-		"scripts/hi.sh":  []byte("echo hi\n"),
-		"notes/deep/x.m": []byte("x"),
-	}}
-	if err := d.InstallSkill(ctx, h, s); err != nil {
-		t.Fatal(err)
-	}
-	if h.read(t, ".dsh/skills/greet/scripts/hi.sh") != "echo hi\n" || !strings.Contains(h.read(t, ".dsh/skills/greet/SKILL.md"), "name: greet") {
-		t.Error("skill files")
-	}
-	// Reinstalling replaces the whole folder.
-	s.Files = map[string][]byte{"SKILL.md": []byte("---\nname: greet\ndescription: v2\n---\n")}
-	if err := d.InstallSkill(ctx, h, s); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(h.home, ".dsh/skills/greet/scripts")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("old skill file kept: %v", err)
-	}
-	for _, bad := range []sandboxagent.Skill{
-		{Name: "../x", Files: map[string][]byte{"SKILL.md": nil}},
-		{Name: "x", Files: map[string][]byte{"SKILL.md": nil, "../y": nil}},
-	} {
-		if err := d.InstallSkill(ctx, h, bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
-			t.Errorf("%+v: %v", bad, err)
-		}
-	}
+	drivertest.CheckRulesAndSkills(t, New(Options{}), drivertest.NewHostOps(t), ".dsh/AGENTS.md", ".dsh/skills")
 }
 
 // sessionLog is a small session log as dsh writes it.
@@ -316,8 +186,8 @@ func TestSessions(t *testing.T) {
 	const id = "session-0b3c4d5e-6f70-4182-9a3b-4c5d6e7f8091"
 	ctx := context.Background()
 	d := New(Options{})
-	h := newHostOps(t)
-	dir := filepath.Join(h.home, ".dsh/sessions/--workspace--", id)
+	h := drivertest.NewHostOps(t)
+	dir := filepath.Join(h.Home, ".dsh/sessions/--workspace--", id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -340,19 +210,17 @@ func TestSessions(t *testing.T) {
 	if err != nil || !validID(fid) || fid == id {
 		t.Fatalf("fork %q %v", fid, err)
 	}
-	forked := h.read(t, ".dsh/sessions/--workspace--/"+fid+"/session.jsonl")
+	forked := h.Read(t, ".dsh/sessions/--workspace--/"+fid+"/session.jsonl")
 	if want := strings.Replace(orig, `"id":"`+id+`"`, `"id":"`+fid+`"`, 1); forked != want {
 		t.Errorf("fork log:\n%s\nwant\n%s", forked, want)
 	}
-	if h.read(t, ".dsh/sessions/--workspace--/"+fid+"/artifact.txt") != "art" {
+	if h.Read(t, ".dsh/sessions/--workspace--/"+fid+"/artifact.txt") != "art" {
 		t.Error("fork lost a file")
 	}
-	if h.read(t, ".dsh/sessions/--workspace--/"+id+"/session.jsonl") != orig {
+	if h.Read(t, ".dsh/sessions/--workspace--/"+id+"/session.jsonl") != orig {
 		t.Error("fork changed the original")
 	}
-	if _, err := d.Fork(ctx, h, "session-00000000-0000-4000-8000-000000000000"); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("fork of nothing: %v", err)
-	}
+	drivertest.CheckSessionGone(t, d, h, "session-00000000-0000-4000-8000-000000000000")
 
 	// Dump, delete, load elsewhere.
 	dump, err := d.DumpSession(ctx, h, id)
@@ -369,25 +237,20 @@ func TestSessions(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("delete left %v", err)
 	}
-	if err := d.DeleteSession(ctx, h, id); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("second delete: %v", err)
-	}
-	if _, err := d.DumpSession(ctx, h, id); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("dump of deleted: %v", err)
-	}
+	drivertest.CheckSessionGone(t, d, h, id)
 	if list, _ := d.ListSessions(ctx, h); len(list) != 1 || list[0].ID != fid {
 		t.Errorf("list after delete %+v", list)
 	}
 
-	h2 := newHostOps(t)
+	h2 := drivertest.NewHostOps(t)
 	got, err := d.LoadSession(ctx, h2, dump)
 	if err != nil || got != id {
 		t.Fatalf("load %q %v", got, err)
 	}
-	if h2.read(t, ".dsh/sessions/--workspace--/"+id+"/session.jsonl") != orig || h2.read(t, ".dsh/sessions/--workspace--/"+id+"/artifact.txt") != "art" {
+	if h2.Read(t, ".dsh/sessions/--workspace--/"+id+"/session.jsonl") != orig || h2.Read(t, ".dsh/sessions/--workspace--/"+id+"/artifact.txt") != "art" {
 		t.Error("loaded files differ")
 	}
-	st, err := os.Stat(filepath.Join(h2.home, ".dsh/sessions/--workspace--", id))
+	st, err := os.Stat(filepath.Join(h2.Home, ".dsh/sessions/--workspace--", id))
 	if err != nil || st.Mode().Perm() != 0o700 {
 		t.Errorf("session dir mode %v %v", st.Mode(), err)
 	}
@@ -401,7 +264,7 @@ func TestSessions(t *testing.T) {
 		"id mismatch":  {SessionID: fid, Files: dump.Files},
 		"escape":       {SessionID: id, Files: map[string][]byte{"session.jsonl": dump.Files["session.jsonl"], "files/../../x": nil}},
 	} {
-		if _, err := d.LoadSession(ctx, newHostOps(t), bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+		if _, err := d.LoadSession(ctx, drivertest.NewHostOps(t), bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

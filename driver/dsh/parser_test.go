@@ -1,54 +1,15 @@
 package dsh
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
-
-// golden is what a whole turn's output parses into.
-type golden struct {
-	Events    []goldenEvent `json:"events"`
-	Reply     string        `json:"reply"`
-	SessionID string        `json:"session_id"`
-	Error     *goldenError  `json:"error"`
-}
-
-type goldenEvent struct {
-	Line      int                    `json:"line"`
-	Kind      sandboxagent.EventKind `json:"kind"`
-	SessionID string                 `json:"session_id,omitempty"`
-	Payload   sandboxagent.Payload   `json:"payload"`
-}
-
-type goldenError struct {
-	Message  string `json:"message"`
-	ExitCode int    `json:"exit_code"`
-	Status   int    `json:"status"`
-	Stderr   string `json:"stderr"`
-}
-
-func readTestdata(t *testing.T, name string) []byte {
-	t.Helper()
-	if name == "" {
-		return nil
-	}
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // exitLine is the wrapper's last line for dsh's stdout and exit code.
 func exitLine(stdout string, code int) []byte {
@@ -56,103 +17,56 @@ func exitLine(stdout string, code int) []byte {
 	return append(b, '\n')
 }
 
-// runParser feeds output through a parser, line by line as the agent
-// does, and finishes it with exit code and stderr.
-func runParser(t *testing.T, out []byte, session string, exit int, stderr []byte) golden {
-	t.Helper()
-	p := New(Options{}).NewParser(sandboxagent.Turn{Prompt: "x", SessionID: session})
-	var g golden
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 16<<20)
-	for n := 1; sc.Scan(); n++ {
-		for _, ev := range p.Parse(sc.Bytes()) {
-			g.Events = append(g.Events, goldenEvent{Line: n, Kind: ev.Kind, SessionID: ev.SessionID, Payload: ev.Payload})
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	res, err := p.Finish(exit, stderr)
-	g.Reply, g.SessionID = res.Reply, res.SessionID
-	if err != nil {
-		var de *sandboxagent.DriverError
-		if !errors.As(err, &de) {
-			t.Fatalf("Finish error %v is not a *DriverError", err)
-		}
-		g.Error = &goldenError{Message: de.Message, ExitCode: de.ExitCode, Status: de.Status, Stderr: de.Stderr}
-	}
-	return g
-}
-
-// parserCase is one captured turn: the wrapper's stdout (or, for the
-// reference captures made without the wrapper, the session log plus dsh's
-// stdout) with the exit code and stderr.
-type parserCase struct {
-	name    string
-	out     string // wrapper output (testdata), or
-	session string // a bare session log (testdata) +
-	stdout  string // dsh's stdout (testdata)
-	resume  string // the session the turn continued
-	exit    int
-	stderr  string // testdata file
-}
-
 // continuedSession is the session fake-continue.jsonl continued.
 const continuedSession = "session-24229c78-c61a-4177-a978-156cef0900c2"
 
-var parserCases = []parserCase{
-	// Reference captures (dsh run by hand, see /work/shared/reference).
-	{name: "ref-shell-done", session: "ref-session.jsonl", stdout: "ref-stdout.txt", stderr: "ref-stderr.txt"},
-	{name: "ref-401", session: "ref-401-session.jsonl", stdout: "ref-401-stdout.txt", exit: 1, stderr: "ref-401-stderr.txt"},
-	// Captured from the driver's own wrapper in the real image against the
-	// fake model (see capture_test.go).
-	{name: "fake-shell-done", out: "fake-shell-done.jsonl", stderr: "fake-shell-done.stderr.txt"},
-	{name: "fake-401", out: "fake-401.jsonl", exit: 1, stderr: "fake-401.stderr.txt"},
-	{name: "fake-continue", out: "fake-continue.jsonl", resume: continuedSession, stderr: "fake-continue.stderr.txt"},
-	{name: "fake-500-recover", out: "fake-500-recover.jsonl", stderr: "fake-500-recover.stderr.txt"},
-	{name: "fake-write-thinking", out: "fake-write-thinking.jsonl", stderr: "fake-write-thinking.stderr.txt"},
-	{name: "fake-failing-command", out: "fake-failing-command.jsonl", stderr: "fake-failing-command.stderr.txt"},
+// parserCases are the captured turns: the wrapper's stdout
+// (testdata/<name>.jsonl) or, for the reference captures made without the
+// wrapper, the session log (<name>.session.jsonl) plus dsh's stdout
+// (<name>.stdout); with the exit code and stderr (<name>.stderr).
+func parserCases(t *testing.T) []drivertest.ParserCase {
+	ref := func(name string, exit int) drivertest.ParserCase {
+		out := append(drivertest.Testdata(t, name+".session.jsonl"), exitLine(string(drivertest.Testdata(t, name+".stdout")), exit)...)
+		return drivertest.ParserCase{Name: name, Exit: exit, Stdout: out}
+	}
+	return []drivertest.ParserCase{
+		// Reference captures (dsh run by hand, see /work/shared/reference).
+		ref("ref-shell-done", 0),
+		ref("ref-401", 1),
+		// Captured from the driver's own wrapper in the real image against
+		// the fake model (dsh_integration_test.go, -capture).
+		{Name: "fake-shell-done"},
+		{Name: "fake-401", Exit: 1},
+		{Name: "fake-continue", Resume: continuedSession},
+		{Name: "fake-500-recover"},
+		{Name: "fake-write-thinking"},
+		{Name: "fake-failing-command"},
+	}
 }
 
-func (c parserCase) output(t *testing.T) []byte {
-	if c.out != "" {
-		return readTestdata(t, c.out)
+// output is a case's stdout.
+func output(t *testing.T, c drivertest.ParserCase) []byte {
+	if c.Stdout != nil {
+		return c.Stdout
 	}
-	return append(readTestdata(t, c.session), exitLine(string(readTestdata(t, c.stdout)), c.exit)...)
+	return drivertest.Testdata(t, c.Name+".jsonl")
+}
+
+// runCase runs a fresh parser over a case.
+func runCase(t *testing.T, c drivertest.ParserCase) drivertest.Golden {
+	t.Helper()
+	return drivertest.ParseCase(t, New(Options{}), c)
 }
 
 func TestParserGolden(t *testing.T) {
-	for _, c := range parserCases {
-		t.Run(c.name, func(t *testing.T) {
-			g := runParser(t, c.output(t), c.resume, c.exit, readTestdata(t, c.stderr))
-			got, err := json.MarshalIndent(g, "", "  ")
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, '\n')
-			file := filepath.Join("testdata", c.name+".golden.json")
-			if *update {
-				if err := os.WriteFile(file, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatalf("%v (run go test -update)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s differs from the golden file (go test -update rewrites it):\n%s", c.name, got)
-			}
-		})
-	}
+	drivertest.CheckGolden(t, New(Options{}), parserCases(t))
 }
 
 // TestParserReference checks the reference capture's meaning directly, so
 // the golden file cannot silently encode a wrong reading.
 func TestParserReference(t *testing.T) {
-	c := parserCases[0]
-	g := runParser(t, c.output(t), "", 0, nil)
+	c := parserCases(t)[0]
+	g := drivertest.Parse(t, New(Options{}).NewParser(sandboxagent.Turn{Prompt: "x"}), c.Stdout, 0, nil)
 	if g.Error != nil {
 		t.Fatalf("error %+v", g.Error)
 	}
@@ -160,7 +74,7 @@ func TestParserReference(t *testing.T) {
 		t.Errorf("reply %q session %q", g.Reply, g.SessionID)
 	}
 	count := map[sandboxagent.EventKind]int{}
-	var call, result *goldenEvent
+	var call, result *drivertest.GoldenEvent
 	var text, thinking, deltaText string
 	for i, ev := range g.Events {
 		count[ev.Kind]++
@@ -214,8 +128,7 @@ func TestParserReference(t *testing.T) {
 }
 
 func TestParserReference401(t *testing.T) {
-	c := parserCases[1]
-	g := runParser(t, c.output(t), "", 1, readTestdata(t, c.stderr))
+	g := runCase(t, parserCases(t)[1])
 	if g.Error == nil {
 		t.Fatal("no error")
 	}
@@ -298,7 +211,7 @@ func TestFinishCrash(t *testing.T) {
 	}
 	// A boot failure: Node's report of an uncaught error.
 	p = New(Options{}).NewParser(sandboxagent.Turn{Prompt: "x"})
-	_, err = p.Finish(1, readTestdata(t, "boot-failure.stderr.txt"))
+	_, err = p.Finish(1, drivertest.Testdata(t, "boot-failure.stderr"))
 	if !errors.As(err, &de) || !strings.HasPrefix(de.Message, "plugin tree failed to load: ") || !strings.Contains(de.Message, "(mode 644)") {
 		t.Fatalf("%#v", err)
 	}
@@ -318,8 +231,8 @@ func TestFinishCrash(t *testing.T) {
 // TestParserFakeCaptures checks the meaning of the captures made with the
 // driver's own wrapper against the fake model.
 func TestParserFakeCaptures(t *testing.T) {
-	find := func(g golden, kind sandboxagent.EventKind, delta bool) []goldenEvent {
-		var out []goldenEvent
+	find := func(g drivertest.Golden, kind sandboxagent.EventKind, delta bool) []drivertest.GoldenEvent {
+		var out []drivertest.GoldenEvent
 		for _, ev := range g.Events {
 			if ev.Kind == kind && ev.Payload.Delta == delta {
 				out = append(out, ev)
@@ -327,13 +240,13 @@ func TestParserFakeCaptures(t *testing.T) {
 		}
 		return out
 	}
-	byName := map[string]parserCase{}
-	for _, c := range parserCases {
-		byName[c.name] = c
+	byName := map[string]drivertest.ParserCase{}
+	for _, c := range parserCases(t) {
+		byName[c.Name] = c
 	}
-	run := func(name string) golden {
+	run := func(name string) drivertest.Golden {
 		c := byName[name]
-		return runParser(t, c.output(t), c.resume, c.exit, readTestdata(t, c.stderr))
+		return runCase(t, c)
 	}
 
 	g := run("fake-401")
@@ -373,17 +286,17 @@ func TestParserFakeCaptures(t *testing.T) {
 	}
 
 	// Every capture: no raw events, the last line announces the session.
-	for _, c := range parserCases {
-		g := runParser(t, c.output(t), c.resume, c.exit, readTestdata(t, c.stderr))
+	for _, c := range parserCases(t) {
+		g := runCase(t, c)
 		for _, ev := range g.Events {
 			if ev.Kind == sandboxagent.KindRaw {
-				t.Errorf("%s: raw line %d: %.120s", c.name, ev.Line, ev.Payload.Raw)
+				t.Errorf("%s: raw line %d: %.120s", c.Name, ev.Line, ev.Payload.Raw)
 			}
 		}
-		if c.out != "" {
+		if c.Stdout == nil { // the wrapper's output
 			last := g.Events[len(g.Events)-1]
-			if n := bytes.Count(c.output(t), []byte("\n")); last.Kind != sandboxagent.KindSession || last.Line != n {
-				t.Errorf("%s: last event %+v, %d lines", c.name, last, n)
+			if n := bytes.Count(output(t, c), []byte("\n")); last.Kind != sandboxagent.KindSession || last.Line != n {
+				t.Errorf("%s: last event %+v, %d lines", c.Name, last, n)
 			}
 		}
 	}

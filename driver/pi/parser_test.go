@@ -1,140 +1,34 @@
 package pi
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
-
-// golden is what a whole turn's output parses into.
-type golden struct {
-	Events    []goldenEvent `json:"events"`
-	Reply     string        `json:"reply"`
-	SessionID string        `json:"session_id"`
-	Error     *goldenError  `json:"error"`
-}
-
-type goldenEvent struct {
-	Line      int                    `json:"line"`
-	Kind      sandboxagent.EventKind `json:"kind"`
-	SessionID string                 `json:"session_id,omitempty"`
-	Payload   sandboxagent.Payload   `json:"payload"`
-}
-
-type goldenError struct {
-	Message  string `json:"message"`
-	ExitCode int    `json:"exit_code"`
-	Status   int    `json:"status"`
-	Stderr   string `json:"stderr"`
-}
-
-// runParser feeds a captured stdout file through a parser, line by line as
-// the agent does, and finishes it with exit code and stderr.
-func runParser(t *testing.T, file string, exit int, stderr []byte) golden {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := New(Options{}).NewParser(sandboxagent.Turn{Prompt: "x"})
-	var g golden
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(nil, 16<<20)
-	for n := 1; sc.Scan(); n++ {
-		evs := p.Parse(sc.Bytes())
-		for _, ev := range evs {
-			g.Events = append(g.Events, goldenEvent{Line: n, Kind: ev.Kind, SessionID: ev.SessionID, Payload: ev.Payload})
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	out, err := p.Finish(exit, stderr)
-	g.Reply, g.SessionID = out.Reply, out.SessionID
-	if err != nil {
-		var de *sandboxagent.DriverError
-		if !errors.As(err, &de) {
-			t.Fatalf("Finish error %v is not a *DriverError", err)
-		}
-		g.Error = &goldenError{Message: de.Message, ExitCode: de.ExitCode, Status: de.Status, Stderr: de.Stderr}
-	}
-	return g
-}
-
-// parserCases: ref-* are the reference study's captures (pi 0.73.1 against
-// its Python mock); fake-* were captured from pi 0.73.1 in its image
-// against the project's fake model (the integration test rewrites
-// fake-shell-done.jsonl and fake-401.jsonl with -capture).
-var parserCases = []struct {
-	file   string
-	exit   int
-	stderr string // a testdata file
-}{
-	{file: "ref-stream.jsonl"},
-	{file: "ref-401.jsonl"},
-	{file: "fake-shell-done.jsonl"},
-	{file: "fake-401.jsonl"},
-	{file: "fake-thinking-toolerror-retry.jsonl"},
-	{file: "fake-500-exhausted.jsonl"},
-	{file: "fake-no-session.jsonl", exit: 1, stderr: "fake-no-session.stderr"},
-}
-
-// TestParserGolden compares the events of every captured output with its
-// golden file (go test -run TestParserGolden -update rewrites them).
+// TestParserGolden: ref-* are the reference study's captures (pi 0.73.1 against its Python
+// mock); fake-* were captured from pi 0.73.1 in its image against the
+// project's fake model (the integration test rewrites fake-shell-done
+// and fake-401 with -capture).
 func TestParserGolden(t *testing.T) {
-	for _, tc := range parserCases {
-		t.Run(tc.file, func(t *testing.T) {
-			var stderr []byte
-			if tc.stderr != "" {
-				var err error
-				if stderr, err = os.ReadFile(filepath.Join("testdata", tc.stderr)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			got, err := json.MarshalIndent(runParser(t, tc.file, tc.exit, stderr), "", "  ")
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, '\n')
-			name := filepath.Join("testdata", "golden", strings.TrimSuffix(tc.file, ".jsonl")+".json")
-			if *update {
-				if err := os.WriteFile(name, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(name)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("events of %s differ from %s (run with -update and review the diff):\n%s", tc.file, name, got)
-			}
-		})
-	}
+	drivertest.CheckGolden(t, New(Options{}), []drivertest.ParserCase{
+		{Name: "ref-stream"},
+		{Name: "ref-401"},
+		{Name: "fake-shell-done"},
+		{Name: "fake-401"},
+		{Name: "fake-thinking-toolerror-retry"},
+		{Name: "fake-500-exhausted"},
+		{Name: "fake-no-session", Exit: 1}, // with fake-no-session.stderr
+	})
 }
 
-func readTestdata(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-func kinds(g golden, k sandboxagent.EventKind) []goldenEvent {
-	var out []goldenEvent
+func kinds(g drivertest.Golden, k sandboxagent.EventKind) []drivertest.GoldenEvent {
+	var out []drivertest.GoldenEvent
 	for _, e := range g.Events {
 		if e.Kind == k {
 			out = append(out, e)
@@ -148,7 +42,7 @@ func kinds(g golden, k sandboxagent.EventKind) []goldenEvent {
 func TestParserShellDone(t *testing.T) {
 	for _, file := range []string{"fake-shell-done.jsonl", "ref-stream.jsonl"} {
 		t.Run(file, func(t *testing.T) {
-			g := runParser(t, file, 0, nil)
+			g := drivertest.ParseFile(t, New(Options{}), file, 0, nil)
 			if g.Error != nil {
 				t.Fatalf("error %+v", g.Error)
 			}
@@ -182,7 +76,7 @@ func TestParserShellDone(t *testing.T) {
 			// both model calls of the turn.
 			if len(usage) != 1 || usage[0].Payload.InputTokens < 100 || usage[0].Payload.OutputTokens == 0 || usage[0].Payload.Cumulative {
 				t.Errorf("usage %+v", usage)
-			} else if last := g.Events[len(g.Events)-1]; last.Kind != sandboxagent.KindUsage || last.Line != strings.Count(readTestdata(t, file), "\n") {
+			} else if last := g.Events[len(g.Events)-1]; last.Kind != sandboxagent.KindUsage || last.Line != bytes.Count(drivertest.Testdata(t, file), []byte("\n")) {
 				t.Errorf("last event %+v is not the usage of the last line", last)
 			}
 			var deltas, whole strings.Builder
@@ -205,10 +99,10 @@ func TestParserShellDone(t *testing.T) {
 
 func TestParserThinking(t *testing.T) {
 	// ref-stream: the mock sent reasoning; fake-shell-done: it sent none.
-	if th := kinds(runParser(t, "fake-shell-done.jsonl", 0, nil), sandboxagent.KindThinking); len(th) != 0 {
+	if th := kinds(drivertest.ParseFile(t, New(Options{}), "fake-shell-done.jsonl", 0, nil), sandboxagent.KindThinking); len(th) != 0 {
 		t.Errorf("thinking events without reasoning: %+v", th)
 	}
-	g := runParser(t, "ref-stream.jsonl", 0, nil)
+	g := drivertest.ParseFile(t, New(Options{}), "ref-stream.jsonl", 0, nil)
 	var whole []string
 	for _, e := range kinds(g, sandboxagent.KindThinking) {
 		if e.Payload.Text == "" {
@@ -226,7 +120,7 @@ func TestParserThinking(t *testing.T) {
 func TestParser401(t *testing.T) {
 	for _, file := range []string{"fake-401.jsonl", "ref-401.jsonl"} {
 		t.Run(file, func(t *testing.T) {
-			g := runParser(t, file, 0, nil) // pi exits 0 in JSON mode
+			g := drivertest.ParseFile(t, New(Options{}), file, 0, nil) // pi exits 0 in JSON mode
 			if g.Error == nil {
 				t.Fatal("no error for a 401")
 			}
@@ -241,7 +135,7 @@ func TestParser401(t *testing.T) {
 }
 
 func TestParserRetries(t *testing.T) {
-	g := runParser(t, "fake-thinking-toolerror-retry.jsonl", 0, nil)
+	g := drivertest.ParseFile(t, New(Options{}), "fake-thinking-toolerror-retry.jsonl", 0, nil)
 	if g.Error != nil || g.Reply != "FINISHED" {
 		t.Fatalf("reply %q, error %+v (a retry that succeeded is no failure)", g.Reply, g.Error)
 	}
@@ -262,14 +156,14 @@ func TestParserRetries(t *testing.T) {
 		t.Errorf("no retry event: %+v", kinds(g, sandboxagent.KindError))
 	}
 
-	g = runParser(t, "fake-500-exhausted.jsonl", 0, nil)
+	g = drivertest.ParseFile(t, New(Options{}), "fake-500-exhausted.jsonl", 0, nil)
 	if g.Error == nil || g.Error.Status != 500 || g.Error.Message != "500 upstream exploded" {
 		t.Errorf("error %+v", g.Error)
 	}
 }
 
 func TestParserExitCode(t *testing.T) {
-	g := runParser(t, "fake-no-session.jsonl", 1, []byte("No session found matching 'x'\n"))
+	g := drivertest.ParseFile(t, New(Options{}), "fake-no-session.jsonl", 1, []byte("No session found matching 'x'\n"))
 	if g.Error == nil || g.Error.ExitCode != 1 || g.Error.Message != "No session found matching 'x'" || g.Error.Stderr != "No session found matching 'x'" {
 		t.Errorf("error %+v", g.Error)
 	}

@@ -3,368 +3,58 @@
 package pi_test
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
-	"errors"
-	"flag"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/pi"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
-var capture = flag.Bool("capture", false, "rewrite testdata/fake-shell-done.jsonl and fake-401.jsonl from this run")
-
-// start runs the fake model with script and an agent of a fresh pi driver
-// talking to it.
-func start(t *testing.T, script fakemodel.Script) (*sandboxagent.Agent, *pi.Driver, *fakemodel.Server) {
-	t.Helper()
-	srv := drivertest.FakeModel(t, script)
-	drv := pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
-	return drivertest.StartAgent(t, drv, drivertest.AuditRoot(t)), drv, srv
-}
-
-// strings collects every string inside a JSON value (the request bodies'
-// messages, decoded, so escaping does not matter).
-func jsonStrings(v any, out *strings.Builder) {
-	switch x := v.(type) {
-	case string:
-		out.WriteString(x)
-		out.WriteByte('\n')
-	case []any:
-		for _, e := range x {
-			jsonStrings(e, out)
-		}
-	case map[string]any:
-		for _, e := range x {
-			jsonStrings(e, out)
-		}
-	}
-}
-
-// bodiesSince is the text of the chat requests the fake got from index
-// from on.
-func bodiesSince(t *testing.T, srv *fakemodel.Server, from int) string {
-	t.Helper()
-	var b strings.Builder
-	n := 0
-	for _, r := range srv.Requests()[from:] {
-		if r.API != fakemodel.APIChat {
-			continue
-		}
-		var v any
-		if err := json.Unmarshal(r.Body, &v); err != nil {
-			t.Fatalf("request body: %v", err)
-		}
-		jsonStrings(v, &b)
-		n++
-	}
-	if n == 0 {
-		t.Fatalf("the fake model got no chat request after #%d", from)
-	}
-	return b.String()
-}
-
-// noKeyInHome fails when the API key is in any file of the sandbox user's
-// home (config, sessions).
-func noKeyInHome(t *testing.T, a *sandboxagent.Agent) {
-	t.Helper()
-	res, err := a.Container().Run(drivertest.Ctx(t), sandboxagent.ExecRequest{
-		Cmd: []string{"sh", "-c", `grep -rlaF -- "$1" "$HOME"; test $? -eq 1`, "sh", drivertest.Key},
-	})
-	if err != nil || res.ExitCode != 0 {
-		t.Errorf("API key found in the sandbox home (exit %d, %v): %s", res.ExitCode, err, res.Stdout)
-	}
-}
-
-func saveCapture(t *testing.T, auditDir, name string) {
-	t.Helper()
-	if !*capture || auditDir == "" {
-		return
-	}
-	b, err := os.ReadFile(filepath.Join(auditDir, "session.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join("testdata", name), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+// newDriver is a pi driver for the fake model srv.
+func newDriver(srv *fakemodel.Server) *pi.Driver {
+	return pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
 }
 
 func TestPiShellThenDone(t *testing.T) {
 	t.Parallel()
-	const command = "echo hi > /tmp/out.txt"
-	a, _, _ := start(t, drivertest.ShellThenDone(command))
-	ctx := drivertest.Ctx(t)
-
-	started := time.Now()
-	res, err := a.Stream(ctx, "Create /tmp/out.txt containing hi, then answer DONE.", nil)
-	t.Logf("turn took %v", time.Since(started))
-	if err != nil {
-		t.Fatalf("Ask: %v (events %+v)", err, res.Events)
-	}
-	if res.Reply != "DONE" {
-		t.Errorf("reply %q, want DONE", res.Reply)
-	}
-	got, err := a.Container().ReadFile(ctx, "/tmp/out.txt", 0)
-	if err != nil || string(got) != "hi\n" {
-		t.Errorf("/tmp/out.txt = %q, %v", got, err)
-	}
-
-	callAt := slices.IndexFunc(res.Events, func(ev sandboxagent.Event) bool {
-		return ev.Kind == sandboxagent.KindToolCall && strings.Contains(ev.Payload.Command, command)
-	})
-	if callAt < 0 {
-		t.Fatalf("no tool_call running %q in %+v", command, res.Events)
-	}
-	call := res.Events[callAt].Payload
-	if call.CallID == "" || call.Tool != "bash" || !json.Valid(call.Input) {
-		t.Errorf("tool_call payload %+v", call)
-	}
-	resultAt := slices.IndexFunc(res.Events, func(ev sandboxagent.Event) bool {
-		return ev.Kind == sandboxagent.KindToolResult && ev.Payload.CallID == call.CallID
-	})
-	if resultAt <= callAt {
-		t.Errorf("tool_result for %s at %d, call at %d", call.CallID, resultAt, callAt)
-	} else if r := res.Events[resultAt].Payload; r.IsError || r.ExitCode == nil || *r.ExitCode != 0 {
-		t.Errorf("tool_result %+v", r)
-	}
-	maxLine := 0
-	kinds := map[sandboxagent.EventKind]int{}
-	for _, ev := range res.Events {
-		maxLine = max(maxLine, ev.Line)
-		kinds[ev.Kind]++
-		if ev.SessionID != res.SessionID || ev.Turn != 1 {
-			t.Errorf("event %+v: session/turn", ev)
-		}
-	}
-	for _, k := range []sandboxagent.EventKind{sandboxagent.KindSession, sandboxagent.KindText, sandboxagent.KindUsage, sandboxagent.KindDone} {
-		if kinds[k] == 0 {
-			t.Errorf("no %s event", k)
-		}
-	}
-	if kinds[sandboxagent.KindRaw] != 0 || kinds[sandboxagent.KindThinking] != 0 {
-		t.Errorf("unexpected raw/thinking events: %v", kinds)
-	}
-
-	// Audit: the three files, one raw line per stdout line, no key.
-	if lines := drivertest.AuditFiles(t, res.AuditDir, drivertest.Key); lines != maxLine {
-		t.Errorf("session.jsonl has %d lines, events point to %d", lines, maxLine)
-	}
-	f, err := os.Open(filepath.Join(res.AuditDir, "events.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 16<<20)
-	for ; sc.Scan(); n++ {
-		var ev sandboxagent.Event
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Errorf("events.jsonl line %d: %v", n+1, err)
-		}
-	}
-	if n != len(res.Events) {
-		t.Errorf("events.jsonl has %d events, the turn %d", n, len(res.Events))
-	}
-	noKeyInHome(t, a)
-	saveCapture(t, res.AuditDir, "fake-shell-done.jsonl")
+	a, _, _ := drivertest.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
+	drivertest.ShellTurn(t, a, drivertest.ShellWant{Tool: "bash", Capture: "fake-shell-done"})
 }
 
 // TestPiUnauthorized does not run in parallel with the other tests here:
 // it measures the time to the error, which on a loaded 2-core machine
 // grows several times over when four other pi processes start with it.
 func TestPiUnauthorized(t *testing.T) {
-	a, _, srv := start(t, drivertest.Unauthorized())
-	started := time.Now()
-	res, err := a.Stream(drivertest.Ctx(t), "hello", nil)
-	took := time.Since(started)
-	t.Logf("401 → %v after %v (%d requests)", err, took, len(srv.Requests()))
-	if len(res.Events) > 0 {
-		t.Logf("first output line after %v, last after %v", res.Events[0].Time.Sub(started), res.Events[len(res.Events)-1].Time.Sub(started))
-	}
-	var de *sandboxagent.DriverError
-	if !errors.As(err, &de) {
-		t.Fatalf("err %T %v, want *DriverError", err, err)
-	}
-	if took > 30*time.Second {
-		t.Errorf("DriverError after %v, want < 30s", took)
+	a, _, srv := drivertest.Start(t, drivertest.Unauthorized(), newDriver)
+	b := drivertest.CheckBadKey(t, a, "pi", false)
+	if evs := b.Res.Events; len(evs) > 0 {
+		t.Logf("first output line after %v, last after %v", b.Took-time.Since(evs[0].Time), b.Took-time.Since(evs[len(evs)-1].Time))
 	}
 	// pi exits 0 in JSON mode; the 401 is in the assistant message.
-	if de.Status != 401 || de.Driver != "pi" || de.ExitCode != 0 || strings.Contains(de.Message, "\n") || !strings.HasPrefix(de.Message, "401 ") {
+	if de := b.DE; de.ExitCode != 0 || !strings.HasPrefix(de.Message, "401 ") {
 		t.Errorf("DriverError %+v", de)
-	}
-	if strings.Contains(de.Error(), drivertest.Key) || strings.Contains(de.Stderr, drivertest.Key) {
-		t.Error("the error holds the key")
 	}
 	if n := len(srv.Requests()); n != 1 {
 		t.Errorf("%d requests for a rejected key, want 1 (no retry)", n)
 	}
-	if res.AuditDir != "" {
-		drivertest.AuditFiles(t, res.AuditDir, drivertest.Key)
-	}
-	saveCapture(t, res.AuditDir, "fake-401.jsonl")
+	drivertest.Capture(t, b.Res, b.Err, "fake-401")
 }
 
-func TestPiContinueRulesSkills(t *testing.T) {
+// TestPiShellHidesKey: the commands the model runs do not see the key.
+// (Rules, skills and continuing: internal/conformance.)
+func TestPiShellHidesKey(t *testing.T) {
 	t.Parallel()
-	// Turn 1 also checks that the commands the model runs do not see the key.
-	script := fakemodel.Script{Responses: []fakemodel.Step{
+	a, _, _ := drivertest.Start(t, fakemodel.Script{Responses: []fakemodel.Step{
 		{Tool: fakemodel.ToolShell, Command: `echo "key=[$` + pi.KeyEnv + `]" > /tmp/key.txt`},
-		{Text: "FIRST"}, {Text: "SECOND"},
-	}}
-	a, drv, srv := start(t, script)
+		{Text: "FIRST"},
+	}}, newDriver)
 	ctx := drivertest.Ctx(t)
-	const rules = "RULES-MARKER-7d1: answer in one word."
-	if err := drv.InstallRules(ctx, a.Container(), rules+"\n"); err != nil {
-		t.Fatal(err)
-	}
-	skill := sandboxagent.Skill{Name: "marker-skill", Files: map[string][]byte{
-		"SKILL.md":      []byte("---\nname: marker-skill\ndescription: SKILL-MARKER-3c9 explains markers\n---\n\n# Marker\nUse markers.\n"),
-		"scripts/do.sh": []byte("#!/bin/sh\necho marker\n"),
-	}}
-	if err := drv.InstallSkill(ctx, a.Container(), skill); err != nil {
-		t.Fatal(err)
-	}
-
-	const first = "FIRST-PROMPT-5e2 remember this"
-	reply, err := a.Ask(ctx, first)
-	if err != nil || reply != "FIRST" {
+	if reply, err := a.Ask(ctx, "FIRST-PROMPT-5e2 remember this"); err != nil || reply != "FIRST" {
 		t.Fatalf("turn 1: %q, %v", reply, err)
 	}
-	sid := a.SessionID()
 	if got, err := a.Container().ReadFile(ctx, "/tmp/key.txt", 0); err != nil || string(got) != "key=[]\n" {
 		t.Errorf("the model's shell saw %q (%v), want an empty key variable", got, err)
-	}
-	body := bodiesSince(t, srv, 0)
-	if !strings.Contains(body, rules) {
-		t.Error("the rules did not reach the model")
-	}
-	if !strings.Contains(body, "<name>marker-skill</name>") || !strings.Contains(body, "SKILL-MARKER-3c9 explains markers") {
-		t.Error("the skill is not listed in the request")
-	}
-
-	n := len(srv.Requests())
-	reply, err = a.Ask(ctx, "SECOND-PROMPT what did I say?")
-	if err != nil || reply != "SECOND" {
-		t.Fatalf("turn 2: %q, %v", reply, err)
-	}
-	if a.SessionID() != sid {
-		t.Errorf("session %s became %s", sid, a.SessionID())
-	}
-	body = bodiesSince(t, srv, n)
-	if !strings.Contains(body, first) || !strings.Contains(body, "FIRST\n") || !strings.Contains(body, "SECOND-PROMPT") {
-		t.Error("turn 2's request does not carry turn 1's prompt and reply: the session was not continued")
-	}
-
-	list, err := drv.ListSessions(ctx, a.Container())
-	if err != nil || len(list) != 1 || list[0].ID != sid || list[0].Title != first {
-		t.Errorf("ListSessions = %+v, %v; want %s", list, err, sid)
-	}
-	noKeyInHome(t, a)
-}
-
-func TestPiForkDumpLoadDelete(t *testing.T) {
-	t.Parallel()
-	a, drv, srv := start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "ONE"}}})
-	ctx := drivertest.Ctx(t)
-	// The second container, for the load.
-	b := drivertest.StartAgent(t, drv, drivertest.AuditRoot(t))
-
-	if _, err := a.Ask(ctx, "ORIGIN-PROMPT-a41"); err != nil {
-		t.Fatal(err)
-	}
-	origin := a.SessionID()
-	n := len(srv.Requests())
-	fork, err := drv.Fork(ctx, a.Container(), origin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fork == origin || fork == "" {
-		t.Fatalf("fork id %q", fork)
-	}
-	if len(srv.Requests()) != n {
-		t.Error("fork made a model request")
-	}
-
-	// A turn on the fork does not reach the original.
-	a.SetSession(fork)
-	n = len(srv.Requests())
-	if _, err := a.Ask(ctx, "FORK-ONLY-PROMPT-b52"); err != nil {
-		t.Fatal(err)
-	}
-	if a.SessionID() != fork {
-		t.Errorf("fork turn ended in session %s", a.SessionID())
-	}
-	if body := bodiesSince(t, srv, n); !strings.Contains(body, "ORIGIN-PROMPT-a41") {
-		t.Error("the fork lost the original's history")
-	}
-	od, err := drv.DumpSession(ctx, a.Container(), origin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range od.Files {
-		if bytes.Contains(data, []byte("FORK-ONLY-PROMPT-b52")) {
-			t.Errorf("the original's %s holds the fork's turn", name)
-		}
-	}
-	a.SetSession(origin)
-	n = len(srv.Requests())
-	if _, err := a.Ask(ctx, "BACK-ON-ORIGIN-c63"); err != nil {
-		t.Fatal(err)
-	}
-	if body := bodiesSince(t, srv, n); strings.Contains(body, "FORK-ONLY-PROMPT-b52") || !strings.Contains(body, "ORIGIN-PROMPT-a41") {
-		t.Error("the original's next turn saw the fork's turn, or lost its own")
-	}
-
-	// Dump the fork, load it into another container, continue there.
-	dump, err := drv.DumpSession(ctx, a.Container(), fork)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.Container().Name() == a.Container().Name() {
-		t.Fatal("same container")
-	}
-	id, err := drv.LoadSession(ctx, b.Container(), dump)
-	if err != nil || id != fork {
-		t.Fatalf("LoadSession = %q, %v", id, err)
-	}
-	b.SetSession(id)
-	n = len(srv.Requests())
-	if _, err := b.Ask(ctx, "AFTER-LOAD-d74"); err != nil {
-		t.Fatal(err)
-	}
-	if b.SessionID() != fork {
-		t.Errorf("loaded session continued as %s", b.SessionID())
-	}
-	if body := bodiesSince(t, srv, n); !strings.Contains(body, "ORIGIN-PROMPT-a41") || !strings.Contains(body, "FORK-ONLY-PROMPT-b52") {
-		t.Error("the loaded session lost its history")
-	}
-
-	// Delete: pi's fork is a self-contained copy, so either may go first.
-	if err := drv.DeleteSession(ctx, a.Container(), origin); err != nil {
-		t.Fatal(err)
-	}
-	if err := drv.DeleteSession(ctx, a.Container(), fork); err != nil {
-		t.Fatal(err)
-	}
-	list, err := drv.ListSessions(ctx, a.Container())
-	if err != nil || len(list) != 0 {
-		t.Errorf("after delete ListSessions = %+v, %v", list, err)
-	}
-	if _, err := drv.DumpSession(ctx, a.Container(), fork); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("dump of a deleted session: %v", err)
-	}
-	if err := drv.DeleteSession(ctx, b.Container(), fork); err != nil {
-		t.Errorf("delete loaded fork: %v", err)
 	}
 }

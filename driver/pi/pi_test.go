@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -16,119 +15,18 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
-// fakeOps implements the three ContainerOps primitives on the host: Run
-// executes the command with HOME set to a temporary home and the working
-// directory set to a temporary workspace, so the driver's shell scripts
-// really run (sh, grep, sed, stat, head as in the image's Debian).
-type fakeOps struct {
-	home, work string
-	runs       [][]string
-	failRun    bool
-}
-
-func newFakeOps(t *testing.T) *fakeOps {
+// installFakePi puts an executable "pi" on the fake sandbox's PATH.
+func installFakePi(t *testing.T, f *drivertest.HostOps) {
 	t.Helper()
-	dir := t.TempDir()
-	f := &fakeOps{home: filepath.Join(dir, "home"), work: filepath.Join(dir, "workspace")}
-	for _, d := range []string{f.home, f.work} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// pwd -P must give the same path pi would record.
-	if w, err := filepath.EvalSymlinks(f.work); err == nil {
-		f.work = w
-	}
-	if h, err := filepath.EvalSymlinks(f.home); err == nil {
-		f.home = h
-	}
-	return f
-}
-
-func (f *fakeOps) Run(ctx context.Context, req sandboxagent.ExecRequest) (sandboxagent.ExecResult, error) {
-	f.runs = append(f.runs, req.Cmd)
-	if f.failRun {
-		return sandboxagent.ExecResult{}, errors.New("engine gone")
-	}
-	cmd := exec.CommandContext(ctx, req.Cmd[0], req.Cmd[1:]...)
-	// A PATH without pi unless the test put one in home/bin.
-	cmd.Env = []string{"HOME=" + f.home, "PATH=" + filepath.Join(f.home, "bin") + ":/usr/bin:/bin", "LC_ALL=C"}
-	for k, v := range req.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Dir = f.work
-	if req.WorkDir != "" {
-		cmd.Dir = req.WorkDir
-	}
-	if req.Stdin != nil {
-		cmd.Stdin = req.Stdin
-	}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	res := sandboxagent.ExecResult{Stdout: out.Bytes(), Stderr: errb.Bytes()}
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		res.ExitCode = ee.ExitCode()
-	case err != nil:
-		return res, err
-	}
-	return res, nil
-}
-
-func (f *fakeOps) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
-	b, err := os.ReadFile(name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, sandboxagent.ErrPathNotFound
-	}
-	if err == nil && int64(len(b)) > max {
-		return nil, sandboxagent.ErrLimitExceeded
-	}
-	return b, err
-}
-
-func (f *fakeOps) WriteFile(ctx context.Context, name string, data []byte, mode fs.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(name, data, mode)
-}
-
-// installFakePi puts an executable "pi" on the fake's PATH.
-func (f *fakeOps) installFakePi(t *testing.T) {
-	t.Helper()
-	bin := filepath.Join(f.home, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(bin, "pi"), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (f *fakeOps) read(t *testing.T, rel string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(f.home, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	f.Install(t, "pi", "#!/bin/sh\nexit 0\n")
 }
 
 func TestDriverBasics(t *testing.T) {
 	d := New(Options{APIKey: "sk-secret-1234"})
-	if d.Name() != "pi" || d.Image() != "" {
-		t.Errorf("name %q image %q", d.Name(), d.Image())
-	}
-	if !reflect.DeepEqual(d.Secrets(), []string{"sk-secret-1234"}) {
-		t.Errorf("secrets %v", d.Secrets())
-	}
-	if New(Options{}).Secrets() != nil {
-		t.Error("secrets without a key")
-	}
+	drivertest.CheckBasics(t, d, New(Options{}), "pi", "sk-secret-1234")
 	want := sandboxagent.Capabilities{Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true, Thinking: true, Usage: true, Deltas: true}
 	if sandboxagent.CapabilitiesOf(d) != want {
 		t.Errorf("capabilities %+v", sandboxagent.CapabilitiesOf(d))
@@ -215,20 +113,7 @@ func TestCommand(t *testing.T) {
 			if !reflect.DeepEqual(inv.Cmd, tc.cmd) {
 				t.Errorf("cmd\n got %q\nwant %q", inv.Cmd, tc.cmd)
 			}
-			if !reflect.DeepEqual(inv.Env, tc.env) {
-				t.Errorf("env\n got %v\nwant %v", inv.Env, tc.env)
-			}
-			if string(inv.Stdin) != tc.turn.Prompt {
-				t.Errorf("stdin %q", inv.Stdin)
-			}
-			if inv.WorkDir != tc.turn.WorkDir {
-				t.Errorf("workdir %q", inv.WorkDir)
-			}
-			for _, a := range inv.Cmd {
-				if strings.Contains(a, "sk-") {
-					t.Errorf("the key is on the command line: %q", inv.Cmd)
-				}
-			}
+			drivertest.CheckInvocation(t, inv, tc.turn, tc.env, nil, true, "sk-")
 		})
 	}
 }
@@ -256,14 +141,14 @@ func TestCommandErrors(t *testing.T) {
 }
 
 func TestSetupGateway(t *testing.T) {
-	f := newFakeOps(t)
-	f.installFakePi(t)
+	f := drivertest.NewHostOps(t)
+	installFakePi(t, f)
 	d := New(Options{BaseURL: "http://127.0.0.1:4000/v1", APIKey: "sk-secret-9876", Model: "m1", MaxRetries: -1})
 	if err := d.Setup(context.Background(), f); err != nil {
 		t.Fatal(err)
 	}
-	models := f.read(t, ".pi/agent/models.json")
-	settings := f.read(t, ".pi/agent/settings.json")
+	models := []byte(f.Read(t, ".pi/agent/models.json"))
+	settings := []byte(f.Read(t, ".pi/agent/settings.json"))
 	for _, b := range [][]byte{models, settings} {
 		if bytes.Contains(b, []byte("sk-secret-9876")) {
 			t.Errorf("key written into a file:\n%s", b)
@@ -295,23 +180,23 @@ func TestSetupGateway(t *testing.T) {
 		s["enableInstallTelemetry"] != false || retry["enabled"] != false {
 		t.Errorf("settings.json:\n%s", settings)
 	}
-	fi, err := os.Stat(filepath.Join(f.home, ".pi/agent/models.json"))
+	fi, err := os.Stat(filepath.Join(f.Home, ".pi/agent/models.json"))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("models.json mode %v (%v)", fi.Mode(), err)
 	}
 }
 
 func TestSetupBuiltinAndErrors(t *testing.T) {
-	f := newFakeOps(t)
-	f.installFakePi(t)
+	f := drivertest.NewHostOps(t)
+	installFakePi(t, f)
 	if err := New(Options{Provider: "anthropic", APIKey: "k"}).Setup(context.Background(), f); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(f.home, ".pi/agent/models.json")); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(f.Home, ".pi/agent/models.json")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("models.json written for a built-in provider (%v)", err)
 	}
 	var s map[string]any
-	if err := json.Unmarshal(f.read(t, ".pi/agent/settings.json"), &s); err != nil {
+	if err := json.Unmarshal([]byte(f.Read(t, ".pi/agent/settings.json")), &s); err != nil {
 		t.Fatal(err)
 	}
 	if s["shellCommandPrefix"] != "unset ANTHROPIC_API_KEY" {
@@ -320,21 +205,23 @@ func TestSetupBuiltinAndErrors(t *testing.T) {
 
 	// A built-in provider this package does not know, without a key (a
 	// local server pi knows): no key variable to hide.
-	h := newFakeOps(t)
-	h.installFakePi(t)
+	h := drivertest.NewHostOps(t)
+	installFakePi(t, h)
 	if err := New(Options{Provider: "nowhere"}).Setup(context.Background(), h); err != nil {
 		t.Fatal(err)
 	}
-	if b := h.read(t, ".pi/agent/settings.json"); bytes.Contains(b, []byte("shellCommandPrefix")) {
+	if b := h.Read(t, ".pi/agent/settings.json"); strings.Contains(b, "shellCommandPrefix") {
 		t.Errorf("settings %s", b)
 	}
 
 	// pi missing from the image.
-	g := newFakeOps(t)
+	g := drivertest.NewHostOps(t)
 	if err := New(Options{BaseURL: "http://x"}).Setup(context.Background(), g); !errors.Is(err, sandboxagent.ErrCLIMissing) {
 		t.Errorf("no pi: %v", err)
 	}
-	g.failRun = true
+	g.Intercept = func(sandboxagent.ExecRequest) (*sandboxagent.ExecResult, error) {
+		return nil, errors.New("engine gone")
+	}
 	if err := New(Options{BaseURL: "http://x"}).Setup(context.Background(), g); err == nil {
 		t.Error("engine failure not reported")
 	}
@@ -344,9 +231,9 @@ func TestSetupBuiltinAndErrors(t *testing.T) {
 }
 
 // session writes a pi session file as pi does and returns its path.
-func (f *fakeOps) session(t *testing.T, id, cwd, prompt string, at time.Time) string {
+func session(t *testing.T, f *drivertest.HostOps, id, cwd, prompt string, at time.Time) string {
 	t.Helper()
-	dir := filepath.Join(f.home, ".pi/agent/sessions", projectDir(cwd))
+	dir := filepath.Join(f.Home, ".pi/agent/sessions", projectDir(cwd))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -386,13 +273,13 @@ func TestSessionHelpers(t *testing.T) {
 
 func TestSessions(t *testing.T) {
 	ctx := context.Background()
-	f := newFakeOps(t)
+	f := drivertest.NewHostOps(t)
 	d := New(Options{BaseURL: "http://x"})
 	const a = "01a226cc-99ca-72ce-ad27-ea8c5f5a37fe"
 	const b = "01a226cd-0000-7000-8000-000000000001"
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
-	pa := f.session(t, a, f.work, `first prompt ALPHA\nsecond line`, t0)
-	f.session(t, b, "/elsewhere", "other", t0.Add(time.Minute))
+	pa := session(t, f, a, f.Work, `first prompt ALPHA\nsecond line`, t0)
+	session(t, f, b, "/elsewhere", "other", t0.Add(time.Minute))
 
 	list, err := d.ListSessions(ctx, f)
 	if err != nil {
@@ -424,7 +311,7 @@ func TestSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, origRest, _ := bytes.Cut(orig, []byte("\n"))
-	if h.str("id") != fid || h.str("parentSession") != pa || h.str("cwd") != f.work || !bytes.Equal(rest, origRest) {
+	if h.str("id") != fid || h.str("parentSession") != pa || h.str("cwd") != f.Work || !bytes.Equal(rest, origRest) {
 		t.Errorf("fork file:\n%s", forked)
 	}
 	if !strings.HasPrefix(string(forked), `{"type":"session","version":3,"id":"`+fid+`"`) {
@@ -436,7 +323,7 @@ func TestSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dump.Driver != "pi" || dump.SessionID != a || !bytes.Equal(dump.Files[dumpSession], orig) || dump.Meta[metaCwd] != f.work || dump.Meta[metaFile] != filepath.Base(pa) {
+	if dump.Driver != "pi" || dump.SessionID != a || !bytes.Equal(dump.Files[dumpSession], orig) || dump.Meta[metaCwd] != f.Work || dump.Meta[metaFile] != filepath.Base(pa) {
 		t.Errorf("dump %+v", dump.Meta)
 	}
 	if _, err := d.LoadSession(ctx, f, dump); !errors.Is(err, sandboxagent.ErrDestinationExists) {
@@ -448,28 +335,20 @@ func TestSessions(t *testing.T) {
 	if _, err := os.Stat(pa); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("deleted session still there (%v)", err)
 	}
-	if err := d.DeleteSession(ctx, f, a); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("delete twice: %v", err)
-	}
-	if _, err := d.DumpSession(ctx, f, a); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("dump of a deleted session: %v", err)
-	}
-	if _, err := d.Fork(ctx, f, a); !errors.Is(err, sandboxagent.ErrPathNotFound) {
-		t.Errorf("fork of a deleted session: %v", err)
-	}
+	drivertest.CheckSessionGone(t, d, f, a)
 
 	// Load into "another container" whose working directory differs: the
 	// file goes to that directory's folder with its cwd rewritten.
-	g := newFakeOps(t)
-	g.work = filepath.Join(filepath.Dir(g.work), "other-dir")
-	if err := os.MkdirAll(g.work, 0o755); err != nil {
+	g := drivertest.NewHostOps(t)
+	g.Work = filepath.Join(filepath.Dir(g.Work), "other-dir")
+	if err := os.MkdirAll(g.Work, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	got, err := d.LoadSession(ctx, g, dump)
 	if err != nil || got != a {
 		t.Fatalf("load: %q %v", got, err)
 	}
-	loaded, err := os.ReadFile(filepath.Join(g.home, ".pi/agent/sessions", projectDir(g.work), filepath.Base(pa)))
+	loaded, err := os.ReadFile(filepath.Join(g.Home, ".pi/agent/sessions", projectDir(g.Work), filepath.Base(pa)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +356,7 @@ func TestSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lh.str("id") != a || lh.str("cwd") != g.work || !bytes.Equal(lrest, origRest) {
+	if lh.str("id") != a || lh.str("cwd") != g.Work || !bytes.Equal(lrest, origRest) {
 		t.Errorf("loaded:\n%s", loaded)
 	}
 	if l2, _ := d.ListSessions(ctx, g); len(l2) != 1 || l2[0].ID != a {
@@ -487,7 +366,7 @@ func TestSessions(t *testing.T) {
 
 func TestSessionErrors(t *testing.T) {
 	ctx := context.Background()
-	f := newFakeOps(t)
+	f := drivertest.NewHostOps(t)
 	d := New(Options{BaseURL: "http://x"})
 	for _, id := range []string{"", "x", "../../etc/passwd", `01a226cc-99ca-72ce-ad27-ea8c5f5a37f"`} {
 		if _, err := d.Fork(ctx, f, id); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
@@ -523,7 +402,7 @@ func TestSessionErrors(t *testing.T) {
 	if _, err := d.LoadSession(ctx, f, dump); err != nil {
 		t.Fatal(err)
 	}
-	m, _ := filepath.Glob(filepath.Join(f.home, ".pi/agent/sessions", projectDir(f.work), "*_"+id+".jsonl"))
+	m, _ := filepath.Glob(filepath.Join(f.Home, ".pi/agent/sessions", projectDir(f.Work), "*_"+id+".jsonl"))
 	if len(m) != 1 {
 		t.Errorf("loaded files %v", m)
 	}
@@ -531,44 +410,21 @@ func TestSessionErrors(t *testing.T) {
 
 func TestRulesAndSkills(t *testing.T) {
 	ctx := context.Background()
-	f := newFakeOps(t)
+	f := drivertest.NewHostOps(t)
 	d := New(Options{BaseURL: "http://x"})
-	if err := d.InstallRules(ctx, f, "Always say RULE.\n"); err != nil {
+	drivertest.CheckRulesAndSkills(t, d, f, ".pi/agent/AGENTS.md", ".pi/agent/skills")
+	// pi reads SKILL.md's front matter: CRLF lines and a folded value
+	// pass; none, or one without a description, does not.
+	crlf := sandboxagent.Skill{Name: "marker", Files: map[string][]byte{"SKILL.md": []byte("---\r\nname: marker\r\ndescription: >\r\n  v2\r\n---\r\n")}}
+	if err := d.InstallSkill(ctx, f, crlf); err != nil {
 		t.Fatal(err)
-	}
-	if got := f.read(t, ".pi/agent/AGENTS.md"); string(got) != "Always say RULE.\n" {
-		t.Errorf("rules %q", got)
-	}
-	sk := sandboxagent.Skill{Name: "marker", Files: map[string][]byte{
-		"SKILL.md":          []byte("---\nname: marker\ndescription: d\n---\nbody\n"),
-		"scripts/run.sh":    []byte("echo hi\n"),
-		"reference/a/b.txt": {},
-	}}
-	if err := d.InstallSkill(ctx, f, sk); err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range sk.Files {
-		if got := f.read(t, ".pi/agent/skills/marker/"+name); !bytes.Equal(got, want) {
-			t.Errorf("%s: %q", name, got)
-		}
-	}
-	// Reinstalling replaces the folder.
-	sk.Files = map[string][]byte{"SKILL.md": []byte("---\r\nname: marker\r\ndescription: >\r\n  v2\r\n---\r\n")}
-	if err := d.InstallSkill(ctx, f, sk); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(f.home, ".pi/agent/skills/marker/scripts")); !errors.Is(err, fs.ErrNotExist) {
-		t.Error("old skill files left behind")
 	}
 	for _, bad := range []sandboxagent.Skill{
-		{Name: "../x", Files: map[string][]byte{"SKILL.md": nil}},
-		{Name: "x"},
-		{Name: "x", Files: map[string][]byte{"SKILL.md": nil, "../evil": nil}},
 		{Name: "x", Files: map[string][]byte{"SKILL.md": []byte("# no front matter\ndescription: x\n")}},
 		{Name: "x", Files: map[string][]byte{"SKILL.md": []byte("---\nname: x\n---\ndescription: x\n")}},
 	} {
 		if err := d.InstallSkill(ctx, f, bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
-			t.Errorf("skill %+v: %v", bad.Name, err)
+			t.Errorf("skill %q: %v", bad.Files["SKILL.md"], err)
 		}
 	}
 }

@@ -1,12 +1,19 @@
-// Package drivertest runs real agent CLIs in their real images against the
-// fake model, for the drivers' end-to-end tests (build tag integration).
+// Package drivertest holds what the drivers' tests share: HostOps, the
+// fake sandbox of the unit tests; the golden-file harness of the parser
+// tests; and helpers that run real agent CLIs in their real images
+// against the fake model, for the end-to-end tests (build tag
+// integration).
 package drivertest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,4 +115,242 @@ func Ctx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// capture makes Capture copy end-to-end turns' output into testdata.
+var capture = flag.Bool("capture", false, "copy the raw output (and stderr) of the end-to-end turns into testdata/ for the parser's golden tests")
+
+// Capture, when the test runs with -capture, copies a turn's raw output
+// (the audit's session.jsonl) to testdata/<name>.jsonl and, when the turn
+// failed with a DriverError that kept stderr, that to
+// testdata/<name>.stderr: the layout CheckGolden reads.
+func Capture(t testing.TB, res sandboxagent.TurnResult, err error, name string) {
+	t.Helper()
+	if !*capture || res.AuditDir == "" {
+		return
+	}
+	b, rerr := os.ReadFile(filepath.Join(res.AuditDir, "session.jsonl"))
+	if rerr == nil {
+		rerr = os.WriteFile(filepath.Join("testdata", name+".jsonl"), b, 0o644)
+	}
+	var de *sandboxagent.DriverError
+	if rerr == nil && errors.As(err, &de) && de.Stderr != "" {
+		rerr = os.WriteFile(filepath.Join("testdata", name+".stderr"), []byte(de.Stderr), 0o644)
+	}
+	if rerr != nil {
+		t.Error(rerr)
+	}
+}
+
+// Capturing reports whether the test runs with -capture.
+func Capturing() bool { return *capture }
+
+// RequestText is every string inside the JSON bodies of the model
+// requests the fake got from index from on (decoded, so escaping does not
+// matter), one per line. It fails the test when there was none.
+func RequestText(t testing.TB, srv *fakemodel.Server, from int) string {
+	t.Helper()
+	var b strings.Builder
+	n := 0
+	for _, r := range srv.Requests()[from:] {
+		if r.API == "" {
+			continue
+		}
+		var v any
+		if err := json.Unmarshal(r.Body, &v); err != nil {
+			t.Fatalf("request body: %v", err)
+		}
+		jsonStrings(v, &b)
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("the fake model got no model request after #%d", from)
+	}
+	return b.String()
+}
+
+// jsonStrings writes every string inside a JSON value to out.
+func jsonStrings(v any, out *strings.Builder) {
+	switch x := v.(type) {
+	case string:
+		out.WriteString(x)
+		out.WriteByte('\n')
+	case []any:
+		for _, e := range x {
+			jsonStrings(e, out)
+		}
+	case map[string]any:
+		for _, e := range x {
+			jsonStrings(e, out)
+		}
+	}
+}
+
+// NoKeyInHome fails when Key is in any file (binary ones too) of the
+// sandbox user's home or of the extra folders.
+func NoKeyInHome(t testing.TB, a *sandboxagent.Agent, extra ...string) {
+	t.Helper()
+	cmd := append([]string{"sh", "-c", `k=$1; shift; grep -rlaF -- "$k" "$HOME" "$@"; test $? -eq 1`, "sh", Key}, extra...)
+	res, err := a.Container().Run(Ctx(t), sandboxagent.ExecRequest{Cmd: cmd})
+	if err != nil || res.ExitCode != 0 {
+		t.Errorf("API key found in the sandbox's files (exit %d, %v): %s %s", res.ExitCode, err, res.Stdout, res.Stderr)
+	}
+}
+
+// ShellCommand is the command of the shell turns: ShellThenDone(ShellCommand).
+const ShellCommand = "echo hi > /tmp/out.txt"
+
+// ShellWant is what differs between the drivers' shell turns.
+type ShellWant struct {
+	Tool          string   // the name of the CLI's shell tool
+	IDPrefix      string   // every session id starts with it
+	AllowThinking bool     // the CLI reports thinking although the model sent none
+	KeyDirs       []string // folders besides the home to search for the key
+	Capture       string   // the name -capture keeps the turn's output under
+}
+
+// ShellTurn runs the first turn of agent a, whose fake model runs the
+// script ShellThenDone(ShellCommand), and checks: reply DONE and the file
+// written; a tool_call of the shell tool running the command (call id,
+// JSON input) and, after it, its tool_result with exit code 0; every
+// event in the turn's session and turn 1, the first a session event, the
+// last done with DONE; session, text, usage events and no raw (nor
+// thinking) event; the audit files without the key, one raw line per
+// stdout line and one line of events.jsonl per event; the key in no file
+// of the sandbox's home. It returns the turn, the call and the result.
+func ShellTurn(t testing.TB, a *sandboxagent.Agent, want ShellWant) (res sandboxagent.TurnResult, call, result sandboxagent.Event) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	res, err := a.Stream(ctx, "Create /tmp/out.txt containing hi, then answer DONE.", nil)
+	t.Logf("turn took %v", time.Since(start))
+	if want.Capture != "" {
+		Capture(t, res, err, want.Capture)
+	}
+	if err != nil {
+		t.Fatalf("Stream: %v (events %+v)", err, res.Events)
+	}
+	if res.Reply != "DONE" {
+		t.Errorf("reply %q, want DONE", res.Reply)
+	}
+	if out, err := a.Container().ReadFile(Ctx(t), "/tmp/out.txt", 1<<10); err != nil || string(out) != "hi\n" {
+		t.Errorf("/tmp/out.txt = %q, %v", out, err)
+	}
+	if res.SessionID == "" || !strings.HasPrefix(res.SessionID, want.IDPrefix) {
+		t.Errorf("session id %q, want the prefix %q", res.SessionID, want.IDPrefix)
+	}
+	callAt := slices.IndexFunc(res.Events, func(ev sandboxagent.Event) bool {
+		return ev.Kind == sandboxagent.KindToolCall && strings.Contains(ev.Payload.Command, ShellCommand)
+	})
+	if callAt < 0 {
+		t.Fatalf("no tool_call running %q in %+v", ShellCommand, res.Events)
+	}
+	call = res.Events[callAt]
+	if p := call.Payload; p.CallID == "" || p.Tool != want.Tool || !json.Valid(p.Input) {
+		t.Errorf("tool_call payload %+v, want the tool %s", p, want.Tool)
+	}
+	resultAt := slices.IndexFunc(res.Events, func(ev sandboxagent.Event) bool {
+		return ev.Kind == sandboxagent.KindToolResult && ev.Payload.CallID == call.Payload.CallID
+	})
+	if resultAt <= callAt {
+		t.Errorf("tool_result for %s at %d, call at %d", call.Payload.CallID, resultAt, callAt)
+	} else if result = res.Events[resultAt]; result.Line < call.Line || result.Payload.IsError || result.Payload.ExitCode == nil || *result.Payload.ExitCode != 0 {
+		t.Errorf("tool_result %+v (line %d, call line %d)", result.Payload, result.Line, call.Line)
+	}
+	maxLine := 0
+	kinds := map[sandboxagent.EventKind]int{}
+	for _, ev := range res.Events {
+		maxLine = max(maxLine, ev.Line)
+		kinds[ev.Kind]++
+		if ev.SessionID != res.SessionID || ev.Turn != 1 {
+			t.Errorf("event %+v: session/turn", ev)
+		}
+		if ev.Kind == sandboxagent.KindRaw {
+			t.Errorf("raw event: %.300s", ev.Payload.Raw)
+		}
+	}
+	for _, k := range []sandboxagent.EventKind{sandboxagent.KindSession, sandboxagent.KindText, sandboxagent.KindUsage, sandboxagent.KindDone} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s event", k)
+		}
+	}
+	if kinds[sandboxagent.KindThinking] != 0 && !want.AllowThinking {
+		t.Errorf("thinking events without reasoning: %v", kinds)
+	}
+	if first := res.Events[0]; first.Kind != sandboxagent.KindSession {
+		t.Errorf("first event %+v", first)
+	}
+	if last := res.Events[len(res.Events)-1]; last.Kind != sandboxagent.KindDone || last.Payload.Text != "DONE" {
+		t.Errorf("last event %+v", last)
+	}
+	if lines := AuditFiles(t, res.AuditDir, Key); lines != maxLine {
+		t.Errorf("session.jsonl has %d lines, the events point up to line %d", lines, maxLine)
+	}
+	evs, err := os.ReadFile(filepath.Join(res.AuditDir, "events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range bytes.Split(bytes.TrimSuffix(evs, []byte("\n")), []byte("\n")) {
+		n++
+		var ev sandboxagent.Event
+		if err := json.Unmarshal(l, &ev); err != nil {
+			t.Errorf("events.jsonl line %d: %v", n, err)
+		}
+	}
+	if n != len(res.Events) {
+		t.Errorf("events.jsonl has %d events, the turn %d", n, len(res.Events))
+	}
+	NoKeyInHome(t, a, want.KeyDirs...)
+	return res, call, result
+}
+
+// BadKeyTurn is a turn the model answered with 401.
+type BadKeyTurn struct {
+	Res  sandboxagent.TurnResult
+	Err  error // a *DriverError: DE
+	DE   *sandboxagent.DriverError
+	Took time.Duration
+}
+
+// CheckBadKey runs a turn of agent a, whose fake model runs the script
+// Unauthorized, and checks what every driver does with the 401: a
+// *DriverError of the driver with status 401 and a one-line message,
+// within 30 s (unless slowStart: the caller judges the time), without
+// the key; no reply; the audit files without the key.
+func CheckBadKey(t testing.TB, a *sandboxagent.Agent, driver string, slowStart bool) BadKeyTurn {
+	t.Helper()
+	start := time.Now()
+	res, err := a.Stream(Ctx(t), "hello", nil)
+	b := BadKeyTurn{Res: res, Err: err, Took: time.Since(start)}
+	t.Logf("401 → %v after %v", err, b.Took)
+	if !errors.As(err, &b.DE) {
+		t.Fatalf("err %T %v, want *DriverError", err, err)
+	}
+	if b.Took > 30*time.Second && !slowStart {
+		t.Errorf("DriverError after %v, want < 30s", b.Took)
+	}
+	if de := b.DE; de.Status != 401 || de.Driver != driver || de.Message == "" || strings.Contains(de.Message, "\n") {
+		t.Errorf("DriverError %+v", de)
+	}
+	if strings.Contains(b.DE.Error(), Key) || strings.Contains(b.DE.Stderr, Key) {
+		t.Error("the error holds the key")
+	}
+	if res.Reply != "" {
+		t.Errorf("reply %q on error", res.Reply)
+	}
+	if res.AuditDir != "" {
+		AuditFiles(t, res.AuditDir, Key)
+	}
+	return b
+}
+
+// Start starts the fake model with script (see FakeModel) and an agent
+// (see StartAgent) of the driver newDriver makes for it.
+func Start[D sandboxagent.Driver](t testing.TB, script fakemodel.Script, newDriver func(*fakemodel.Server) D, opts ...sandboxagent.AgentOption) (*sandboxagent.Agent, D, *fakemodel.Server) {
+	t.Helper()
+	srv := FakeModel(t, script)
+	drv := newDriver(srv)
+	return StartAgent(t, drv, AuditRoot(t), opts...), drv, srv
 }
