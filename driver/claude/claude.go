@@ -45,24 +45,24 @@ type Options struct {
 // Driver drives Claude Code. It holds no per-sandbox state, so one Driver
 // may serve several agents.
 type Driver struct {
+	kit.Identity
+	kit.Instructions
 	o Options
 }
 
 var _ sandboxagent.Driver = (*Driver)(nil)
 
 // New returns a driver.
-func New(o Options) *Driver { return &Driver{o: o} }
-
-// Name is "claude".
-func (d *Driver) Name() string { return "claude" }
-
-// Image is "": the built-in claude image from versions.json.
-func (d *Driver) Image() string { return "" }
-
-// Traits: everything but deltas (the driver does not ask the CLI for
-// partial messages; each content block arrives whole).
-func (d *Driver) Traits() sandboxagent.Traits {
-	return sandboxagent.Traits{Continue: true, Thinking: true, Usage: true}
+// It runs in the built-in claude image; its traits are everything but
+// deltas (the driver does not ask the CLI for partial messages; each
+// content block arrives whole). Rules are the user-global
+// ~/.claude/CLAUDE.md, skills ~/.claude/skills/<name>/.
+func New(o Options) *Driver {
+	return &Driver{
+		Identity:     kit.NewIdentity("claude", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true}),
+		Instructions: kit.Instructions{Files: sh, RulesFile: rulesFile, SkillsDir: skillsDir, Mode: kit.PlainFiles},
+		o:            o,
+	}
 }
 
 // Secrets returns the API key.

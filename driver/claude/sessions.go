@@ -63,21 +63,11 @@ mv -f -- "$dir/$2.jsonl.tmp" "$dir/$2.jsonl"`
 	return ids.Copy(ctx, c, sh, script, id, nid)
 }
 
-var _ sandboxagent.SkillInstaller = (*Driver)(nil)
-
-// InstallSkill puts the skill in ~/.claude/skills/<name>/, replacing any
-// skill of that name.
-func (d *Driver) InstallSkill(ctx context.Context, c sandboxagent.ContainerOps, s sandboxagent.Skill) error {
-	return kit.InstallSkill(ctx, c, sh, skillsDir, s, kit.PlainFiles)
-}
-
-var _ sandboxagent.RulesInstaller = (*Driver)(nil)
-
-// InstallRules writes the user-global ~/.claude/CLAUDE.md (empty rules
-// remove it).
-func (d *Driver) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error {
-	return kit.InstallRules(ctx, c, sh, rulesFile, rules)
-}
+// Skills and rules: kit.Instructions (see New).
+var (
+	_ sandboxagent.SkillInstaller = (*Driver)(nil)
+	_ sandboxagent.RulesInstaller = (*Driver)(nil)
+)
 
 var _ sandboxagent.SessionStore = (*Driver)(nil)
 

@@ -68,24 +68,26 @@ type Options struct {
 
 // Driver is the codex driver. It implements sandboxagent.Driver.
 type Driver struct {
+	kit.Identity
+	kit.Instructions
 	o Options
 }
 
 var _ sandboxagent.Driver = (*Driver)(nil)
 
 // New returns a codex driver.
-func New(o Options) *Driver { return &Driver{o: o} }
-
-// Name implements sandboxagent.Driver.
-func (d *Driver) Name() string { return "codex" }
-
-// Image implements sandboxagent.Driver.
-func (d *Driver) Image() string { return d.o.Image }
-
-// Traits implements sandboxagent.Driver. Codex prints whole messages
-// only, so Deltas is false.
-func (d *Driver) Traits() sandboxagent.Traits {
-	return sandboxagent.Traits{Continue: true, Thinking: true, Usage: true}
+// It runs in Options.Image ("" = the built-in one); codex prints whole
+// messages only, so its traits lack Deltas. Rules become
+// $CODEX_HOME/AGENTS.md, codex's global instructions; skills
+// $CODEX_HOME/skills/<name>/, a file that starts with "#!" made
+// executable.
+func New(o Options) *Driver {
+	d := &Driver{
+		Identity: kit.NewIdentity("codex", o.Image, sandboxagent.Traits{Continue: true, Thinking: true, Usage: true}),
+		o:        o,
+	}
+	d.Instructions = kit.Instructions{Files: d.sh(), RulesFile: "AGENTS.md", SkillsDir: "skills", Mode: kit.ExecScripts}
+	return d
 }
 
 // Secrets implements sandboxagent.Driver.

@@ -18,23 +18,11 @@ import (
 // maxForkDepth bounds the chain of parents a dump follows.
 const maxForkDepth = 32
 
-var _ sandboxagent.RulesInstaller = (*Driver)(nil)
-
-// InstallRules implements sandboxagent.RulesInstaller: rules become
-// $CODEX_HOME/AGENTS.md, codex's global instructions (empty rules remove
-// it).
-func (d *Driver) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error {
-	return kit.InstallRules(ctx, c, d.sh(), "AGENTS.md", rules)
-}
-
-var _ sandboxagent.SkillInstaller = (*Driver)(nil)
-
-// InstallSkill implements sandboxagent.SkillInstaller: the skill's files
-// go to $CODEX_HOME/skills/<name>/, replacing an older copy; a file that
-// starts with "#!" is made executable.
-func (d *Driver) InstallSkill(ctx context.Context, c sandboxagent.ContainerOps, s sandboxagent.Skill) error {
-	return kit.InstallSkill(ctx, c, d.sh(), "skills", s, kit.ExecScripts)
-}
+// Skills and rules: kit.Instructions (see New).
+var (
+	_ sandboxagent.SkillInstaller = (*Driver)(nil)
+	_ sandboxagent.RulesInstaller = (*Driver)(nil)
+)
 
 // rollout is one session file found in the container.
 type rollout struct {

@@ -87,24 +87,24 @@ type Options struct {
 // Driver drives DeepSeek Harness (dsh). It holds no per-sandbox state, so
 // one Driver may serve several agents.
 type Driver struct {
+	kit.Identity
+	kit.Instructions
 	o Options
 }
 
 var _ sandboxagent.Driver = (*Driver)(nil)
 
 // New returns a driver.
-func New(o Options) *Driver { return &Driver{o: o} }
-
-// Name is "dsh".
-func (d *Driver) Name() string { return "dsh" }
-
-// Image is "": the built-in dsh image from versions.json.
-func (d *Driver) Image() string { return "" }
-
-// Traits: everything. Deltas: the session log carries the model's text
-// and reasoning fragments as they stream.
-func (d *Driver) Traits() sandboxagent.Traits {
-	return sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Deltas: true}
+// It runs in the built-in dsh image; its traits are everything (deltas:
+// the session log carries the model's text and reasoning fragments as
+// they stream). Rules are the user-global $DSH_HOME/AGENTS.md, skills
+// $DSH_HOME/skills/<name>/.
+func New(o Options) *Driver {
+	return &Driver{
+		Identity:     kit.NewIdentity("dsh", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Deltas: true}),
+		Instructions: kit.Instructions{Files: sh, RulesFile: rulesFile, SkillsDir: skillsDir, Mode: kit.PlainFiles},
+		o:            o,
+	}
 }
 
 // Secrets returns the API key.

@@ -46,6 +46,7 @@ type Options struct {
 
 // Driver runs opencode. It implements sandboxagent.Driver.
 type Driver struct {
+	kit.Identity
 	o Options
 }
 
@@ -56,19 +57,9 @@ func New(o Options) *Driver {
 	if o.Provider == "" && o.BaseURL != "" {
 		o.Provider = DefaultProvider
 	}
-	return &Driver{o: o}
-}
-
-// Name is "opencode".
-func (d *Driver) Name() string { return "opencode" }
-
-// Image is "": the tag from versions.json.
-func (d *Driver) Image() string { return "" }
-
-// Traits: everything but deltas (opencode's JSON output prints only
-// finished parts).
-func (d *Driver) Traits() sandboxagent.Traits {
-	return sandboxagent.Traits{Continue: true, Thinking: true, Usage: true}
+	// The tag from versions.json; everything but deltas (opencode's JSON
+	// output prints only finished parts).
+	return &Driver{Identity: kit.NewIdentity("opencode", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true}), o: o}
 }
 
 // Secrets returns the API key.

@@ -116,24 +116,25 @@ type Options struct {
 // Driver drives pi (@mariozechner/pi-coding-agent). It holds no
 // per-sandbox state, so one Driver may serve several agents.
 type Driver struct {
+	kit.Identity
+	kit.Instructions
 	o Options
 }
 
 var _ sandboxagent.Driver = (*Driver)(nil)
 
 // New returns a pi driver.
-func New(o Options) *Driver { return &Driver{o: o} }
-
-// Name is "pi".
-func (d *Driver) Name() string { return "pi" }
-
-// Image is Options.Image ("" = the built-in pi image).
-func (d *Driver) Image() string { return d.o.Image }
-
-// Traits: everything. pi streams text and thinking deltas in JSON mode
-// and reports per-request usage.
-func (d *Driver) Traits() sandboxagent.Traits {
-	return sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Deltas: true}
+// It runs in Options.Image ("" = the built-in pi image); its traits are
+// everything (pi streams text and thinking deltas in JSON mode and
+// reports per-request usage). Rules are ~/.pi/agent/AGENTS.md, the global
+// context file pi appends to its system prompt in every session; skills
+// ~/.pi/agent/skills/<name>/.
+func New(o Options) *Driver {
+	return &Driver{
+		Identity:     kit.NewIdentity("pi", o.Image, sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Deltas: true}),
+		Instructions: kit.Instructions{Files: sh, RulesFile: rulesFile, SkillsDir: skillsDir, Mode: kit.PlainFiles},
+		o:            o,
+	}
 }
 
 // Secrets returns the API key.

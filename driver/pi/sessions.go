@@ -240,7 +240,7 @@ func (d *Driver) InstallSkill(ctx context.Context, c sandboxagent.ContainerOps, 
 	if !hasDescription(s.Files["SKILL.md"]) {
 		return fmt.Errorf("%w: skill %q: SKILL.md has no front matter with a description (pi silently ignores such a skill)", sandboxagent.ErrInvalidArgument, s.Name)
 	}
-	return kit.InstallSkill(ctx, c, sh, skillsDir, s, kit.PlainFiles)
+	return d.Instructions.InstallSkill(ctx, c, s)
 }
 
 // hasDescription reports whether a SKILL.md starts with a YAML front
@@ -263,14 +263,8 @@ func hasDescription(md []byte) bool {
 	return false
 }
 
+// Rules: kit.Instructions (see New).
 var _ sandboxagent.RulesInstaller = (*Driver)(nil)
-
-// InstallRules writes ~/.pi/agent/AGENTS.md, the global context file pi
-// appends to its system prompt in every session (replaced on each call;
-// empty rules remove it).
-func (d *Driver) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error {
-	return kit.InstallRules(ctx, c, sh, rulesFile, rules)
-}
 
 // listScript prints, for every session file: "F\t<path>\t<mtime>", the
 // header as "H\t<json>" and the first user message as "U\t<json>".

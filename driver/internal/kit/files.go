@@ -107,3 +107,24 @@ func InstallRules(ctx context.Context, c sandboxagent.ContainerOps, f Files, rel
 	}
 	return f.WriteFile(ctx, c, rel, []byte(rules), 0o644)
 }
+
+// Instructions implements sandboxagent.SkillInstaller and
+// sandboxagent.RulesInstaller for a CLI that reads its rules from one file
+// and its skills from one folder, both in Files: embed it in the driver.
+type Instructions struct {
+	Files     Files
+	RulesFile string   // relative to Files
+	SkillsDir string   // relative to Files; a skill is SkillsDir/<name>/
+	Mode      FileMode // the mode of each skill file
+}
+
+// InstallSkill puts the skill in SkillsDir/<name>/, replacing any skill
+// of that name.
+func (i Instructions) InstallSkill(ctx context.Context, c sandboxagent.ContainerOps, s sandboxagent.Skill) error {
+	return InstallSkill(ctx, c, i.Files, i.SkillsDir, s, i.Mode)
+}
+
+// InstallRules writes RulesFile (empty rules remove it).
+func (i Instructions) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error {
+	return InstallRules(ctx, c, i.Files, i.RulesFile, rules)
+}

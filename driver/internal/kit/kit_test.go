@@ -1,12 +1,10 @@
 package kit
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,60 +12,13 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
-// hostOps runs commands with the host's sh under a temporary HOME; files
-// are host paths.
-type hostOps struct {
-	home string
-	cmds [][]string
-}
-
-func newHostOps(t *testing.T) *hostOps { return &hostOps{home: t.TempDir()} }
-
-func (h *hostOps) Run(ctx context.Context, req sandboxagent.ExecRequest) (sandboxagent.ExecResult, error) {
-	h.cmds = append(h.cmds, req.Cmd)
-	cmd := exec.CommandContext(ctx, req.Cmd[0], req.Cmd[1:]...)
-	cmd.Dir = h.home
-	cmd.Env = []string{"HOME=" + h.home, "PATH=" + os.Getenv("PATH"), "LC_ALL=C"}
-	for k, v := range req.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Stdin = req.Stdin
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	res := sandboxagent.ExecResult{Stdout: out.Bytes(), Stderr: errb.Bytes()}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		res.ExitCode, err = ee.ExitCode(), nil
-	}
-	return res, err
-}
-
-func (h *hostOps) ReadFile(_ context.Context, name string, _ int64) ([]byte, error) {
-	return os.ReadFile(name)
-}
-
-func (h *hostOps) WriteFile(_ context.Context, name string, data []byte, mode fs.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(name, data, mode)
-}
-
-func (h *hostOps) read(t *testing.T, rel string) string {
+// mode is the permission bits of rel under h's home.
+func mode(t *testing.T, h *drivertest.HostOps, rel string) fs.FileMode {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(h.home, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-func (h *hostOps) mode(t *testing.T, rel string) fs.FileMode {
-	t.Helper()
-	st, err := os.Stat(filepath.Join(h.home, rel))
+	st, err := os.Stat(h.HomePath(rel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +27,10 @@ func (h *hostOps) mode(t *testing.T, rel string) fs.FileMode {
 
 func TestShellRun(t *testing.T) {
 	ctx := context.Background()
-	h := newHostOps(t)
+	h := drivertest.NewHostOps(t)
 	sh := Shell{Driver: "x", Dir: "$HOME/.x", Env: map[string]string{"V": "v"}}
 	out, code, err := sh.Run(ctx, h, []byte("in"), `printf '%s %s %s ' "$H" "$V" "$1"; cat`, "arg")
-	if err != nil || code != 0 || string(out) != h.home+"/.x v arg in" {
+	if err != nil || code != 0 || string(out) != h.Home+"/.x v arg in" {
 		t.Errorf("Run: %q %d %v", out, code, err)
 	}
 	for _, c := range []int{ExitNoSession, ExitExists} {
@@ -102,34 +53,28 @@ func TestShellRun(t *testing.T) {
 	}
 }
 
-type timeoutOps struct{ hostOps }
-
-func (timeoutOps) Run(context.Context, sandboxagent.ExecRequest) (sandboxagent.ExecResult, error) {
-	return sandboxagent.ExecResult{TimedOut: true, ExitCode: 124}, nil
-}
-
 func TestShellTimeout(t *testing.T) {
 	ctx := context.Background()
-	if _, _, err := (Shell{Driver: "x"}).Run(ctx, &timeoutOps{}, nil, "true"); !errors.Is(err, sandboxagent.ErrTimeout) {
+	if _, _, err := (Shell{Driver: "x"}).Run(ctx, timedOut(t), nil, "true"); !errors.Is(err, sandboxagent.ErrTimeout) {
 		t.Errorf("timeout: %v", err)
 	}
 }
 
 func TestShellWriteFileAndRemove(t *testing.T) {
 	ctx := context.Background()
-	h := newHostOps(t)
+	h := drivertest.NewHostOps(t)
 	sh := Shell{Driver: "x", Dir: "$HOME/.x", DirUmask: "077"}
 	if err := sh.WriteFile(ctx, h, "a/b/f.json", []byte("{}"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if h.read(t, ".x/a/b/f.json") != "{}" || h.mode(t, ".x/a/b/f.json") != 0o600 || h.mode(t, ".x/a/b") != 0o700 {
-		t.Errorf("file %o dir %o", h.mode(t, ".x/a/b/f.json"), h.mode(t, ".x/a/b"))
+	if h.Read(t, ".x/a/b/f.json") != "{}" || mode(t, h, ".x/a/b/f.json") != 0o600 || mode(t, h, ".x/a/b") != 0o700 {
+		t.Errorf("file %o dir %o", mode(t, h, ".x/a/b/f.json"), mode(t, h, ".x/a/b"))
 	}
-	if err := sh.WriteFile(ctx, h, "a/b/f.json", nil, 0o644); err != nil || h.read(t, ".x/a/b/f.json") != "" {
+	if err := sh.WriteFile(ctx, h, "a/b/f.json", nil, 0o644); err != nil || h.Read(t, ".x/a/b/f.json") != "" {
 		t.Errorf("rewrite: %v", err)
 	}
 	home := Shell{Driver: "x"}
-	if err := home.WriteFile(ctx, h, "top.txt", []byte("t"), 0o644); err != nil || h.read(t, "top.txt") != "t" {
+	if err := home.WriteFile(ctx, h, "top.txt", []byte("t"), 0o644); err != nil || h.Read(t, "top.txt") != "t" {
 		t.Errorf("home: %v", err)
 	}
 	for _, bad := range []string{"", ".", "../x", "/abs", "a/../../b"} {
@@ -143,7 +88,7 @@ func TestShellWriteFileAndRemove(t *testing.T) {
 	if err := sh.Remove(ctx, h, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(h.home, ".x/a")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(h.Home, ".x/a")); !os.IsNotExist(err) {
 		t.Errorf("not removed: %v", err)
 	}
 	if err := sh.Remove(ctx, h, "a"); err != nil {
@@ -155,14 +100,14 @@ func TestInstallSkillAndRules(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
-		files func(h *hostOps) Files
+		files func(h *drivertest.HostOps) Files
 		root  string
 	}{
-		{"shell", func(*hostOps) Files { return Shell{Driver: "x", Dir: "$HOME/.x"} }, ".x"},
-		{"ops", func(h *hostOps) Files { return OpsDir{Driver: "x", Root: h.home + "/cfg"} }, "cfg"},
+		{"shell", func(*drivertest.HostOps) Files { return Shell{Driver: "x", Dir: "$HOME/.x"} }, ".x"},
+		{"ops", func(h *drivertest.HostOps) Files { return OpsDir{Driver: "x", Root: h.Home + "/cfg"} }, "cfg"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHostOps(t)
+			h := drivertest.NewHostOps(t)
 			f := tc.files(h)
 			s := sandboxagent.Skill{Name: "demo", Files: map[string][]byte{
 				"SKILL.md": []byte("---\nname: demo\n---\n"), "scripts/run.sh": []byte("#!/bin/sh\necho hi\n"), "old.md": []byte("old"),
@@ -170,17 +115,17 @@ func TestInstallSkillAndRules(t *testing.T) {
 			if err := InstallSkill(ctx, h, f, "skills", s, ExecScripts); err != nil {
 				t.Fatal(err)
 			}
-			if h.read(t, tc.root+"/skills/demo/SKILL.md") != "---\nname: demo\n---\n" || h.mode(t, tc.root+"/skills/demo/scripts/run.sh") != 0o755 || h.mode(t, tc.root+"/skills/demo/SKILL.md") != 0o644 {
+			if h.Read(t, tc.root+"/skills/demo/SKILL.md") != "---\nname: demo\n---\n" || mode(t, h, tc.root+"/skills/demo/scripts/run.sh") != 0o755 || mode(t, h, tc.root+"/skills/demo/SKILL.md") != 0o644 {
 				t.Error("skill files")
 			}
 			delete(s.Files, "old.md")
 			if err := InstallSkill(ctx, h, f, "skills", s, PlainFiles); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := os.Stat(filepath.Join(h.home, tc.root, "skills/demo/old.md")); !os.IsNotExist(err) {
+			if _, err := os.Stat(filepath.Join(h.Home, tc.root, "skills/demo/old.md")); !os.IsNotExist(err) {
 				t.Errorf("old file kept: %v", err)
 			}
-			if h.mode(t, tc.root+"/skills/demo/scripts/run.sh") != 0o644 {
+			if mode(t, h, tc.root+"/skills/demo/scripts/run.sh") != 0o644 {
 				t.Error("PlainFiles made a script executable")
 			}
 			for _, bad := range []sandboxagent.Skill{
@@ -193,13 +138,13 @@ func TestInstallSkillAndRules(t *testing.T) {
 				}
 			}
 
-			if err := InstallRules(ctx, h, f, "AGENTS.md", "be brief\n"); err != nil || h.read(t, tc.root+"/AGENTS.md") != "be brief\n" {
+			if err := InstallRules(ctx, h, f, "AGENTS.md", "be brief\n"); err != nil || h.Read(t, tc.root+"/AGENTS.md") != "be brief\n" {
 				t.Errorf("rules: %v", err)
 			}
 			if err := InstallRules(ctx, h, f, "AGENTS.md", ""); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := os.Stat(filepath.Join(h.home, tc.root, "AGENTS.md")); !os.IsNotExist(err) {
+			if _, err := os.Stat(filepath.Join(h.Home, tc.root, "AGENTS.md")); !os.IsNotExist(err) {
 				t.Errorf("empty rules kept the file: %v", err)
 			}
 		})
@@ -237,7 +182,7 @@ func TestIDs(t *testing.T) {
 	if err := ids.Exists("fork", id); !errors.Is(err, sandboxagent.ErrDestinationExists) || !strings.HasPrefix(err.Error(), "x: fork: ") {
 		t.Errorf("Exists: %v", err)
 	}
-	h := newHostOps(t)
+	h := drivertest.NewHostOps(t)
 	sh := Shell{Driver: "x"}
 	if out, code, err := ids.Run(context.Background(), h, sh, `printf '%s %s' "$1" "$2"`, id, "more"); err != nil || code != 0 || string(out) != id+" more" {
 		t.Errorf("Run: %q %d %v", out, code, err)
@@ -248,8 +193,8 @@ func TestIDs(t *testing.T) {
 	if _, code, err := ids.Run(context.Background(), h, sh, `exit 4`, id); err != nil || code != ExitExists {
 		t.Errorf("Run exit 4: %d %v", code, err)
 	}
-	if _, _, err := ids.Run(context.Background(), h, sh, `touch ran`, "../x"); !errors.Is(err, sandboxagent.ErrInvalidArgument) || len(h.cmds) != 3 {
-		t.Errorf("Run with a bad id: %v (%d commands)", err, len(h.cmds))
+	if _, _, err := ids.Run(context.Background(), h, sh, `touch ran`, "../x"); !errors.Is(err, sandboxagent.ErrInvalidArgument) || len(h.Runs()) != 3 {
+		t.Errorf("Run with a bad id: %v (%d commands)", err, len(h.Runs()))
 	}
 	if nid, err := ids.Copy(context.Background(), h, sh, `[ "$1" != "$2" ]`, id, "new"); err != nil || nid != "new" {
 		t.Errorf("Copy: %q %v", nid, err)
@@ -382,5 +327,35 @@ func TestOptions(t *testing.T) {
 	}
 	if b, err := JSONFile(map[string]int{"a": 1}); err != nil || string(b) != "{\n  \"a\": 1\n}\n" {
 		t.Errorf("JSONFile %q %v", b, err)
+	}
+}
+
+// timedOut is a sandbox whose every command runs past its timeout.
+func timedOut(t *testing.T) *drivertest.HostOps {
+	h := drivertest.NewHostOps(t)
+	h.Intercept = func(sandboxagent.ExecRequest) (*sandboxagent.ExecResult, error) {
+		return &sandboxagent.ExecResult{TimedOut: true, ExitCode: 124}, nil
+	}
+	return h
+}
+
+func TestIdentityAndInstructions(t *testing.T) {
+	traits := sandboxagent.Traits{Continue: true, Usage: true}
+	id := NewIdentity("x", "reg/x:1", traits)
+	if id.Name() != "x" || id.Image() != "reg/x:1" || id.Traits() != traits {
+		t.Errorf("identity %q %q %+v", id.Name(), id.Image(), id.Traits())
+	}
+	h := drivertest.NewHostOps(t)
+	in := Instructions{Files: Shell{Driver: "x", Dir: "$HOME/.x"}, RulesFile: "RULES.md", SkillsDir: "sk", Mode: ExecScripts}
+	ctx := context.Background()
+	if err := in.InstallRules(ctx, h, "short\n"); err != nil || h.Read(t, ".x/RULES.md") != "short\n" {
+		t.Errorf("rules: %v", err)
+	}
+	sk := sandboxagent.Skill{Name: "s", Files: map[string][]byte{"SKILL.md": []byte("d\n"), "run": []byte("#!/bin/sh\n")}}
+	if err := in.InstallSkill(ctx, h, sk); err != nil || h.Read(t, ".x/sk/s/SKILL.md") != "d\n" || mode(t, h, ".x/sk/s/run") != 0o755 {
+		t.Errorf("skill: %v", err)
+	}
+	if err := in.InstallRules(ctx, h, ""); err != nil || h.Exists(".x/RULES.md") {
+		t.Errorf("empty rules kept the file: %v", err)
 	}
 }
