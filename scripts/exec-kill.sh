@@ -19,7 +19,7 @@ pids() {
 }
 # list sets p to the tagged pids, a space-separated list (split on
 # purpose below). A fork that fails inside $(pids), with the tree at the
-# pids limit, leaves the listing empty: that is no "none left" but exit
+# pids limit, leaves the listing empty: that is not "none left" but exit
 # 2, so the caller frees pids and asks again.
 list() {
   p=$(pids) || { echo "cannot list the processes (no pid to fork?)" >&2; exit 2; }
