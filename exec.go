@@ -51,35 +51,6 @@ const ExitCodeTimeout = 124
 // when members left the process group.
 const execTagVar = "SANDBOX_AGENT_EXEC_ID"
 
-// killScript terminates every process carrying $1 in its environment:
-// SIGTERM, up to $2 hundredths of a second of grace, then SIGKILL until
-// none is left (a forking tree may need a few rounds). One grep scans all
-// of /proc per round: forks are slow in containers. /proc/uptime has two
-// decimals, so "12.34" read as 1234 counts hundredths.
-const killScript = `tag="` + execTagVar + `=$1"; grace=$2
-pids() {
-  for f in $(grep -lzxF -e "$tag" /proc/[0-9]*/environ 2>/dev/null); do
-    f=${f#/proc/}; printf '%s ' "${f%/environ}"
-  done
-}
-p=$(pids); [ -z "$p" ] && exit 0
-kill -TERM $p 2>/dev/null
-read -r up _ < /proc/uptime; t0=${up%.*}${up#*.}
-while :; do
-  sleep 0.1
-  p=$(pids); [ -z "$p" ] && exit 0
-  read -r up _ < /proc/uptime; now=${up%.*}${up#*.}
-  [ $((now - t0)) -ge "$grace" ] && break
-done
-n=0
-while [ "$n" -lt 100 ]; do
-  kill -KILL $p 2>/dev/null
-  sleep 0.05
-  p=$(pids); [ -z "$p" ] && exit 0
-  n=$((n+1))
-done
-exit 1`
-
 // killGrace is how long a timed-out command gets between SIGTERM and
 // SIGKILL.
 const killGrace = time.Second
@@ -220,7 +191,11 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 	if killErr != nil {
 		// The script itself needs forks; a tree that exhausted the pids
 		// limit leaves it none. Kill the bomb, then the rest of the tree.
-		if killed, err := s.killBomb(user); killed && err == nil {
+		// killBomb leaves a tree that no longer holds the limit (the
+		// script's first rounds may have thinned it): then there are
+		// pids to fork with again, and the script gets its second try
+		// all the same.
+		if _, err := s.killBomb(user); err == nil {
 			killErr = s.killTree(tag, user)
 		}
 	}

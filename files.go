@@ -147,7 +147,7 @@ func (s *Sandbox) fileOwner(ctx context.Context) (safetar.Owner, error) {
 	if s.owner != nil {
 		return *s.owner, nil
 	}
-	res, err := s.Run(ctx, ExecRequest{Cmd: []string{"sh", "-c", "id -u; id -g"}})
+	res, err := s.Run(ctx, ExecRequest{Cmd: []string{"sh", "-c", userIDsScript}})
 	if err != nil {
 		return safetar.Owner{}, fmt.Errorf("look up the sandbox user: %w", err)
 	}

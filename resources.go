@@ -19,16 +19,6 @@ type ResourceEvents struct {
 	PidsLimit int64 // refused forks
 }
 
-// countersScript prints the counters from cgroup v2 or v1 files without
-// forking: it must work while a fork bomb holds every pid.
-const countersScript = `for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
-  [ -r "$f" ] && while read -r k v; do [ "$k" = oom_kill ] && echo "oom $v"; done < "$f"
-done
-for f in /sys/fs/cgroup/pids.events /sys/fs/cgroup/pids/pids.events; do
-  [ -r "$f" ] && while read -r k v; do [ "$k" = max ] && echo "pids $v"; done < "$f"
-done
-exit 0`
-
 // ResourceEvents reads the sandbox's resource counters (one exec).
 func (s *Sandbox) ResourceEvents(ctx context.Context) (ResourceEvents, error) {
 	if s.isClosed() {
@@ -168,9 +158,18 @@ func (s *Sandbox) killBomb(user string) (bool, error) {
 	}
 	// Once the bomb is gone (its own exec's kill may have got it) the
 	// largest group is an innocent command: kill only while the limit
-	// is still (about) exhausted.
-	if current >= 0 && current*2 < s.pidsLimit {
-		return false, nil
+	// is still (about) exhausted. A live bomb's count swings, though:
+	// thinned by failed forks it fills the limit again within
+	// milliseconds, so a low count is believed only when it stays low
+	// for a second.
+	for i := 0; current >= 0 && current*2 < s.pidsLimit; i++ {
+		if i == 5 {
+			return false, nil
+		}
+		time.Sleep(200 * time.Millisecond)
+		if g, err = groups(); err != nil {
+			return false, err
+		}
 	}
 	pgid, most := 0, 0
 	for id, n := range g {
@@ -185,7 +184,7 @@ func (s *Sandbox) killBomb(user string) (bool, error) {
 		arg := "-" + strconv.Itoa(pgid)
 		// procps kill, else bash's builtin (dash's cannot signal groups).
 		if _, code, err := run("kill", "-s", "KILL", "--", arg); err != nil || code >= 126 {
-			_, _, _ = run("bash", "-c", `kill -s KILL -- "$1"`, "sandbox-agent-kill", arg)
+			_, _, _ = run("bash", "-c", killGroupScript, "sandbox-agent-kill", arg)
 		}
 		g, err := groups()
 		if err != nil {
@@ -197,14 +196,6 @@ func (s *Sandbox) killBomb(user string) (bool, error) {
 	}
 	return true, fmt.Errorf("process group %d survived 10 kills", pgid)
 }
-
-// scanScript prints the pids cgroup's process count ("current N", v2
-// or v1 file) and every /proc/PID/stat line, with builtins only.
-const scanScript = `for f in /sys/fs/cgroup/pids.current /sys/fs/cgroup/pids/pids.current; do
-  [ -r "$f" ] && read -r n < "$f" && echo "current $n"
-done
-for p in /proc/[0-9]*/stat; do read -r l < "$p" && echo "$l"; done 2>/dev/null
-exit 0`
 
 // parseCurrent finds the "current N" line of scanScript's output; -1
 // when there is none.

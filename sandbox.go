@@ -145,41 +145,6 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// keepaliveScript is the container's main process: it exits (and the
-// container removes itself) once no other process has run for $1 seconds,
-// checking every $2 seconds. Any process but init (pid 1) and this shell
-// is a running command: counting against a baseline taken at start would
-// miss a command that started before the shell did. Under bash it waits
-// with read -t on a pipe that never delivers, so it forks nothing at all:
-// a fork bomb that exhausts the pids limit must not kill the watchdog
-// (and with it the container) with a failed fork. Other shells fork sleep.
-const keepaliveScript = `ka=$1; iv=$2
-busy() {
-  for p in /proc/[0-9]*; do
-    case ${p#/proc/} in 1|$$) ;; *) return 0 ;; esac
-  done
-  return 1
-}
-if [ -n "$BASH_VERSION" ]; then
-  eval 'exec 3<> <(:)'
-  nap() { read -rt "$iv" -u 3; }
-else
-  nap() { sleep "$iv"; }
-fi
-read -r up _ < /proc/uptime; last=${up%.*}
-while :; do
-  nap
-  read -r up _ < /proc/uptime; now=${up%.*}
-  if busy; then last=$now; fi
-  if [ $((now - last)) -ge "$ka" ]; then exit 0; fi
-done`
-
-// keepaliveLauncher runs keepaliveScript ($1) under bash when the image
-// has it (command -v is a builtin: no fork), else under sh.
-const keepaliveLauncher = `s=$1; shift
-command -v bash >/dev/null 2>&1 && exec bash -c "$s" sandbox-agent-keepalive "$@"
-exec /bin/sh -c "$s" sandbox-agent-keepalive "$@"`
-
 func newName() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)

@@ -1,0 +1,75 @@
+package sandboxagent
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The embedded scripts are the files in scripts/, each runs under the
+// shell it names, and the exec kill script looks for the variable Run
+// sets.
+func TestScripts(t *testing.T) {
+	scripts := map[string]string{
+		"keepalive-launch.sh": keepaliveLauncher,
+		"keepalive.sh":        keepaliveScript,
+		"exec-kill.sh":        killScript,
+		"cgroup-counters.sh":  countersScript,
+		"process-scan.sh":     scanScript,
+		"kill-group.bash":     killGroupScript,
+		"user-ids.sh":         userIDsScript,
+	}
+	files, err := filepath.Glob("scripts/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(scripts) {
+		t.Errorf("scripts/ holds %v, embedded are %d", files, len(scripts))
+	}
+	for name, text := range scripts {
+		shell := "sh"
+		if strings.HasSuffix(name, ".bash") {
+			shell = "bash"
+		}
+		if first, _, _ := strings.Cut(text, "\n"); first != "# shellcheck shell="+shell {
+			t.Errorf("%s: first line %q, want the shellcheck shell directive for %s", name, first, shell)
+		}
+		for _, sh := range []string{shell, "bash"} { // keepalive.sh runs under either
+			if sh == "bash" && shell != "bash" && name != "keepalive.sh" {
+				continue
+			}
+			path, err := exec.LookPath(sh)
+			if err != nil {
+				t.Logf("%s: no %s to check the syntax with", name, sh)
+				continue
+			}
+			if out, err := exec.Command(path, "-n", "-c", text).CombinedOutput(); err != nil {
+				t.Errorf("%s -n %s: %v: %s", sh, name, err, out)
+			}
+		}
+	}
+	if !strings.Contains(killScript, `tag="`+execTagVar+`=$1"`) {
+		t.Errorf("exec-kill.sh does not look for %s", execTagVar)
+	}
+}
+
+// shellcheck, when installed, finds nothing in the scripts (.ci/run runs it
+// too; this is for a local go test).
+func TestScriptsShellcheck(t *testing.T) {
+	sc, err := exec.LookPath("shellcheck")
+	if err != nil {
+		t.Skip("shellcheck is not installed")
+	}
+	files, err := filepath.Glob("scripts/*")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("scripts/: %v %v", files, err)
+	}
+	if out, err := exec.Command(sc, files...).CombinedOutput(); err != nil {
+		t.Errorf("shellcheck: %v\n%s", err, out)
+	}
+	// keepalive.sh runs under bash when the image has it.
+	if out, err := exec.Command(sc, "-s", "bash", "scripts/keepalive.sh").CombinedOutput(); err != nil {
+		t.Errorf("shellcheck -s bash: %v\n%s", err, out)
+	}
+}
