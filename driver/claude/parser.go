@@ -103,12 +103,9 @@ var exitCodeRE = regexp.MustCompile(`^(?:Error: )?Exit code (-?\d+)`)
 
 // Parse maps one stdout line to events.
 func (p *parser) Parse(b []byte) []sandboxagent.Event {
-	if kit.Blank(b) {
-		return nil
-	}
 	var l line
-	if !kit.Decode(b, &l) || l.Type == "" {
-		return kit.Raw(b)
+	if evs, ok := kit.Line(b, &l, &l.Type); !ok {
+		return evs
 	}
 	if l.SessionID != "" && p.session == "" {
 		p.session = l.SessionID

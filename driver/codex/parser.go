@@ -73,12 +73,9 @@ func newParser(t sandboxagent.Turn) *parser {
 
 // Parse implements sandboxagent.Parser.
 func (p *parser) Parse(b []byte) []sandboxagent.Event {
-	if kit.Blank(b) {
-		return nil
-	}
 	var l line
-	if !kit.Decode(b, &l) || l.Type == "" {
-		return kit.Raw(b)
+	if evs, ok := kit.Line(b, &l, &l.Type); !ok {
+		return evs
 	}
 	switch l.Type {
 	case "thread.started":

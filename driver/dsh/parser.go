@@ -130,12 +130,9 @@ func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 }
 
 func (p *parser) Parse(line []byte) []sandboxagent.Event {
-	if kit.Blank(line) {
-		return nil
-	}
 	var r record
-	if !kit.Decode(line, &r) || r.Type == "" {
-		return kit.Raw(line)
+	if evs, ok := kit.Line(line, &r, &r.Type); !ok {
+		return evs
 	}
 	var evs []sandboxagent.Event
 	var err error

@@ -69,12 +69,9 @@ type part struct {
 
 // Parse handles one stdout line.
 func (p *Parser) Parse(b []byte) []sandboxagent.Event {
-	if kit.Blank(b) {
-		return nil
-	}
 	var l line
-	if !kit.Decode(b, &l) || l.Type == "" {
-		return kit.Raw(b)
+	if evs, ok := kit.Line(b, &l, &l.Type); !ok {
+		return evs
 	}
 	var evs []sandboxagent.Event
 	// Only the first id is the turn's session: a line of another session

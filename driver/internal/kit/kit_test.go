@@ -302,6 +302,19 @@ func TestParseHelpers(t *testing.T) {
 			t.Errorf("Decode(%q)", bad)
 		}
 	}
+	for _, tc := range []struct {
+		line   string
+		ok     bool
+		events int
+	}{
+		{"  ", false, 0}, {"plain", false, 1}, {`{"other":1}`, false, 1}, {`{"type":"b"}`, true, 0},
+	} {
+		v.Type = ""
+		evs, ok := Line([]byte(tc.line), &v, &v.Type)
+		if ok != tc.ok || len(evs) != tc.events || (ok && v.Type != "b") {
+			t.Errorf("Line(%q) = %v %v (type %q)", tc.line, evs, ok, v.Type)
+		}
+	}
 }
 
 func TestToolArgs(t *testing.T) {

@@ -25,6 +25,20 @@ func Decode(line []byte, v any) bool {
 	return len(line) > 0 && line[0] == '{' && json.Unmarshal(line, v) == nil
 }
 
+// Line decodes one stdout line of a CLI that prints typed JSON objects
+// into v, whose type field is typ. It reports false with the events to
+// return when there is nothing more to do: none for a blank line, a raw
+// event for anything but a JSON object with a type.
+func Line(line []byte, v any, typ *string) ([]sandboxagent.Event, bool) {
+	if Blank(line) {
+		return nil, false
+	}
+	if !Decode(line, v) || *typ == "" {
+		return Raw(line), false
+	}
+	return nil, true
+}
+
 // ToolArgs are a tool call's arguments, for the strings the events show
 // (payload command and path).
 type ToolArgs map[string]any
