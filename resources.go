@@ -143,13 +143,13 @@ func (s *Sandbox) killBomb(user string) (bool, error) {
 		code, err := s.rt.Exec(ctx, s.id, RuntimeExec{Cmd: cmd, User: user, Stdout: &out, Stderr: &errb})
 		return out.String(), code, err
 	}
-	var current int64 = -1
+	var current, refused int64 = -1, -1
 	groups := func() (map[int]int, error) {
 		out, _, err := run("/bin/sh", "-c", scanScript)
 		if err != nil {
 			return nil, err
 		}
-		current = parseCurrent(out)
+		current, refused = parseValue(out, "current"), parseValue(out, "refused")
 		return parseGroups(out), nil
 	}
 	g, err := groups()
@@ -160,9 +160,13 @@ func (s *Sandbox) killBomb(user string) (bool, error) {
 	// largest group is an innocent command: kill only while the limit
 	// is still (about) exhausted. A live bomb's count swings, though:
 	// thinned by failed forks it fills the limit again within
-	// milliseconds, so a low count is believed only when it stays low
-	// for a second.
-	for i := 0; current >= 0 && current*2 < s.pidsLimit; i++ {
+	// milliseconds. So a low count is believed only when it stays low
+	// for a second and no fork was refused meanwhile (a refused fork
+	// means something is still running into the limit: the bomb).
+	for i, first := 0, refused; current >= 0 && current*2 < s.pidsLimit; i++ {
+		if refused > first {
+			break
+		}
 		if i == 5 {
 			return false, nil
 		}
@@ -197,11 +201,11 @@ func (s *Sandbox) killBomb(user string) (bool, error) {
 	return true, fmt.Errorf("process group %d survived 10 kills", pgid)
 }
 
-// parseCurrent finds the "current N" line of scanScript's output; -1
-// when there is none.
-func parseCurrent(out string) int64 {
+// parseValue finds the "KEY N" line of scanScript's output ("current",
+// "refused"); -1 when there is none.
+func parseValue(out, key string) int64 {
 	for _, line := range strings.Split(out, "\n") {
-		if v, ok := strings.CutPrefix(line, "current "); ok {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
 				return n
 			}

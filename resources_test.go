@@ -42,6 +42,16 @@ func TestParseGroups(t *testing.T) {
 	}
 }
 
+func TestParseValue(t *testing.T) {
+	out := "current 97\nrefused 12\n30 (sh) R 0 30 30\ncurrent-ish 5\n"
+	if c, r, none := parseValue(out, "current"), parseValue(out, "refused"), parseValue("30 (sh) R 0\n", "current"); c != 97 || r != 12 || none != -1 {
+		t.Errorf("current %d refused %d missing %d; want 97 12 -1", c, r, none)
+	}
+	if v := parseValue("current -3\ncurrent x\n", "current"); v != -1 {
+		t.Errorf("bad values parsed as %d", v)
+	}
+}
+
 func TestSuspectLimits(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -1,9 +1,13 @@
 # shellcheck shell=sh
 # Prints the pids cgroup's process count ("current N", from the v2 or v1
-# file) and every /proc/PID/stat line. Builtins only, no fork: it runs
-# while a fork bomb holds every pid. Run by /bin/sh.
+# file), the forks it has refused so far ("refused N") and every
+# /proc/PID/stat line. Builtins only, no fork: it runs while a fork bomb
+# holds every pid. Run by /bin/sh.
 for f in /sys/fs/cgroup/pids.current /sys/fs/cgroup/pids/pids.current; do
   [ -r "$f" ] && read -r n < "$f" && echo "current $n"
+done
+for f in /sys/fs/cgroup/pids.events /sys/fs/cgroup/pids/pids.events; do
+  [ -r "$f" ] && while read -r k v; do [ "$k" = max ] && echo "refused $v"; done < "$f"
 done
 for p in /proc/[0-9]*/stat; do read -r l < "$p" && echo "$l"; done 2>/dev/null
 exit 0
