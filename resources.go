@@ -150,7 +150,12 @@ func (s *Sandbox) killBomb(user string) (bool, error) {
 			return nil, err
 		}
 		current, refused = parseValue(out, "current"), parseValue(out, "refused")
-		return parseGroups(out), nil
+		g := parseGroups(out)
+		// The scanning shell leads its exec's own group: when the bomb's
+		// processes die faster than a throttled scan reads them, it may
+		// be all the scan sees, and it is never the bomb.
+		delete(g, int(parseValue(out, "self")))
+		return g, nil
 	}
 	g, err := groups()
 	if err != nil {
@@ -162,9 +167,19 @@ func (s *Sandbox) killBomb(user string) (bool, error) {
 	// thinned by failed forks it fills the limit again within
 	// milliseconds. So a low count is believed only when it stays low
 	// for a second and no fork was refused meanwhile (a refused fork
-	// means something is still running into the limit: the bomb).
-	for i, first := 0, refused; current >= 0 && current*2 < s.pidsLimit; i++ {
-		if refused > first {
+	// means something is still running into the limit: the bomb). A
+	// scan that saw no group of two or more (the bomb's processes live
+	// milliseconds) is taken again too.
+	pgid := 0
+	for i, first := 0, refused; ; i++ {
+		low := current >= 0 && current*2 < s.pidsLimit && refused <= first
+		most := 0
+		for id, n := range g {
+			if n > most {
+				pgid, most = id, n
+			}
+		}
+		if !low && most >= 2 {
 			break
 		}
 		if i == 5 {
@@ -175,26 +190,21 @@ func (s *Sandbox) killBomb(user string) (bool, error) {
 			return false, err
 		}
 	}
-	pgid, most := 0, 0
-	for id, n := range g {
-		if n > most {
-			pgid, most = id, n
-		}
-	}
-	if pgid == 0 {
-		return false, nil
-	}
 	for range 10 {
 		arg := "-" + strconv.Itoa(pgid)
 		// procps kill, else bash's builtin (dash's cannot signal groups).
 		if _, code, err := run("kill", "-s", "KILL", "--", arg); err != nil || code >= 126 {
 			_, _, _ = run("bash", "-c", killGroupScript, "sandbox-agent-kill", arg)
 		}
+		before := refused
 		g, err := groups()
 		if err != nil {
 			return true, err
 		}
-		if g[pgid] == 0 {
+		// Gone from a scan that may have missed it (see above) is
+		// believed when the limit is free again or nothing ran into it
+		// since the kill.
+		if g[pgid] == 0 && (current*2 < s.pidsLimit || refused <= before) {
 			return true, nil
 		}
 	}

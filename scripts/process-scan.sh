@@ -1,8 +1,10 @@
 # shellcheck shell=sh
-# Prints the pids cgroup's process count ("current N", from the v2 or v1
+# Prints this shell's pid ("self N": its exec's process group, never the
+# bomb), the pids cgroup's process count ("current N", from the v2 or v1
 # file), the forks it has refused so far ("refused N") and every
 # /proc/PID/stat line. Builtins only, no fork: it runs while a fork bomb
 # holds every pid. Run by /bin/sh.
+echo "self $$"
 for f in /sys/fs/cgroup/pids.current /sys/fs/cgroup/pids/pids.current; do
   [ -r "$f" ] && read -r n < "$f" && echo "current $n"
 done
