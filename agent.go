@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/audit"
+	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 )
 
 // Agent is one agent CLI living in one sandbox, driven turn by turn.
@@ -21,6 +23,12 @@ type Agent struct {
 	audit bool
 	log   *slog.Logger
 
+	proxy *modelproxy.Proxy // nil when the CLI holds its own key (EgressOpen, unroutable driver)
+	net   *networkLog
+
+	curMu sync.Mutex // guards cur: the running turn, for egress events
+	cur   *turn
+
 	mu       sync.Mutex // serialises turns and guards the fields below
 	session  string
 	turns    int
@@ -29,6 +37,9 @@ type Agent struct {
 
 type agentOptions struct {
 	image, model, workdir, network string
+	egress                         Egress
+	allowHosts                     []string
+	allowSet                       bool
 	cfg                            *Config
 	audit                          *bool
 	logger                         *slog.Logger
@@ -53,9 +64,20 @@ func WithAudit(on bool) AgentOption { return func(o *agentOptions) { o.audit = &
 // WithLogger receives warnings (audit write failures); default slog.Default().
 func WithLogger(l *slog.Logger) AgentOption { return func(o *agentOptions) { o.logger = l } }
 
-// WithNetwork sets the sandbox's network mode (default "bridge": the CLI
-// must reach its model; "host" to reach a model on the host's loopback).
+// WithNetwork overrides the engine network mode the egress policy implies
+// ("host" or a network name: an explicit loosening, see SandboxOptions).
 func WithNetwork(mode string) AgentOption { return func(o *agentOptions) { o.network = mode } }
+
+// WithEgress sets the network policy (default: Config.Egress, else
+// EgressModel) and the hosts reachable through the egress proxy (default:
+// Config.AllowHosts).
+func WithEgress(policy Egress, allowHosts ...string) AgentOption {
+	return func(o *agentOptions) {
+		o.egress = policy
+		o.allowHosts = allowHosts
+		o.allowSet = true
+	}
+}
 
 // WithWorkDir sets the directory the CLI runs in.
 func WithWorkDir(dir string) AgentOption { return func(o *agentOptions) { o.workdir = dir } }
@@ -83,20 +105,24 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	if err != nil {
 		return nil, err
 	}
-	network := o.network
-	if network == "" {
-		network = "bridge"
+	egress, allow := o.egress, o.allowHosts
+	if egress == "" {
+		egress = cfg.Egress
 	}
-	sopts := SandboxOptions{Image: image, Config: cfg, Network: network, WorkDir: o.workdir}
-	if o.sandbox != nil {
-		o.sandbox(&sopts)
+	if egress == "" {
+		egress = EgressModel
 	}
-	sb, err := NewSandbox(ctx, rt, sopts)
-	if err != nil {
+	if !o.allowSet {
+		allow = cfg.AllowHosts
+	}
+	if _, err := ParseEgress(string(egress)); err != nil {
 		return nil, err
 	}
+	if egress == EgressNone {
+		return nil, fmt.Errorf("%w: egress none leaves the agent no way to its model; use model (the default), which allows only the model proxy", ErrInvalidArgument)
+	}
 	a := &Agent{
-		drv: drv, sb: sb, image: image, model: o.model, cfg: cfg,
+		drv: drv, image: image, model: o.model, cfg: cfg,
 		audit: cfg.AuditEnabled, log: o.logger, sessions: map[string]*sessionState{},
 	}
 	if o.audit != nil {
@@ -105,10 +131,59 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	if a.log == nil {
 		a.log = slog.Default()
 	}
+	sopts := SandboxOptions{Image: image, Config: cfg, Egress: egress, AllowHosts: allow, Network: o.network, WorkDir: o.workdir}
+	if o.sandbox != nil {
+		o.sandbox(&sopts)
+	}
+	if sopts.Name == "" {
+		sopts.Name = newName()
+	}
+	if a.audit {
+		a.net = &networkLog{root: cfg.AuditRoot, date: time.Now(), folder: sopts.Name, secrets: drv.Secrets(), log: a.log}
+	}
+	user := sopts.OnEgress
+	sopts.OnEgress = func(r EgressRecord) {
+		a.egressRecord(r)
+		if user != nil {
+			user(r)
+		}
+	}
+	router, routable := drv.(ModelRouter)
+	var token string
+	switch {
+	case routable:
+		route, err := router.ModelRoute()
+		if err != nil {
+			return nil, fmt.Errorf("%s: route through the model proxy: %w", drv.Name(), err)
+		}
+		token = modelproxy.NewToken()
+		a.proxy, err = modelproxy.New(modelproxy.Options{
+			Upstream: route.Upstream, Key: route.Key, Token: token, CACertFile: cfg.CACertFile, Log: a.modelRecord,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: model proxy: %w", ErrInvalidArgument, drv.Name(), err)
+		}
+		sopts.services = map[string]http.Handler{serviceModel: a.proxy}
+	case egress == EgressModel:
+		return nil, fmt.Errorf("%w: driver %s cannot be routed through the model proxy (it does not implement ModelRouter); use egress open", ErrInvalidArgument, drv.Name())
+	default:
+		a.log.Warn("sandbox-agent: driver cannot use the model proxy: its API key enters the sandbox", "driver", drv.Name())
+	}
+	if egress == EgressOpen {
+		a.log.Warn("sandbox-agent: egress open: the agent can reach the internet and the host's services", "driver", drv.Name())
+	}
+	sb, err := NewSandbox(ctx, rt, sopts)
+	if err != nil {
+		return nil, err
+	}
+	a.sb = sb
+	if routable {
+		a.drv = router.Routed(a.proxy.BaseURL(sb.host.url(serviceModel)), token)
+	}
 	sctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Start)
 	defer cancel()
-	if err := drv.Setup(sctx, sb); err != nil {
-		sb.Close()
+	if err := a.drv.Setup(sctx, sb); err != nil {
+		a.Close()
 		return nil, fmt.Errorf("set up %s: %w", drv.Name(), err)
 	}
 	if a.audit {
@@ -143,8 +218,27 @@ func (a *Agent) SetSession(id string) {
 	a.session = id
 }
 
-// Close destroys the sandbox. It is idempotent.
-func (a *Agent) Close() error { return a.sb.Close() }
+// Close revokes the agent's model-proxy token and destroys the sandbox.
+// It is idempotent.
+func (a *Agent) Close() error {
+	if a.proxy != nil {
+		a.proxy.Revoke()
+	}
+	err := a.sb.Close()
+	if a.net != nil {
+		a.net.close()
+	}
+	return err
+}
+
+// NetworkAuditDir is the folder of the agent's model-proxy and egress
+// audit lines (model.jsonl, egress.jsonl); "" when audit is off.
+func (a *Agent) NetworkAuditDir() string {
+	if a.net == nil {
+		return ""
+	}
+	return a.net.dir()
+}
 
 // TurnResult is the outcome of one turn.
 type TurnResult struct {
@@ -178,6 +272,9 @@ func (a *Agent) Stream(ctx context.Context, prompt string, fn func(Event)) (Turn
 		t.lines = st.lines
 	}
 	t.firstLine = t.lines + 1
+	a.curMu.Lock()
+	a.cur = t
+	a.curMu.Unlock()
 	res, err := t.run(ctx)
 	if res.SessionID != "" {
 		a.session = res.SessionID

@@ -89,6 +89,7 @@ func startFake(t *testing.T, rt Runtime, drv Driver, mod func(*Config)) (*Agent,
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.AuditRoot = filepath.Join(t.TempDir(), "audit")
+	cfg.Egress = EgressOpen // fakeDriver is not a ModelRouter (network_test.go routes one)
 	if mod != nil {
 		mod(&cfg)
 	}

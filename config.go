@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/configfile"
@@ -35,6 +36,12 @@ type Config struct {
 	MaxDownloadDepth   int
 	// MaxOutputBytes caps what Exec captures of stdout and of stderr.
 	MaxOutputBytes int64
+
+	// Egress is the network policy of sandboxes that name none ("" = the
+	// defaults: EgressModel for agents, EgressNone for bare sandboxes).
+	Egress Egress
+	// AllowHosts are reachable through the egress proxy (SandboxOptions).
+	AllowHosts []string
 
 	// Audit trail of agent sessions.
 	AuditEnabled       bool
@@ -84,6 +91,12 @@ var configKeys = []configfile.Key[Config]{
 	configfile.Int("max_download_entries", 1, func(c *Config, n int64) { c.MaxDownloadEntries = int(n) }),
 	configfile.Int("max_download_depth", 1, func(c *Config, n int64) { c.MaxDownloadDepth = int(n) }),
 	configfile.Int("max_output_bytes", 1, func(c *Config, n int64) { c.MaxOutputBytes = n }),
+	{Name: "egress", Env: "SANDBOX_AGENT_EGRESS", Apply: func(c *Config, raw string) error {
+		e, err := ParseEgress(strings.TrimSpace(raw))
+		c.Egress = e
+		return err
+	}},
+	configfile.List("allow_hosts", "SANDBOX_AGENT_ALLOW_HOSTS", func(c *Config) *[]string { return &c.AllowHosts }, CheckAllowHosts),
 	configfile.Bool("audit", "SANDBOX_AGENT_AUDIT", func(c *Config) *bool { return &c.AuditEnabled }),
 	configfile.String("audit_root", "SANDBOX_AGENT_AUDIT_ROOT", func(c *Config) *string { return &c.AuditRoot }),
 	configfile.Int("audit_retention_days", 0, func(c *Config, n int64) { c.AuditRetentionDays = int(n) }),

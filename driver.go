@@ -189,3 +189,22 @@ type SessionDump struct {
 	Files     map[string][]byte `json:"files"` // driver-defined names
 	Meta      map[string]string `json:"meta,omitempty"`
 }
+
+// ModelRouter is a driver whose CLI can be pointed at the host's model
+// proxy, so the real credential never enters the sandbox: the CLI gets the
+// proxy's URL and a per-sandbox token; the proxy swaps the token for the
+// key and forwards to the upstream.
+type ModelRouter interface {
+	// ModelRoute is where the CLI's requests really go, and with which
+	// credential.
+	ModelRoute() (ModelRoute, error)
+	// Routed returns a copy of the driver (same type, so its optional
+	// interfaces stay) that talks to baseURL with token as its key.
+	Routed(baseURL, token string) Driver
+}
+
+// ModelRoute is a driver's real endpoint.
+type ModelRoute struct {
+	Upstream string // base URL, e.g. "https://api.anthropic.com" or "http://127.0.0.1:8080/v1"
+	Key      string // "" = none
+}

@@ -37,6 +37,9 @@ var (
 	ErrPidsLimit = errors.New("process limit reached")
 	// ErrDestinationExists: a download would replace something it must not.
 	ErrDestinationExists = errors.New("destination exists")
+	// ErrNetwork: the sandbox's boundary (the relay to the host's model
+	// and egress proxies) could not be set up.
+	ErrNetwork = errors.New("sandbox network boundary")
 )
 
 // ConfigError is an invalid configuration value, naming the key and the

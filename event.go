@@ -18,6 +18,9 @@ const (
 	KindError      EventKind = "error"       // the CLI or the API reported an error
 	KindDone       EventKind = "done"        // the turn ended (reply in payload.text)
 	KindRaw        EventKind = "raw"         // a line no parser understood, kept verbatim
+	// KindEgressDenied: the egress proxy refused a connection of the
+	// sandbox (payload.host is "host:port", payload.text the reason).
+	KindEgressDenied EventKind = "egress_denied"
 )
 
 // Event is one normalized thing that happened in a turn. Field names are
@@ -46,6 +49,7 @@ type Payload struct {
 	ExitCode *int            `json:"exit_code,omitempty"`
 	IsError  bool            `json:"is_error,omitempty"`
 	Delta    bool            `json:"delta,omitempty"` // text/thinking is a fragment, not a whole part
+	Host     string          `json:"host,omitempty"`  // egress_denied: host:port asked for
 
 	InputTokens      int64   `json:"input_tokens,omitempty"`
 	OutputTokens     int64   `json:"output_tokens,omitempty"`

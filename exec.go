@@ -129,7 +129,12 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 		maxOut = s.cfg.MaxOutputBytes
 	}
 	tag := newTag()
-	env := make([]string, 0, len(req.Env)+1)
+	env := make([]string, 0, len(req.Env)+len(s.env)+1)
+	for k, v := range s.env {
+		if _, ok := req.Env[k]; !ok {
+			env = append(env, k+"="+v)
+		}
+	}
 	for k, v := range req.Env {
 		if k == "" || k == execTagVar || bytes.ContainsAny([]byte(k), "=\x00") {
 			return ExecResult{}, fmt.Errorf("%w: environment variable name %q", ErrInvalidArgument, k)

@@ -70,6 +70,16 @@ type ContainerSpec struct {
 	Tmpfs          map[string]string
 	Runtime        string // OCI runtime, e.g. "runsc"; empty = engine default
 	ExtraHosts     []string
+	// Mounts are host directories bind-mounted into the container. The
+	// library mounts only its own socket folder, read-only.
+	Mounts []Mount
+}
+
+// Mount is a host directory seen inside the container.
+type Mount struct {
+	Source   string // absolute host path
+	Target   string // absolute container path
+	ReadOnly bool
 }
 
 // ContainerState is what Inspect and List report.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandbox-agent/sandbox-agent/egressproxy"
 	"github.com/sandbox-agent/sandbox-agent/safetar"
 )
 
@@ -58,10 +60,27 @@ type SandboxOptions struct {
 	// Keepalive overrides Config.Keepalive for this sandbox.
 	Keepalive time.Duration
 
-	// Network is the Docker network mode: "none" (default), "bridge",
-	// "host" or a network name. Agents need one to reach their model.
+	// Egress is the network policy (default EgressNone: no network at
+	// all; EgressOpen: the engine's bridge network, an explicit opt-in).
+	Egress Egress
+	// AllowHosts are host names ("registry.npmjs.org", "*.example.com",
+	// optionally ":PORT"; without a port 80 and 443) reachable through the
+	// egress proxy on the host, which resolves them itself and refuses
+	// private, loopback and link-local addresses. Every exec gets
+	// HTTP(S)_PROXY pointing at it; nothing else leaves the sandbox.
+	AllowHosts []string
+	// OnEgress receives every decision of the egress proxy (allowed
+	// connections when they end, denials at once).
+	OnEgress func(EgressRecord)
+	// Network overrides the engine's network mode that Egress implies
+	// ("none", or "bridge" for EgressOpen): "host" or a network name is an
+	// explicit loosening.
 	Network    string
 	ExtraHosts []string // host:ip entries for /etc/hosts
+
+	// services are host proxies the sandbox reaches through the relay
+	// (the agent's model proxy).
+	services map[string]http.Handler
 
 	MemoryBytes int64   // default DefaultMemoryBytes; swap is always equal (no swap)
 	CPUs        float64 // default DefaultCPUs
@@ -106,6 +125,9 @@ type Sandbox struct {
 	memoryBytes, pidsLimit int64
 	limitsMu               sync.Mutex
 	seen                   ResourceEvents // counters at the last check
+
+	host *hostSide         // the relay's host side; nil without proxies
+	env  map[string]string // added to every exec (proxy variables)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -164,18 +186,34 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	cfg := opts.Config.withDefaults()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Start)
 	defer cancel()
+	if opts.Egress == "" {
+		opts.Egress = cfg.Egress
+	}
+	if opts.AllowHosts == nil {
+		opts.AllowHosts = cfg.AllowHosts
+	}
 
 	spec, err := containerSpec(opts, cfg)
 	if err != nil {
 		return nil, err
 	}
+	host, err := openBoundary(opts)
+	if err != nil {
+		return nil, err
+	}
+	if host != nil {
+		spec.Mounts = append(spec.Mounts, host.mount())
+	}
 	id, err := rt.Create(ctx, spec)
 	if err != nil {
+		if host != nil {
+			host.close()
+		}
 		return nil, startErr(ctx, err)
 	}
 	s := &Sandbox{
 		rt: rt, id: id, name: spec.Name, cfg: cfg, user: opts.User, workdir: opts.WorkDir, closed: make(chan struct{}),
-		memoryBytes: spec.MemoryBytes, pidsLimit: spec.PidsLimit,
+		memoryBytes: spec.MemoryBytes, pidsLimit: spec.PidsLimit, host: host,
 	}
 	fail := func(err error) (*Sandbox, error) {
 		_ = s.Close()
@@ -200,7 +238,41 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	if err := rt.Start(ctx, id); err != nil {
 		return fail(err)
 	}
+	if host != nil {
+		if err := host.relay(ctx, s); err != nil {
+			return fail(err)
+		}
+		if _, ok := host.ports[serviceEgress]; ok {
+			s.env = proxyEnv(host.url(serviceEgress))
+		}
+	}
 	return s, nil
+}
+
+// openBoundary checks the egress options and opens the host side of the
+// sandbox's proxies (nil when it needs none).
+func openBoundary(opts SandboxOptions) (*hostSide, error) {
+	if _, err := ParseEgress(string(opts.Egress)); err != nil {
+		return nil, err
+	}
+	if err := CheckAllowHosts(opts.AllowHosts); err != nil {
+		return nil, err
+	}
+	services := map[string]http.Handler{}
+	for k, v := range opts.services {
+		services[k] = v
+	}
+	if len(opts.AllowHosts) > 0 {
+		ep, err := egressproxy.New(egressproxy.Options{Allow: opts.AllowHosts, Log: opts.OnEgress})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+		services[serviceEgress] = ep
+	}
+	if len(services) == 0 {
+		return nil, nil
+	}
+	return openHostSide(services)
 }
 
 // startErr turns a start-deadline expiry into ErrTimeout.
@@ -268,6 +340,9 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 	network := opts.Network
 	if network == "" {
 		network = DefaultNetwork
+		if opts.Egress == EgressOpen {
+			network = "bridge"
+		}
 	}
 	var secOpt []string
 	if !opts.AllowNewPrivileges {
@@ -389,6 +464,11 @@ func (s *Sandbox) Close() error {
 		defer cancel()
 		if err := s.rt.Remove(ctx, s.id); err != nil {
 			s.closeErr = fmt.Errorf("close sandbox %s: %w", s.name, err)
+		}
+		if s.host != nil {
+			if err := s.host.close(); err != nil && s.closeErr == nil {
+				s.closeErr = fmt.Errorf("close sandbox %s: proxies: %w", s.name, err)
+			}
 		}
 	})
 	return s.closeErr

@@ -117,7 +117,7 @@ func BenchmarkScale(b *testing.B) {
 	run := randHex(6)
 	agentOpts := func() []sandboxagent.AgentOption {
 		return []sandboxagent.AgentOption{
-			sandboxagent.WithConfig(cfg), sandboxagent.WithNetwork("host"), // the fake listens on loopback
+			sandboxagent.WithConfig(cfg), // through the model proxy
 			sandboxagent.WithSandbox(func(o *sandboxagent.SandboxOptions) {
 				o.Labels = map[string]string{scaleLabel: run}
 			}),

@@ -49,3 +49,9 @@ var killGroupScript string
 //
 //go:embed scripts/user-ids.sh
 var userIDsScript string
+
+// forwardScript (perl) relays 127.0.0.1 ports of the sandbox to the
+// host's proxy sockets, prints "NAME PORT" lines and detaches.
+//
+//go:embed scripts/forward.pl
+var forwardScript string

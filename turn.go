@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/audit"
@@ -72,6 +73,7 @@ type turn struct {
 	events    []Event
 	log       *audit.Log
 	auditErr  bool
+	mu        sync.Mutex // line and egress events come from two goroutines
 }
 
 func (t *turn) run(ctx context.Context) (TurnResult, error) {
@@ -94,6 +96,9 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 	}
 	xres, xerr := a.sb.Run(ctx, req)
 	lines.flush()
+	a.curMu.Lock() // no egress event joins the turn after this
+	a.cur = nil
+	a.curMu.Unlock()
 	res := TurnResult{ExitCode: xres.ExitCode, Duration: time.Since(t.started)}
 	stderr := t.redact(string(xres.Stderr))
 	switch {
@@ -165,6 +170,8 @@ func (t *turn) redact(s string) string {
 
 // line handles one raw stdout line.
 func (t *turn) line(raw []byte, cut bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.lines++
 	no := t.lines
 	if t.log != nil {

@@ -5,6 +5,12 @@
 //	    session.jsonl  the CLI's raw stdout, byte for byte (secrets redacted)
 //	    status.json    metadata and every turn's result, rewritten atomically
 //
+// and, per agent, the audit of its network boundary:
+//
+//	<root>/<YYYYMMDD>/<sandbox name>/
+//	    model.jsonl    one line per request through the model proxy
+//	    egress.jsonl   one line per egress proxy decision
+//
 // Every turn of a session appends to the same folder, so tail -f works.
 // Known secrets are replaced with [REDACTED] before anything is written.
 // The package depends on nothing but the standard library: callers hand
@@ -59,7 +65,7 @@ func Open(root string, date time.Time, sessionID string, secrets []string) (*Log
 	if root == "" {
 		return nil, errors.New("audit: empty root")
 	}
-	dir := filepath.Join(root, date.Format(DateLayout), FolderName(sessionID))
+	dir := Folder(root, date, sessionID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
@@ -153,6 +159,59 @@ func (l *Log) Close() error {
 	defer l.mu.Unlock()
 	return errors.Join(l.events.Close(), l.raw.Close())
 }
+
+// Folder is the folder of name (a session id or sandbox name) under root
+// for date.
+func Folder(root string, date time.Time, name string) string {
+	return filepath.Join(root, date.Format(DateLayout), FolderName(name))
+}
+
+// Lines is one JSON-lines file of a folder, appended to.
+type Lines struct {
+	mu      sync.Mutex
+	f       *os.File
+	secrets []string
+}
+
+// OpenLines opens (creating) file in the folder of name under root.
+func OpenLines(root string, date time.Time, name, file string, secrets []string) (*Lines, error) {
+	if root == "" {
+		return nil, errors.New("audit: empty root")
+	}
+	dir := Folder(root, date, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	f, err := openAppend(filepath.Join(dir, file))
+	if err != nil {
+		return nil, err
+	}
+	l := &Lines{f: f}
+	for _, s := range secrets {
+		if len(s) >= 4 {
+			l.secrets = append(l.secrets, s)
+		}
+	}
+	return l, nil
+}
+
+// Write appends v as one JSON line, secrets redacted.
+func (l *Lines) Write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	for _, s := range l.secrets {
+		b = []byte(strings.ReplaceAll(string(b), s, Redacted))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, err = l.f.Write(append(b, '\n'))
+	return err
+}
+
+// Close closes the file.
+func (l *Lines) Close() error { return l.f.Close() }
 
 // Prune deletes whole date folders under root older than days (0 keeps
 // everything). Folders whose names are not dates are left alone.

@@ -14,7 +14,6 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
-	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
 )
 
 // exitAgentFailed: the agent CLI reported a failure (a DriverError).
@@ -69,7 +68,6 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts s
 	}
 	var ep drivers.Endpoint
 	var err error
-	network := f.network
 	switch {
 	case f.fake != "":
 		script, err := fakemodel.LoadScript(f.fake)
@@ -86,18 +84,14 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts s
 			return nil, stop, err
 		}
 		stop = func() { srv.Close() }
+		// The model proxy on the host forwards to it: the sandbox needs
+		// no network.
 		ep.BaseURL = srv.URL() + "/v1"
 		ep.Provider = "sandbox"
-		if network == "" {
-			network = "host" // the fake listens on the host's loopback only
-		}
 	default:
 		if ep, err = a.realEndpoint(name, f.provider, f.keyEnv); err != nil {
 			return nil, stop, err
 		}
-	}
-	if network == "" && smoke.LoopbackURL(ep.BaseURL) {
-		network = "host" // a gateway on the host's loopback
 	}
 	drv, err := drivers.New(name, ep)
 	if err != nil {
@@ -107,10 +101,18 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts s
 	if err != nil {
 		return nil, stop, err
 	}
+	allow := opts.AllowHosts
+	if allow == nil {
+		allow = cfg.AllowHosts
+	}
+	notes := opts
+	a.egressNotes(&notes)
 	agentOpts := []sandboxagent.AgentOption{
 		sandboxagent.WithConfig(cfg), sandboxagent.WithModel(f.model), sandboxagent.WithImage(f.image),
-		sandboxagent.WithNetwork(network),
+		sandboxagent.WithNetwork(f.network),
+		sandboxagent.WithEgress(opts.Egress, allow...),
 		sandboxagent.WithSandbox(func(so *sandboxagent.SandboxOptions) {
+			so.OnEgress = notes.OnEgress
 			for k, v := range opts.Env {
 				if so.Env == nil {
 					so.Env = map[string]string{}

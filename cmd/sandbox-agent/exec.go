@@ -46,6 +46,8 @@ func parseDownload(v string) (copySpec, error) {
 type sandboxFlags struct {
 	image     string
 	network   string
+	egress    string
+	allow     multiFlag
 	keepalive time.Duration
 	memory    string
 	pids      int64
@@ -56,7 +58,9 @@ type sandboxFlags struct {
 
 func (f *sandboxFlags) register(fs *flag.FlagSet, defaultImage string) {
 	fs.StringVar(&f.image, "image", defaultImage, "image to run")
-	fs.StringVar(&f.network, "network", "", "network mode: none (default), bridge, host or a network name")
+	fs.StringVar(&f.network, "network", "", "engine network mode overriding the egress policy's (host, or a network name): an explicit loosening")
+	fs.StringVar(&f.egress, "egress", "", "network policy: none (no network; exec's default), model (only the model proxy; ask's default) or open (unrestricted bridge network)")
+	fs.Var(&f.allow, "allow-host", "HOST or *.DOMAIN (optionally :PORT) reachable through the egress proxy (repeatable)")
 	fs.DurationVar(&f.keepalive, "keepalive", 0, "idle time after which a left-behind sandbox removes itself (default from config, 1h)")
 	fs.StringVar(&f.memory, "memory", "", "memory limit of the sandbox, e.g. 512m or 2g (default 4g; swap is never added)")
 	fs.Int64Var(&f.pids, "pids", 0, "process limit of the sandbox (default 1024)")
@@ -67,6 +71,17 @@ func (f *sandboxFlags) register(fs *flag.FlagSet, defaultImage string) {
 
 func (f *sandboxFlags) options(cfg sandboxagent.Config) (sandboxagent.SandboxOptions, []copySpec, []copySpec, error) {
 	opts := sandboxagent.SandboxOptions{Image: f.image, Config: cfg, Network: f.network, Keepalive: f.keepalive, Env: map[string]string{}}
+	egress, err := sandboxagent.ParseEgress(f.egress)
+	if err != nil {
+		return opts, nil, nil, fmt.Errorf("--egress: %w", err)
+	}
+	opts.Egress = egress
+	if len(f.allow) > 0 {
+		if err := sandboxagent.CheckAllowHosts(f.allow); err != nil {
+			return opts, nil, nil, fmt.Errorf("--allow-host: %w", err)
+		}
+		opts.AllowHosts = f.allow
+	}
 	if f.memory != "" {
 		n, err := units.RAMInBytes(f.memory)
 		if err != nil || n < 6<<20 {
@@ -148,6 +163,7 @@ func runExec(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
+	a.egressNotes(&opts)
 	sb, err := sandboxagent.NewSandbox(ctx, rt, opts)
 	if err != nil {
 		return a.fail(err)
@@ -247,4 +263,21 @@ func runVersion(ctx context.Context, a *app, args []string) int {
 	}
 	fmt.Fprintf(a.stdout, "engine: %s %s (API %s)\n", info.Name, info.Version, info.APIVersion)
 	return exitOK
+}
+
+// egressNotes warns about an open network and reports every denied
+// egress attempt on stderr.
+func (a *app) egressNotes(opts *sandboxagent.SandboxOptions) {
+	egress := opts.Egress
+	if egress == "" {
+		egress = a.cfg.Egress
+	}
+	if egress == sandboxagent.EgressOpen {
+		fmt.Fprintln(a.stderr, "sandbox-agent: warning: egress open: the sandbox can reach the internet and the host's services")
+	}
+	opts.OnEgress = func(r sandboxagent.EgressRecord) {
+		if !r.Allowed {
+			fmt.Fprintf(a.stderr, "sandbox-agent: egress to %s:%d denied: %s\n", r.Host, r.Port, r.Reason)
+		}
+	}
 }

@@ -29,12 +29,25 @@ func runSmoke(ctx context.Context, a *app, args []string) int {
 	keyEnv := fs.String("key-env", "", "environment variable holding the API key (default: ZHIPUAI_CODING_TOKEN for opencode, GATEWAY_KEY for the others)")
 	model := fs.String("model", "", "model for every driver (default: each driver's)")
 	image := fs.String("image", "", "image for every driver (default: each driver's)")
+	egressFlag := fs.String("egress", "", "network policy of every agent: model (default: only the model proxy) or open")
+	var allow multiFlag
+	fs.Var(&allow, "allow-host", "HOST or *.DOMAIN (optionally :PORT) reachable through the egress proxy (repeatable)")
 	names, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		return exitError
+	}
+	egress, err := sandboxagent.ParseEgress(*egressFlag)
+	if err != nil {
+		return a.fail(fmt.Errorf("smoke: --egress: %w", err))
+	}
+	if err := sandboxagent.CheckAllowHosts(allow); err != nil {
+		return a.fail(fmt.Errorf("smoke: --allow-host: %w", err))
+	}
+	if egress == sandboxagent.EgressOpen {
+		fmt.Fprintln(a.stderr, "sandbox-agent: warning: egress open: the agents can reach the internet and the host's services")
 	}
 	switch {
 	case len(names) == 0:
@@ -65,6 +78,7 @@ func runSmoke(ctx context.Context, a *app, args []string) int {
 	enc := json.NewEncoder(a.stdout)
 	results := smoke.Run(ctx, smoke.Options{
 		Runtime: sandboxagent.LimitStarts(rt, a.cli.maxConcurrentStarts), Config: a.cfg, Fake: *fake, Image: *image,
+		Egress: egress, AllowHosts: allow,
 		Progress: func(r smoke.StepResult) {
 			mu.Lock()
 			defer mu.Unlock()

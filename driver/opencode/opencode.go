@@ -42,6 +42,9 @@ type Options struct {
 	// BaseURL is set, a custom OpenAI-compatible provider (npm
 	// "@ai-sdk/openai-compatible") named by Provider (default "sandbox").
 	Provider string
+
+	// routedURL is the model proxy's URL for a built-in provider (Routed).
+	routedURL string
 }
 
 // Driver runs opencode. It implements sandboxagent.Driver.
@@ -92,6 +95,9 @@ func (d *Driver) Config() ([]byte, error) {
 		"share":      "disabled",
 		"snapshot":   false,
 		"provider":   map[string]any{d.o.Provider: prov},
+	}
+	if d.o.routedURL != "" {
+		prov["options"].(map[string]any)["baseURL"] = d.o.routedURL
 	}
 	if d.custom() {
 		prov["npm"] = "@ai-sdk/openai-compatible"

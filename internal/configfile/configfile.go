@@ -110,14 +110,24 @@ func applyFile[T any](c *T, path string, keys []Key[T], others []string) error {
 	return nil
 }
 
-// scalar turns a JSON string, number or boolean into the text form the
-// environment would carry.
+// scalar turns a JSON string, number, boolean or array of strings into
+// the text form the environment would carry (an array: comma-separated).
 func scalar(raw json.RawMessage) (string, error) {
 	var v any
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return "", err
 	}
 	switch t := v.(type) {
+	case []any:
+		parts := make([]string, 0, len(t))
+		for _, e := range t {
+			s, ok := e.(string)
+			if !ok || strings.Contains(s, ",") {
+				return "", fmt.Errorf("want an array of strings without commas, got %s", raw)
+			}
+			parts = append(parts, s)
+		}
+		return strings.Join(parts, ","), nil
 	case string:
 		return t, nil
 	case float64:
@@ -145,6 +155,27 @@ func Duration[T any](name string, field func(*T) *time.Duration) Key[T] {
 func String[T any](name, env string, field func(*T) *string) Key[T] {
 	return Key[T]{Name: name, Env: env, Apply: func(c *T, raw string) error {
 		*field(c) = raw
+		return nil
+	}}
+}
+
+// List is a key holding a list: comma-separated in the environment, a
+// JSON array (or a comma-separated string) in the file. check validates
+// the whole list.
+func List[T any](name, env string, field func(*T) *[]string, check func([]string) error) Key[T] {
+	return Key[T]{Name: name, Env: env, Apply: func(c *T, raw string) error {
+		var list []string
+		for _, p := range strings.Split(raw, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				list = append(list, p)
+			}
+		}
+		if check != nil {
+			if err := check(list); err != nil {
+				return err
+			}
+		}
+		*field(c) = list
 		return nil
 	}}
 }

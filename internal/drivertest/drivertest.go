@@ -62,8 +62,9 @@ func Unauthorized() fakemodel.Script {
 // AuditRoot is a fresh audit root for one test.
 func AuditRoot(t testing.TB) string { return filepath.Join(t.TempDir(), "audit") }
 
-// StartAgent starts drv's CLI in its image with host networking (so it
-// reaches the fake model on 127.0.0.1) and the audit under auditRoot. A
+// StartAgent starts drv's CLI in its image with the default boundary (no
+// network; the model proxy forwards to the fake model on 127.0.0.1) and
+// the audit under auditRoot. A
 // missing image fails in CI and skips elsewhere.
 func StartAgent(t testing.TB, drv sandboxagent.Driver, auditRoot string, opts ...sandboxagent.AgentOption) *sandboxagent.Agent {
 	t.Helper()
@@ -72,7 +73,7 @@ func StartAgent(t testing.TB, drv sandboxagent.Driver, auditRoot string, opts ..
 	cfg.AuditRoot = auditRoot
 	// Generous: a CLI starting on a loaded 2-core CI machine can take a minute.
 	cfg.Timeouts.Ask = 4 * time.Minute
-	all := append([]sandboxagent.AgentOption{sandboxagent.WithConfig(cfg), sandboxagent.WithNetwork("host")}, opts...)
+	all := append([]sandboxagent.AgentOption{sandboxagent.WithConfig(cfg)}, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	a, err := sandboxagent.Start(ctx, rt, drv, all...)

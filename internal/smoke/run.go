@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -92,27 +90,12 @@ func (r *run) start(ep drivers.Endpoint) (*sandboxagent.Agent, error) {
 	if r.o.Image != "" {
 		opts = append(opts, sandboxagent.WithImage(r.o.Image))
 	}
-	if r.fake != nil || LoopbackURL(ep.BaseURL) {
-		opts = append(opts, sandboxagent.WithNetwork("host"))
+	if r.o.Egress != "" || r.o.AllowHosts != nil {
+		opts = append(opts, sandboxagent.WithEgress(r.o.Egress, r.o.AllowHosts...))
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, cfg.Timeouts.Start+time.Minute)
 	defer cancel()
 	return sandboxagent.Start(ctx, r.o.Runtime, r.t.New(ep), opts...)
-}
-
-// LoopbackURL reports whether u points at the host's loopback (the fake
-// model, a local gateway): a sandbox reaches it only on the host network.
-func LoopbackURL(u string) bool {
-	p, err := url.Parse(u)
-	if err != nil || p.Host == "" {
-		return false
-	}
-	h := p.Hostname()
-	if h == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
 }
 
 // close destroys the agent's sandbox, stops the fake model and removes

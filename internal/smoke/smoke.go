@@ -37,6 +37,10 @@ type Options struct {
 	Fake bool
 	// Image overrides every target's image (tests).
 	Image string
+	// Egress and AllowHosts are every agent's network policy ("" and nil:
+	// the configuration's, else model only).
+	Egress     sandboxagent.Egress
+	AllowHosts []string
 	// Progress, when set, is called as each step ends.
 	Progress func(StepResult)
 }

@@ -115,7 +115,7 @@ func Sandbox(t testing.TB, rt sandboxagent.Runtime, opts sandboxagent.SandboxOpt
 	if opts.Image == "" {
 		opts.Image = Image()
 	}
-	if opts.Config == (sandboxagent.Config{}) {
+	if opts.Config.Timeouts.Start == 0 && opts.Config.AuditRoot == "" {
 		opts.Config = Config()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

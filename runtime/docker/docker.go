@@ -22,6 +22,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
@@ -183,6 +184,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 		Tmpfs:          spec.Tmpfs,
 		Runtime:        spec.Runtime,
 		ExtraHosts:     spec.ExtraHosts,
+		Mounts:         mounts(spec.Mounts),
 		Resources: container.Resources{
 			PidsLimit:  &pids,
 			Memory:     spec.MemoryBytes,
@@ -465,4 +467,13 @@ func (r *Runtime) List(ctx context.Context, labels map[string]string) ([]sandbox
 		})
 	}
 	return out, nil
+}
+
+// mounts turns the spec's bind mounts into the engine's.
+func mounts(in []sandboxagent.Mount) []mount.Mount {
+	var out []mount.Mount
+	for _, m := range in {
+		out = append(out, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	return out
 }

@@ -1,0 +1,655 @@
+package modelproxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+)
+
+const testKey = "sk-real-KEY-do-not-leak-0123456789"
+
+var testToken = NewToken()
+
+const unauthorizedBody = `{"error":{"message":"sandbox-agent model proxy: unknown or revoked token","type":"authentication_error"}}`
+
+// noSecrets fails the test if s contains the key or the token.
+func noSecrets(t *testing.T, what, s string) {
+	t.Helper()
+	for _, secret := range []string{testKey, testToken, strings.TrimPrefix(testToken, "sa-proxy-")} {
+		if strings.Contains(s, secret) {
+			t.Errorf("%s leaks a secret: %s", what, s)
+		}
+	}
+}
+
+// recorder collects Records; Log runs after the response has been sent,
+// so tests wait for it. Every Record is checked for secrets.
+type recorder chan Record
+
+func (rc recorder) log(r Record) { rc <- r }
+
+func (rc recorder) next(t *testing.T) Record {
+	t.Helper()
+	select {
+	case r := <-rc:
+		b, _ := json.Marshal(r)
+		noSecrets(t, "record", string(b))
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatal("no Record logged within 5s")
+		return Record{}
+	}
+}
+
+// startProxy serves a proxy for o (Token and Log filled in) on loopback.
+func startProxy(t *testing.T, o Options) (*Proxy, string, recorder) {
+	t.Helper()
+	rc := make(recorder, 100)
+	if o.Token == "" {
+		o.Token = testToken
+	}
+	o.Log = rc.log
+	p, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	return p, srv.URL, rc
+}
+
+// do sends req and returns the status and body, which must hold no secret.
+func do(t *testing.T, req *http.Request) (int, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noSecrets(t, "response body", string(b))
+	return resp.StatusCode, string(b)
+}
+
+func newReq(t *testing.T, method, u, body string) *http.Request {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, u, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// withToken puts tok where place says: a header name, or "key" for the query.
+func withToken(req *http.Request, place, tok string) {
+	switch place {
+	case "key":
+		q := req.URL.Query()
+		q.Set("key", tok)
+		req.URL.RawQuery = q.Encode()
+	case "Authorization":
+		req.Header.Set(place, "Bearer "+tok)
+	default:
+		req.Header.Set(place, tok)
+	}
+}
+
+func TestKeyReplacesTokenInPlace(t *testing.T) {
+	places := []string{"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key", "key"}
+	for _, place := range places {
+		for _, key := range []string{testKey, ""} {
+			t.Run(fmt.Sprintf("%s/key=%t", place, key != ""), func(t *testing.T) {
+				seen := make(chan *http.Request, 1)
+				up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					seen <- r.Clone(context.Background())
+					io.WriteString(w, "ok")
+				}))
+				defer up.Close()
+				_, purl, rc := startProxy(t, Options{Upstream: up.URL + "/v1", Key: key})
+
+				req := newReq(t, "POST", purl+"/v1/chat/completions?other=1", "{}")
+				withToken(req, place, testToken)
+				req.Header.Set("Accept-Encoding", "gzip")
+				req.Header.Set("Proxy-Authorization", "Basic Zm9vOmJhcg==")
+				req.Header.Set("X-Forwarded-For", "10.0.0.9")
+				if code, body := do(t, req); code != 200 || body != "ok" {
+					t.Fatalf("got %d %q", code, body)
+				}
+				r := <-seen
+				want := key
+				if key != "" && place == "Authorization" {
+					want = "Bearer " + key
+				}
+				for _, p := range places {
+					var got string
+					if p == "key" {
+						got = r.URL.Query().Get("key")
+					} else {
+						got = r.Header.Get(p)
+					}
+					if p == place && got != want || p != place && got != "" {
+						t.Errorf("upstream %s = %q, want %q", p, got, map[bool]string{true: want}[p == place])
+					}
+				}
+				for _, h := range []string{"Accept-Encoding", "Proxy-Authorization", "X-Forwarded-For"} {
+					if v := r.Header.Get(h); v != "" {
+						t.Errorf("upstream got %s: %q", h, v)
+					}
+				}
+				hb, _ := json.Marshal(r.Header)
+				if strings.Contains(string(hb)+r.URL.RawQuery, testToken) {
+					t.Errorf("token reached the upstream: %s %s", hb, r.URL.RawQuery)
+				}
+				if r.URL.Path != "/v1/chat/completions" || r.URL.Query().Get("other") != "1" || r.Host != strings.TrimPrefix(up.URL, "http://") {
+					t.Errorf("upstream got host %q path %q query %q", r.Host, r.URL.Path, r.URL.RawQuery)
+				}
+				if rec := rc.next(t); rec.Status != 200 || rec.Error != "" || rec.Path != "/v1/chat/completions" || rec.Method != "POST" {
+					t.Errorf("record %+v", rec)
+				}
+			})
+		}
+	}
+}
+
+func TestUnauthorized(t *testing.T) {
+	other := NewToken()
+	cases := []struct {
+		name   string
+		set    func(*http.Request)
+		revoke bool
+	}{
+		{"none", func(*http.Request) {}, false},
+		{"wrong bearer", func(r *http.Request) { withToken(r, "Authorization", other) }, false},
+		{"basic scheme", func(r *http.Request) { r.Header.Set("Authorization", "Basic "+testToken) }, false},
+		{"bare authorization", func(r *http.Request) { r.Header.Set("Authorization", testToken) }, false},
+		{"prefix of token", func(r *http.Request) { withToken(r, "X-Api-Key", testToken[:40]) }, false},
+		{"good bearer, wrong x-api-key", func(r *http.Request) {
+			withToken(r, "Authorization", testToken)
+			withToken(r, "X-Api-Key", other)
+		}, false},
+		{"good header, wrong query key", func(r *http.Request) {
+			withToken(r, "X-Goog-Api-Key", testToken)
+			withToken(r, "key", other)
+		}, false},
+		{"revoked", func(r *http.Request) { withToken(r, "Authorization", testToken) }, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var hits atomic.Int32
+			up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+			defer up.Close()
+			p, purl, rc := startProxy(t, Options{Upstream: up.URL, Key: testKey})
+			if tc.revoke {
+				p.Revoke()
+			}
+			req := newReq(t, "POST", purl+"/v1/messages", `{"a":1}`)
+			tc.set(req)
+			code, body := do(t, req)
+			if code != 401 || body != unauthorizedBody {
+				t.Errorf("got %d %s", code, body)
+			}
+			if rec := rc.next(t); rec.Status != 401 || rec.Error == "" {
+				t.Errorf("record %+v", rec)
+			}
+			if hits.Load() != 0 {
+				t.Error("upstream was hit")
+			}
+		})
+	}
+}
+
+func TestRevokeConcurrent(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer up.Close()
+	p, purl, _ := startProxy(t, Options{Upstream: up.URL, Key: testKey})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 10 {
+				req := newReq(t, "GET", purl+"/x", "")
+				withToken(req, "X-Api-Key", testToken)
+				do(t, req)
+			}
+		})
+	}
+	p.Revoke()
+	wg.Wait()
+	req := newReq(t, "GET", purl+"/x", "")
+	withToken(req, "X-Api-Key", testToken)
+	if code, _ := do(t, req); code != 401 {
+		t.Errorf("after Revoke: %d", code)
+	}
+}
+
+func TestPathPrefix(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) }))
+	defer up.Close()
+	p, purl, rc := startProxy(t, Options{Upstream: up.URL + "/v1/", Key: testKey})
+	if got := p.BaseURL("http://127.0.0.1:9/"); got != "http://127.0.0.1:9/v1" {
+		t.Errorf("BaseURL = %q", got)
+	}
+	for _, tc := range []struct {
+		path string
+		code int
+	}{
+		{"/v1/chat/completions", 200}, {"/v1", 200}, {"/v1/", 200},
+		{"/v2/chat/completions", 404}, {"/v1x", 404}, {"/", 404},
+		{"/v1/../admin", 404}, {"/v1/%2e%2e/admin", 404},
+	} {
+		req := newReq(t, "GET", purl+tc.path, "")
+		withToken(req, "Authorization", testToken)
+		if code, _ := do(t, req); code != tc.code {
+			t.Errorf("%s: %d, want %d", tc.path, code, tc.code)
+		}
+		if rec := rc.next(t); rec.Status != tc.code || (tc.code == 404) != (rec.Error != "") {
+			t.Errorf("%s: record %+v", tc.path, rec)
+		}
+	}
+	root, err := New(Options{Upstream: "https://api.anthropic.com", Token: testToken})
+	if err != nil || root.BaseURL("http://127.0.0.1:9") != "http://127.0.0.1:9" {
+		t.Errorf("root BaseURL: %v %q", err, root.BaseURL("http://127.0.0.1:9"))
+	}
+}
+
+func TestUpstreamDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, purl, rc := startProxy(t, Options{Upstream: "http://" + addr, Key: testKey})
+	req := newReq(t, "POST", purl+"/v1/messages?key="+url.QueryEscape(testToken), "{}")
+	code, body := do(t, req)
+	var e struct {
+		Error struct{ Type, Message string }
+	}
+	if code != 502 || json.Unmarshal([]byte(body), &e) != nil || e.Error.Type != "api_error" {
+		t.Errorf("got %d %s", code, body)
+	}
+	if rec := rc.next(t); rec.Status != 502 || !strings.HasPrefix(rec.Error, "upstream: ") || !strings.Contains(rec.Error, "refused") {
+		t.Errorf("record %+v", rec)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestNoSecretsInRecords drives every outcome through a proxy whose
+// transport quotes the key (and its URL) in its error; recorder.next and
+// do check each Record and body for the key and token.
+func TestNoSecretsInRecords(t *testing.T) {
+	var fail atomic.Bool
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"usage\":{\"input_tokens\":3,\"output_tokens\":4}}\n\n")
+	}))
+	defer up.Close()
+	leaky := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if fail.Load() {
+			return nil, &url.Error{Op: "Post", URL: r.URL.String(),
+				Err: errors.New("refused " + r.Header.Get("Authorization") + r.Header.Get("X-Api-Key") + " " + r.URL.RawQuery)}
+		}
+		return http.DefaultTransport.RoundTrip(r)
+	})
+	_, purl, rc := startProxy(t, Options{Upstream: up.URL + "/v1", Key: testKey, Transport: leaky})
+	for _, tc := range []struct {
+		name, path, place string
+		fail              bool
+		code              int
+	}{
+		{"stream", "/v1/messages", "X-Api-Key", false, 200},
+		{"query token", "/v1/models", "key", false, 200},
+		{"unknown token", "/v1/messages", "", false, 401},
+		{"outside prefix", "/admin", "Authorization", false, 404},
+		{"transport error bearer", "/v1/chat", "Authorization", true, 502},
+		{"transport error query", "/v1/chat", "key", true, 502},
+		{"transport error x-api-key", "/v1/chat", "X-Api-Key", true, 502},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fail.Store(tc.fail)
+			req := newReq(t, "POST", purl+tc.path, `{"stream":true}`)
+			if tc.place != "" {
+				withToken(req, tc.place, testToken)
+			} else {
+				withToken(req, "X-Api-Key", testToken+"x")
+			}
+			if code, _ := do(t, req); code != tc.code {
+				t.Errorf("status %d, want %d", code, tc.code)
+			}
+			if rec := rc.next(t); rec.Status != tc.code || rec.Path != tc.path {
+				t.Errorf("record %+v", rec)
+			} else if tc.fail && !strings.Contains(rec.Error, "[REDACTED]") {
+				t.Errorf("error not redacted: %q", rec.Error)
+			}
+		})
+	}
+}
+
+func TestBytesCounted(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, strings.Repeat("y", int(n)*2))
+	}))
+	defer up.Close()
+	_, purl, rc := startProxy(t, Options{Upstream: up.URL, Key: testKey})
+	for _, chunked := range []bool{false, true} {
+		var body io.Reader = strings.NewReader(strings.Repeat("x", 12345))
+		if chunked {
+			body = struct{ io.Reader }{body} // unknown length: sent chunked
+		}
+		req, _ := http.NewRequest("POST", purl+"/upload", body)
+		withToken(req, "Authorization", testToken)
+		code, got := do(t, req)
+		if code != 200 || len(got) != 24690 {
+			t.Fatalf("got %d, %d bytes", code, len(got))
+		}
+		rec := rc.next(t)
+		if rec.BytesIn != 12345 || rec.BytesOut != 24690 || rec.Usage != nil || rec.FirstByteMS <= 0 || rec.DurationMS < rec.FirstByteMS {
+			t.Errorf("chunked=%t: record %+v", chunked, rec)
+		}
+	}
+}
+
+func TestTLSUpstream(t *testing.T) {
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secure") }))
+	up.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake is expected
+	up.StartTLS()
+	defer up.Close()
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ca   string
+		code int
+	}{{caFile, 200}, {"", 502}} {
+		_, purl, rc := startProxy(t, Options{Upstream: up.URL, Key: testKey, CACertFile: tc.ca})
+		req := newReq(t, "GET", purl+"/v1/models", "")
+		withToken(req, "Authorization", testToken)
+		if code, _ := do(t, req); code != tc.code {
+			t.Errorf("CA %q: %d, want %d", tc.ca, code, tc.code)
+		}
+		if rec := rc.next(t); tc.code == 502 && !strings.Contains(rec.Error, "certificate") {
+			t.Errorf("record %+v", rec)
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "x.pem")
+	os.WriteFile(notPEM, []byte("not a certificate"), 0o600)
+	good := Options{Upstream: "https://api.openai.com/v1", Token: testToken}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Options)
+	}{
+		{"bad url", func(o *Options) { o.Upstream = "http://[::1" }},
+		{"scheme", func(o *Options) { o.Upstream = "ftp://x/v1" }},
+		{"no scheme", func(o *Options) { o.Upstream = "api.openai.com/v1" }},
+		{"no host", func(o *Options) { o.Upstream = "http:///v1" }},
+		{"user info", func(o *Options) { o.Upstream = "https://u:p@x/v1" }},
+		{"query", func(o *Options) { o.Upstream = "https://x/v1?key=1" }},
+		{"short token", func(o *Options) { o.Token = "sa-proxy-short" }},
+		{"key newline", func(o *Options) { o.Key = "sk\r\nX-Evil: 1" }},
+		{"ca missing", func(o *Options) { o.CACertFile = filepath.Join(dir, "missing.pem") }},
+		{"ca not pem", func(o *Options) { o.CACertFile = notPEM }},
+		{"ca with transport", func(o *Options) { o.CACertFile, o.Transport = notPEM, http.DefaultTransport }},
+	} {
+		o := good
+		tc.mod(&o)
+		if _, err := New(o); err == nil {
+			t.Errorf("%s: New accepted %+v", tc.name, o)
+		}
+	}
+	if _, err := New(good); err != nil {
+		t.Error(err)
+	}
+	if a, b := NewToken(), NewToken(); a == b || len(a) != 9+64 || !strings.HasPrefix(a, "sa-proxy-") {
+		t.Errorf("NewToken: %q %q", a, b)
+	}
+}
+
+// TestStreamNotBuffered: the upstream sends one event and then waits until
+// the client has received it through the proxy. A buffering proxy would
+// deadlock, caught by the timeout.
+func TestStreamNotBuffered(t *testing.T) {
+	for _, tc := range []struct{ name, first, rest string }{
+		{"anthropic", "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":11,\"output_tokens\":1}}}\n\n",
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"},
+		{"chat", "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n",
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":7}}\n\ndata: [DONE]\n\n"},
+		{"responses", "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\n",
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":11,\"output_tokens\":7}}}\n\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			received := make(chan struct{})
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, tc.first)
+				http.NewResponseController(w).Flush()
+				select {
+				case <-received:
+				case <-r.Context().Done():
+					return
+				case <-time.After(10 * time.Second):
+					return
+				}
+				io.WriteString(w, tc.rest)
+			}))
+			defer up.Close()
+			release := sync.OnceFunc(func() { close(received) })
+			defer release() // before up.Close: let the handler finish on failure
+			_, purl, rc := startProxy(t, Options{Upstream: up.URL, Key: testKey})
+
+			type result struct {
+				first string
+				br    *bufio.Reader
+				body  io.Closer
+				err   error
+			}
+			got := make(chan result, 1)
+			go func() {
+				req, _ := http.NewRequest("POST", purl+"/v1/stream", strings.NewReader(`{"stream":true}`))
+				withToken(req, "Authorization", testToken)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					got <- result{err: err}
+					return
+				}
+				br := bufio.NewReader(resp.Body)
+				var first strings.Builder
+				for !strings.HasSuffix(first.String(), "\n\n") && err == nil {
+					var l string
+					l, err = br.ReadString('\n')
+					first.WriteString(l)
+				}
+				got <- result{first.String(), br, resp.Body, err}
+			}()
+			var res result
+			select {
+			case res = <-got:
+			case <-time.After(5 * time.Second):
+				t.Fatal("first event not received through the proxy within 5s: it buffers")
+			}
+			if res.err != nil {
+				t.Fatal(res.err)
+			}
+			defer res.body.Close()
+			release()
+			if res.first != tc.first {
+				t.Errorf("first event %q, want %q", res.first, tc.first)
+			}
+			rest, err := io.ReadAll(res.br)
+			if err != nil || string(rest) != tc.rest {
+				t.Errorf("rest %q, %v", rest, err)
+			}
+			rec := rc.next(t)
+			if rec.Usage == nil || *rec.Usage != (Usage{11, 7}) || rec.BytesOut != int64(len(tc.first+tc.rest)) {
+				t.Errorf("record %+v usage %v", rec, rec.Usage)
+			}
+		})
+	}
+}
+
+// TestUsageFakemodel runs the three wire APIs of a real fakemodel, streamed
+// and not, through the proxy; fakemodel checks the real key arrives.
+func TestUsageFakemodel(t *testing.T) {
+	const tools = `"tools":[{"type":"function","name":"noop","function":{"name":"noop","parameters":{"type":"object"}}}]`
+	for _, tc := range []struct {
+		name, path, place, body, end string
+	}{
+		{"anthropic stream", "/v1/messages", "X-Api-Key", `{"stream":true,` + tools + `}`, "message_stop"},
+		{"anthropic json", "/v1/messages", "X-Api-Key", `{` + tools + `}`, `"usage"`},
+		{"chat stream", "/v1/chat/completions", "Authorization", `{"stream":true,` + tools + `}`, "[DONE]"},
+		{"chat stream include_usage", "/v1/chat/completions", "Authorization", `{"stream":true,"stream_options":{"include_usage":true},` + tools + `}`, "[DONE]"},
+		{"chat json", "/v1/chat/completions", "Authorization", `{` + tools + `}`, `"usage"`},
+		{"responses stream", "/v1/responses", "Authorization", `{"stream":true,` + tools + `}`, "response.completed"},
+		{"responses json", "/v1/responses", "Authorization", `{` + tools + `}`, `"usage"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fm, err := fakemodel.New(fakemodel.Script{ExpectKey: testKey, Responses: []fakemodel.Step{
+				{Text: "hello from the fake model", Usage: &fakemodel.Usage{InputTokens: 11, OutputTokens: 7}},
+			}}, fakemodel.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := fm.Start("127.0.0.1:0"); err != nil {
+				t.Fatal(err)
+			}
+			defer fm.Close()
+			p, purl, rc := startProxy(t, Options{Upstream: fm.URL() + "/v1", Key: testKey})
+			req := newReq(t, "POST", p.BaseURL(purl)+strings.TrimPrefix(tc.path, "/v1"), tc.body)
+			withToken(req, tc.place, testToken)
+			code, body := do(t, req)
+			if code != 200 || !strings.Contains(body, tc.end) {
+				t.Fatalf("got %d %s", code, body)
+			}
+			if rec := rc.next(t); rec.Usage == nil || *rec.Usage != (Usage{11, 7}) || rec.BytesOut != int64(len(body)) {
+				t.Errorf("record %+v usage %v", rec, rec.Usage)
+			}
+		})
+	}
+}
+
+// TestUsageFixtures covers the scanner's edges with hand-written bodies.
+func TestUsageFixtures(t *testing.T) {
+	huge := `data: {"usage":{"input_tokens":999,"pad":"` + strings.Repeat("x", maxSSELine) + `"}}` + "\n\n"
+	for _, tc := range []struct {
+		name, ctype, body string
+		want              *Usage
+	}{
+		{"sse crlf no space", "text/event-stream; charset=utf-8", "data:{\"usage\":{\"input_tokens\":5,\"output_tokens\":2}}\r\n\r\ndata:{\"usage\":{\"output_tokens\":9}}", &Usage{5, 9}},
+		{"sse long line skipped", "text/event-stream", huge + "data: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n", &Usage{3, 4}},
+		{"sse no usage", "text/event-stream", "data: {\"usage\":null}\n\ndata: [DONE]\n\n", nil},
+		{"json nested", "application/json", `{"a":[{"b":{"usage":{"input_tokens":8,"output_tokens":1}}}],"usage":{"output_tokens":6}}`, &Usage{8, 6}},
+		{"json no usage", "application/json", `{"error":{"message":"rate limited"}}`, nil},
+		{"json too large", "application/json", `{"usage":{"input_tokens":1},"pad":"` + strings.Repeat("x", maxJSONBody) + `"}`, nil},
+		{"plain text", "text/plain", `{"usage":{"input_tokens":1}}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", tc.ctype)
+				for b := tc.body; len(b) > 0; { // small writes split lines across reads
+					n := min(len(b), 7+len(b)/3)
+					io.WriteString(w, b[:n])
+					http.NewResponseController(w).Flush()
+					b = b[n:]
+				}
+			}))
+			defer up.Close()
+			_, purl, rc := startProxy(t, Options{Upstream: up.URL})
+			req := newReq(t, "GET", purl+"/x", "")
+			withToken(req, "Api-Key", testToken)
+			if code, body := do(t, req); code != 200 || body != tc.body {
+				t.Fatalf("got %d, body intact %t", code, body == tc.body)
+			}
+			rec := rc.next(t)
+			if (rec.Usage == nil) != (tc.want == nil) || rec.Usage != nil && *rec.Usage != *tc.want {
+				t.Errorf("usage %v, want %v", rec.Usage, tc.want)
+			}
+		})
+	}
+}
+
+func TestClientCancelReachesUpstream(t *testing.T) {
+	started, canceled := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // the server notices a closed connection only once the body is read
+		close(started)
+		select {
+		case <-r.Context().Done():
+			close(canceled)
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	defer up.Close()
+	_, purl, rc := startProxy(t, Options{Upstream: up.URL, Key: testKey})
+	ctx, cancel := context.WithCancel(context.Background())
+	req := newReq(t, "POST", purl+"/v1/messages", "{}").WithContext(ctx)
+	withToken(req, "X-Api-Key", testToken)
+	go func() {
+		<-started
+		cancel()
+	}()
+	if _, err := http.DefaultClient.Do(req); err == nil {
+		t.Fatal("request not canceled")
+	}
+	select {
+	case <-canceled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("upstream request not canceled")
+	}
+	if rec := rc.next(t); rec.Error != "client canceled" {
+		t.Errorf("record %+v", rec)
+	}
+}
+
+// TestBodyClosedBeforeExcessCheck: the server closes a drained request body
+// when the proxy starts answering; the transport's later read past
+// Content-Length must then see EOF, or it drops the upstream connection
+// mid-stream (seen as truncated streams in the benchmark).
+func TestBodyClosedBeforeExcessCheck(t *testing.T) {
+	got := make(chan error, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := &countReader{rc: r.Body, size: r.ContentLength}
+		io.Copy(io.Discard, c)
+		io.WriteString(w, "answer") // makes the server close the body
+		http.NewResponseController(w).Flush()
+		_, err := c.Read(make([]byte, 1))
+		got <- err
+	}))
+	defer srv.Close()
+	do(t, newReq(t, "POST", srv.URL, "0123456789"))
+	if err := <-got; err != io.EOF {
+		t.Errorf("read after the server closed the body: %v, want EOF", err)
+	}
+}

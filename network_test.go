@@ -1,0 +1,201 @@
+package sandboxagent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// routedDriver is a fakeDriver that can be pointed at the model proxy.
+type routedDriver struct {
+	fakeDriver
+	upstream string
+	routedTo string // the base URL Routed was given
+}
+
+func (d *routedDriver) ModelRoute() (ModelRoute, error) {
+	return ModelRoute{Upstream: d.upstream, Key: d.key}, nil
+}
+
+func (d *routedDriver) Routed(baseURL, token string) Driver {
+	c := &routedDriver{fakeDriver: fakeDriver{key: token}, upstream: d.upstream, routedTo: baseURL}
+	return c
+}
+
+// relayRuntime answers forward.pl with a port and otherwise behaves like
+// cliRuntime.
+func relayRuntime(out func(prompt string) (string, string, int)) *fakeRuntime {
+	f := cliRuntime(out)
+	inner := f.exec
+	f.exec = func(ctx context.Context, req RuntimeExec) (int, error) {
+		if req.Cmd[0] == "perl" {
+			if req.User != "0" || req.Cmd[2] != forwardScript {
+				return 1, errors.New("relay not started as root with forward.pl")
+			}
+			for _, a := range req.Cmd[3:] {
+				name, _, _ := strings.Cut(a, "=")
+				io.WriteString(req.Stdout, name+" 4242\n")
+			}
+			return 0, nil
+		}
+		return inner(ctx, req)
+	}
+	return f
+}
+
+// An agent whose driver is a ModelRouter gets no network, a read-only
+// mount of its socket folder, and a CLI pointed at the relay with a
+// token; the model proxy behind the socket swaps the token for the key;
+// Close revokes it and removes the folder.
+func TestAgentRoutedThroughModelProxy(t *testing.T) {
+	const key = "sk-real-key-0123456789"
+	var mu sync.Mutex
+	var gotKey string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		gotKey = r.Header.Get("X-Api-Key")
+		mu.Unlock()
+		io.WriteString(w, `{"usage":{"input_tokens":3,"output_tokens":2}}`)
+	}))
+	defer up.Close()
+	rt := relayRuntime(func(prompt string) (string, string, int) { return `{"session":"s1"}` + "\n" + `{"text":"ok"}` + "\n", "", 0 })
+	drv := &routedDriver{fakeDriver: fakeDriver{key: key}, upstream: up.URL + "/v1"}
+	cfg := DefaultConfig()
+	cfg.AuditRoot = filepath.Join(t.TempDir(), "audit")
+	a, err := Start(context.Background(), rt, drv, WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	spec := rt.created[0]
+	if spec.NetworkMode != "none" || len(spec.Mounts) != 1 || !spec.Mounts[0].ReadOnly || spec.Mounts[0].Target != socketDir {
+		t.Fatalf("network %q mounts %+v", spec.NetworkMode, spec.Mounts)
+	}
+	routed := a.Driver().(*routedDriver)
+	if routed.routedTo != "http://127.0.0.1:4242/v1" || !strings.HasPrefix(routed.key, "sa-proxy-") {
+		t.Fatalf("routed to %q with %q", routed.routedTo, routed.key)
+	}
+	if _, err := a.Ask(context.Background(), "hi"); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range rt.execs {
+		if strings.Contains(strings.Join(append(x.Cmd, x.Env...), " "), key) {
+			t.Errorf("the key reached the container: %v %v", x.Cmd, x.Env)
+		}
+	}
+
+	// What the relay would do: talk HTTP over the socket with the token.
+	sock := filepath.Join(spec.Mounts[0].Source, "model.sock")
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o666 {
+		t.Fatalf("socket %s: %v %v", sock, fi, err)
+	}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	req, _ := http.NewRequest("POST", "http://sandbox/v1/messages", strings.NewReader("{}"))
+	req.Header.Set("X-Api-Key", routed.key)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	mu.Lock()
+	if resp.StatusCode != 200 || gotKey != key {
+		t.Errorf("through the proxy: status %d, upstream saw key %q", resp.StatusCode, gotKey)
+	}
+	mu.Unlock()
+	// The proxy logs once its handler returns, just after the client has
+	// the whole response.
+	var data []byte
+	for i := 0; i < 200; i++ {
+		if data, err = os.ReadFile(filepath.Join(a.NetworkAuditDir(), "model.jsonl")); err == nil && len(data) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil || !strings.Contains(string(data), `"path":"/v1/messages"`) || strings.Contains(string(data), key) || strings.Contains(string(data), routed.key) {
+		t.Errorf("model.jsonl: %v %s", err, data)
+	}
+
+	a.Close()
+	if _, err := os.Stat(spec.Mounts[0].Source); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket folder left behind: %v", err)
+	}
+	req, _ = http.NewRequest("POST", "http://sandbox/v1/messages", strings.NewReader("{}"))
+	req.Header.Set("X-Api-Key", routed.key)
+	rec := httptest.NewRecorder()
+	a.proxy.ServeHTTP(rec, req)
+	if rec.Code != http.StatusUnauthorized {
+		t.Errorf("after Close the token gets %d, want 401", rec.Code)
+	}
+}
+
+// Policies that cannot work are refused before anything starts.
+func TestAgentEgressErrors(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.AuditEnabled = false
+	for _, tc := range []struct {
+		name string
+		drv  Driver
+		opts []AgentOption
+	}{
+		{"none leaves no way to the model", &routedDriver{upstream: "http://127.0.0.1:1"}, []AgentOption{WithEgress(EgressNone)}},
+		{"unknown policy", &routedDriver{upstream: "http://127.0.0.1:1"}, []AgentOption{WithEgress("wide")}},
+		{"bad allow host", &routedDriver{upstream: "http://127.0.0.1:1"}, []AgentOption{WithEgress(EgressModel, "http://x/")}},
+		{"driver not routable under model", &fakeDriver{key: "k-1234"}, nil},
+		{"bad upstream", &routedDriver{upstream: "ftp://x"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := relayRuntime(nil)
+			_, err := Start(context.Background(), rt, tc.drv, append([]AgentOption{WithConfig(cfg)}, tc.opts...)...)
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("err = %v, want ErrInvalidArgument", err)
+			}
+			if len(rt.created) != 0 {
+				t.Errorf("a container was created")
+			}
+		})
+	}
+}
+
+// Egress maps onto the engine's network; an explicit Network wins; an
+// allow-list adds the egress relay and proxy variables to every exec.
+func TestSandboxEgressNetwork(t *testing.T) {
+	for _, tc := range []struct {
+		egress  Egress
+		network string
+		want    string
+	}{
+		{"", "", "none"}, {EgressNone, "", "none"}, {EgressModel, "", "none"}, {EgressOpen, "", "bridge"}, {EgressModel, "host", "host"},
+	} {
+		spec, err := containerSpec(SandboxOptions{Image: "i", Egress: tc.egress, Network: tc.network}, DefaultConfig())
+		if err != nil || spec.NetworkMode != tc.want {
+			t.Errorf("egress %q network %q: %q %v, want %q", tc.egress, tc.network, spec.NetworkMode, err, tc.want)
+		}
+	}
+	rt := relayRuntime(nil)
+	sb, err := NewSandbox(context.Background(), rt, SandboxOptions{Image: "i", AllowHosts: []string{"registry.npmjs.org"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	if _, err := sb.Run(context.Background(), ExecRequest{Cmd: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	last := rt.execs[len(rt.execs)-1]
+	if !strings.Contains(strings.Join(last.Env, " "), "HTTPS_PROXY=http://127.0.0.1:4242") {
+		t.Errorf("exec env %v lacks the proxy variables", last.Env)
+	}
+	if _, err := NewSandbox(context.Background(), rt, SandboxOptions{Image: "i", AllowHosts: []string{"*"}}); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("allow host *: %v", err)
+	}
+}
