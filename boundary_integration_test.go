@@ -13,7 +13,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/driver/claude"
+	"github.com/sandbox-agent/sandbox-agent/driver/pi"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
@@ -169,7 +169,7 @@ func TestIntegrationAgentEgressEvents(t *testing.T) {
 	for _, network := range []string{"", "host"} {
 		t.Run("network="+network, func(t *testing.T) {
 			srv := drivertest.FakeModel(t, drivertest.ShellThenDone(`bash -c "$CONNECT" sh deb.debian.org:443`))
-			drv := claude.New(claude.Options{BaseURL: srv.URL(), APIKey: drivertest.Key})
+			drv := pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key}) // pi: the one agent image the Podman suite has
 			root := drivertest.AuditRoot(t)
 			a := drivertest.StartAgent(t, drv, root, sandboxagent.WithEgress(sandboxagent.EgressModel, "registry.npmjs.org"),
 				sandboxagent.WithNetwork(network),

@@ -68,6 +68,16 @@ func TestLoadConfigPrecedence(t *testing.T) {
 				t.Errorf("got %+v", c)
 			}
 		}},
+		{"egress and allow_hosts from the file (array) and the environment (comma-separated)", writeConfig(t, `{"egress": "open", "allow_hosts": ["registry.npmjs.org", "*.example.com:8443"]}`), nil, func(t *testing.T, c Config) {
+			if c.Egress != EgressOpen || strings.Join(c.AllowHosts, " ") != "registry.npmjs.org *.example.com:8443" {
+				t.Errorf("got %q %q", c.Egress, c.AllowHosts)
+			}
+		}},
+		{"allow_hosts from the environment wins", writeConfig(t, `{"allow_hosts": ["a.org"]}`), map[string]string{"SANDBOX_AGENT_ALLOW_HOSTS": " b.org, c.org ", "SANDBOX_AGENT_EGRESS": "none"}, func(t *testing.T, c Config) {
+			if c.Egress != EgressNone || strings.Join(c.AllowHosts, " ") != "b.org c.org" {
+				t.Errorf("got %q %q", c.Egress, c.AllowHosts)
+			}
+		}},
 		{"retention zero allowed", "", map[string]string{"SANDBOX_AGENT_AUDIT_RETENTION_DAYS": "0"}, func(t *testing.T, c Config) {
 			if c.AuditRetentionDays != 0 {
 				t.Errorf("got %d", c.AuditRetentionDays)
@@ -101,6 +111,9 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"unknown key", `{"timeout_exce": "1s"}`, nil, "timeout_exce", "unknown key"},
 		{"not an object", `[1,2]`, nil, "", "not a JSON object"},
 		{"object value", `{"timeout_exec": {"s": 1}}`, nil, "timeout_exec", "want a string"},
+		{"bad egress", `{"egress": "wide"}`, nil, "egress", "want none, model or open"},
+		{"allow_hosts not strings", `{"allow_hosts": ["a.org", 3]}`, nil, "allow_hosts", "array of strings"},
+		{"allow_hosts bad pattern", `{"allow_hosts": ["a.org", "*"]}`, nil, "allow_hosts", `allow host "*"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -43,7 +43,7 @@ func benchStream(b *testing.B, viaProxy bool) {
 	if viaProxy {
 		p, err := New(Options{Upstream: fm.URL() + "/v1", Key: testKey, Token: testToken, Log: func(r Record) {
 			if r.Error != "" {
-				b.Logf("DEBUG %+v", r)
+				b.Errorf("proxy: %+v", r)
 			}
 		}})
 		if err != nil {

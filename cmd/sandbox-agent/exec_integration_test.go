@@ -45,6 +45,22 @@ func TestIntegrationCLIExec(t *testing.T) {
 			t.Fatalf("exit %d stdout %q stderr %q; want 137 and an out-of-memory report", code, stdout, stderr)
 		}
 	})
+	t.Run("egress: none by default, the allow-list through the proxy, denials on stderr, open warns", func(t *testing.T) {
+		probe := `getent hosts deb.debian.org >/dev/null && echo RESOLVED; echo "proxy=${HTTPS_PROXY:-none}"`
+		code, stdout, stderr := runCLI(t, cliEnv(), "exec", "--image", img, "--", "sh", "-c", probe)
+		if code != 0 || stdout != "proxy=none\n" {
+			t.Fatalf("default: exit %d stdout %q stderr %q", code, stdout, stderr)
+		}
+		connect := `p=${HTTPS_PROXY##*:}; exec 3<>/dev/tcp/127.0.0.1/$p; printf 'CONNECT deb.debian.org:443 HTTP/1.1\r\nHost: deb.debian.org:443\r\n\r\n' >&3; IFS= read -r l <&3; echo "$l"`
+		code, stdout, stderr = runCLI(t, cliEnv(), "exec", "--image", img, "--allow-host", "registry.npmjs.org", "--", "bash", "-c", connect)
+		if code != 0 || !strings.Contains(stdout, " 403") || !strings.Contains(stderr, "sandbox-agent: egress to deb.debian.org:443 denied: not on the allow-list") {
+			t.Fatalf("allow-list: exit %d stdout %q stderr %q", code, stdout, stderr)
+		}
+		code, _, stderr = runCLI(t, cliEnv(), "exec", "--image", img, "--egress", "open", "--", "true")
+		if code != 0 || !strings.Contains(stderr, "warning: egress open") {
+			t.Fatalf("open: exit %d stderr %q", code, stderr)
+		}
+	})
 	t.Run("bad limits are our error", func(t *testing.T) {
 		for _, args := range [][]string{{"--memory", "lots"}, {"--memory", "1k"}, {"--pids", "-1"}} {
 			code, _, stderr := runCLI(t, cliEnv(), append(append([]string{"exec", "--image", img}, args...), "--", "true")...)

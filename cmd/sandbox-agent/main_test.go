@@ -41,6 +41,14 @@ func TestUsageAndErrors(t *testing.T) {
 		{"exec bad download", nil, []string{"exec", "--download", "rel:x", "--", "true"}, exitError, "/CONTAINER_PATH:HOST_PATH"},
 		{"exec unknown flag", nil, []string{"exec", "--nope", "--", "true"}, exitError, "flag provided but not defined"},
 		{"bad config env", map[string]string{"SANDBOX_AGENT_TIMEOUT_EXEC": "soon"}, []string{"gc"}, exitError, `config key "timeout_exec"`},
+		{"exec bad egress", nil, []string{"exec", "--egress", "wide", "--", "true"}, exitError, `egress "wide" (want none, model or open)`},
+		{"exec bad allow host", nil, []string{"exec", "--allow-host", "*", "--", "true"}, exitError, `allow host "*"`},
+		{"exec allow host with a scheme", nil, []string{"exec", "--allow-host", "https://x.org", "--", "true"}, exitError, `--allow-host`},
+		{"ask bad egress", nil, []string{"ask", "--driver", "pi", "--egress", "wide", "hi"}, exitError, `egress "wide"`},
+		{"smoke bad egress", nil, []string{"smoke", "--egress", "wide", "pi"}, exitError, `egress "wide"`},
+		{"smoke bad allow host", nil, []string{"smoke", "--allow-host", "10.0.0.1", "pi"}, exitError, `allow host "10.0.0.1"`},
+		{"bad egress env", map[string]string{"SANDBOX_AGENT_EGRESS": "all"}, []string{"gc"}, exitError, `config key "egress" from environment variable SANDBOX_AGENT_EGRESS`},
+		{"bad allow hosts env", map[string]string{"SANDBOX_AGENT_ALLOW_HOSTS": "ok.org,*.com"}, []string{"gc"}, exitError, `config key "allow_hosts"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
