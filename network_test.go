@@ -67,7 +67,9 @@ func TestAgentRoutedThroughModelProxy(t *testing.T) {
 		io.WriteString(w, `{"usage":{"input_tokens":3,"output_tokens":2}}`)
 	}))
 	defer up.Close()
-	rt := relayRuntime(func(prompt string) (string, string, int) { return `{"session":"s1"}` + "\n" + `{"text":"ok"}` + "\n", "", 0 })
+	rt := relayRuntime(func(prompt string) (string, string, int) {
+		return `{"session":"s1"}` + "\n" + `{"text":"ok"}` + "\n", "", 0
+	})
 	drv := &routedDriver{fakeDriver: fakeDriver{key: key}, upstream: up.URL + "/v1"}
 	cfg := DefaultConfig()
 	cfg.AuditRoot = filepath.Join(t.TempDir(), "audit")
