@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"syscall"
 	"time"
@@ -73,6 +75,9 @@ func GC(ctx context.Context, rt Runtime, opts GCOptions) (GCResult, error) {
 				errs = append(errs, err)
 				continue
 			}
+			if sameHost {
+				removeSocketDir(c.Labels[LabelSockets])
+			}
 		}
 		res.Removed = append(res.Removed, e)
 	}
@@ -87,4 +92,20 @@ func processAlive(pid string) bool {
 	}
 	err = syscall.Kill(n, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+var socketDirName = regexp.MustCompile(`^s-[0-9]+$`)
+
+// removeSocketDir removes the socket folder a dead owner left behind. The
+// label names only the folder's base name, and only one of the shape
+// openHostSide makes is removed from this user's socket root.
+func removeSocketDir(name string) {
+	if !socketDirName.MatchString(name) {
+		return
+	}
+	root, err := socketRoot()
+	if err != nil {
+		return
+	}
+	_ = os.RemoveAll(filepath.Join(root, name))
 }

@@ -201,3 +201,31 @@ func TestSandboxEgressNetwork(t *testing.T) {
 		t.Errorf("allow host *: %v", err)
 	}
 }
+
+// A bind mount the engine did not record read-only (or dropped) is a
+// hardening failure: the sandbox could write into a host folder. Nothing
+// is left behind.
+func TestSandboxMountMustStayReadOnly(t *testing.T) {
+	for name, mutate := range map[string]func(*ContainerState){
+		"writable": func(s *ContainerState) { s.Mounts[0].ReadOnly = false },
+		"dropped":  func(s *ContainerState) { s.Mounts = nil },
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := relayRuntime(nil)
+			f.inspect = func(spec ContainerSpec) ContainerState {
+				st := recorded(spec)
+				st.Mounts = append([]Mount(nil), spec.Mounts...)
+				mutate(&st)
+				return st
+			}
+			_, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img", AllowHosts: []string{"a.org"}})
+			var he *HardeningError
+			if !errors.As(err, &he) || he.Setting != "mount" {
+				t.Fatalf("err = %v, want a HardeningError on mount", err)
+			}
+			if _, err := os.Stat(f.created[0].Mounts[0].Source); !errors.Is(err, os.ErrNotExist) || len(f.removed) != 1 {
+				t.Errorf("left behind: socket folder %v, removed %v", err, f.removed)
+			}
+		})
+	}
+}

@@ -108,6 +108,7 @@ type ContainerState struct {
 	NanoCPUs       int64
 	NetworkMode    string
 	User           string
+	Mounts         []Mount // bind mounts as the engine recorded them
 }
 
 // RuntimeExec is one command for Runtime.Exec.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,6 +27,9 @@ const (
 	LabelKeepalive = "sandbox-agent.keepalive"
 	LabelHost      = "sandbox-agent.host"
 	LabelPID       = "sandbox-agent.pid"
+	// LabelSockets names the sandbox's socket folder (its base name), so
+	// gc can remove it when the owner died.
+	LabelSockets = "sandbox-agent.sockets"
 )
 
 // DefaultCaps is the documented minimum of capabilities a sandbox keeps
@@ -203,6 +207,7 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	}
 	if host != nil {
 		spec.Mounts = append(spec.Mounts, host.mount())
+		spec.Labels[LabelSockets] = filepath.Base(host.dir)
 	}
 	id, err := rt.Create(ctx, spec)
 	if err != nil {
@@ -410,6 +415,17 @@ func checkHardening(want ContainerSpec, got ContainerState) error {
 		return "false"
 	}
 	checks = append(checks, check{"no_new_privileges", nnp(want.SecurityOpt), nnp(got.SecurityOpt)})
+	// A bind mount that lost its read-only flag would let the sandbox
+	// write into a host folder.
+	for _, m := range want.Mounts {
+		rec := "missing"
+		for _, g := range got.Mounts {
+			if g.Target == m.Target {
+				rec = fmt.Sprintf("%s read-only=%t", g.Target, g.ReadOnly)
+			}
+		}
+		checks = append(checks, check{"mount", fmt.Sprintf("%s read-only=%t", m.Target, m.ReadOnly), rec})
+	}
 	if !want.Privileged {
 		// A privileged container holds every capability whatever CapDrop
 		// and CapAdd say (Podman reports exactly that bounding set; Docker

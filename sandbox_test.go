@@ -64,7 +64,7 @@ func recorded(s ContainerSpec) ContainerState {
 	return ContainerState{
 		Running: true, Privileged: s.Privileged, CapDrop: s.CapDrop, CapAdd: s.CapAdd, SecurityOpt: s.SecurityOpt,
 		ReadonlyRootfs: s.ReadonlyRootfs, Init: s.Init, PidsLimit: s.PidsLimit, MemoryBytes: s.MemoryBytes,
-		MemorySwap: s.MemorySwap, NanoCPUs: s.NanoCPUs, NetworkMode: s.NetworkMode, Labels: s.Labels,
+		MemorySwap: s.MemorySwap, NanoCPUs: s.NanoCPUs, NetworkMode: s.NetworkMode, Labels: s.Labels, Mounts: s.Mounts,
 	}
 }
 

@@ -256,6 +256,11 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (sandboxagent.Containe
 		st.NanoCPUs = h.NanoCPUs
 		st.NetworkMode = string(h.NetworkMode)
 	}
+	for _, m := range c.Mounts {
+		if m.Type == mount.TypeBind {
+			st.Mounts = append(st.Mounts, sandboxagent.Mount{Source: m.Source, Target: m.Destination, ReadOnly: !m.RW})
+		}
+	}
 	if version, ok := r.podman(); ok {
 		// Podman's compat CapAdd/CapDrop are relative to its default set:
 		// report the bounding set it recorded instead (see podman.go).
