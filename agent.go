@@ -197,7 +197,9 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 // Container is the sandbox the agent runs in (exec, files, downloads).
 func (a *Agent) Container() *Sandbox { return a.sb }
 
-// Driver is the agent's driver.
+// Driver is the agent's driver: for a ModelRouter, the copy routed through
+// the model proxy (its key is the token), so calls through it keep the
+// real key out of the sandbox.
 func (a *Agent) Driver() Driver { return a.drv }
 
 // Image is the image the sandbox runs.
