@@ -26,8 +26,11 @@ type Agent struct {
 	proxy *modelproxy.Proxy // nil when the CLI holds its own key (EgressOpen, unroutable driver)
 	net   *networkLog
 
-	curMu sync.Mutex // guards cur: the running turn, for egress events
-	cur   *turn
+	secrets []string // the driver's own and the routed copy's: redacted everywhere
+
+	deniedMu sync.Mutex // guards the two below: egress denials wait here for the turn
+	inTurn   bool
+	denied   []Event
 
 	mu       sync.Mutex // serialises turns and guards the fields below
 	session  string
@@ -138,9 +141,7 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	if sopts.Name == "" {
 		sopts.Name = newName()
 	}
-	if a.audit {
-		a.net = &networkLog{root: cfg.AuditRoot, date: time.Now(), folder: sopts.Name, secrets: drv.Secrets(), log: a.log}
-	}
+	a.secrets = drv.Secrets()
 	user := sopts.OnEgress
 	sopts.OnEgress = func(r EgressRecord) {
 		a.egressRecord(r)
@@ -149,14 +150,22 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 		}
 	}
 	router, routable := drv.(ModelRouter)
+	var route ModelRoute
+	if routable {
+		var err error
+		if route, err = router.ModelRoute(); err != nil {
+			if egress != EgressOpen {
+				return nil, fmt.Errorf("%s: route through the model proxy: %w", drv.Name(), err)
+			}
+			a.log.Warn("sandbox-agent: the driver cannot be routed through the model proxy", "driver", drv.Name(), "err", err)
+			routable = false
+		}
+	}
 	var token string
 	switch {
 	case routable:
-		route, err := router.ModelRoute()
-		if err != nil {
-			return nil, fmt.Errorf("%s: route through the model proxy: %w", drv.Name(), err)
-		}
 		token = modelproxy.NewToken()
+		a.secrets = append(a.secrets, token)
 		a.proxy, err = modelproxy.New(modelproxy.Options{
 			Upstream: route.Upstream, Key: route.Key, Token: token, CACertFile: cfg.CACertFile, Log: a.modelRecord,
 		})
@@ -168,6 +177,9 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 		return nil, fmt.Errorf("%w: driver %s cannot be routed through the model proxy (it does not implement ModelRouter); use egress open", ErrInvalidArgument, drv.Name())
 	default:
 		a.log.Warn("sandbox-agent: driver cannot use the model proxy: its API key enters the sandbox", "driver", drv.Name())
+	}
+	if a.audit {
+		a.net = &networkLog{root: cfg.AuditRoot, date: time.Now(), folder: sopts.Name, secrets: a.secrets, log: a.log}
 	}
 	if egress == EgressOpen {
 		a.log.Warn("sandbox-agent: egress open: the agent can reach the internet and the host's services", "driver", drv.Name())
@@ -274,9 +286,8 @@ func (a *Agent) Stream(ctx context.Context, prompt string, fn func(Event)) (Turn
 		t.lines = st.lines
 	}
 	t.firstLine = t.lines + 1
-	a.curMu.Lock()
-	a.cur = t
-	a.curMu.Unlock()
+	a.setInTurn(true)
+	defer a.setInTurn(false)
 	res, err := t.run(ctx)
 	if res.SessionID != "" {
 		a.session = res.SessionID

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
@@ -24,10 +25,12 @@ import (
 type Egress string
 
 const (
-	// EgressNone: no network at all. The default of a bare sandbox.
+	// EgressNone: no network at all (with an allow-list: only its egress
+	// proxy). The default of a bare sandbox.
 	EgressNone Egress = "none"
-	// EgressModel: no network, except the host's model proxy (agents'
-	// default; for a bare sandbox the same as EgressNone).
+	// EgressModel: no network, except the host's model proxy (and an
+	// allow-list's egress proxy). Agents' default; for a bare sandbox the
+	// same as EgressNone.
 	EgressModel Egress = "model"
 	// EgressOpen: the engine's bridge network, unrestricted. An explicit
 	// opt-in: the agent can reach the internet and the host's services.
@@ -86,10 +89,25 @@ func socketRoot() (string, error) {
 		base = os.TempDir()
 	}
 	dir := filepath.Join(base, fmt.Sprintf("sandbox-agent-sock-%d", os.Getuid()))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", err
 	}
-	return dir, os.Chmod(dir, 0o700)
+	// In a shared /tmp another user could have made it first: it must be
+	// a real folder of ours that nobody else can enter.
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return "", err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() {
+		return "", fmt.Errorf("%s is not a folder of this user: remove it", dir)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
 }
 
 // openHostSide serves each handler on its own socket. The folder's name is

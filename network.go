@@ -23,6 +23,7 @@ type networkLog struct {
 	mu     sync.Mutex
 	files  map[string]*audit.Lines
 	warned bool
+	closed bool // a late record (a handler outliving Close) is dropped
 }
 
 func (n *networkLog) dir() string { return audit.Folder(n.root, n.date, n.folder) }
@@ -30,6 +31,9 @@ func (n *networkLog) dir() string { return audit.Folder(n.root, n.date, n.folder
 func (n *networkLog) write(file string, v any) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
 	if n.files == nil {
 		n.files = map[string]*audit.Lines{}
 	}
@@ -56,6 +60,7 @@ func (n *networkLog) close() {
 		l.Close()
 	}
 	n.files = nil
+	n.closed = true
 }
 
 // modelRecord audits one request through the model proxy.
@@ -65,8 +70,11 @@ func (a *Agent) modelRecord(r modelproxy.Record) {
 	}
 }
 
-// egressRecord audits an egress decision and, for a denial during a
-// turn, adds an egress_denied event to the turn's stream.
+// egressRecord audits an egress decision and queues a denial during a
+// turn as an egress_denied event. It runs on the proxy's goroutine and
+// takes no lock a turn or a callback holds (a callback may Close the
+// agent): the turn emits the queue from its own goroutine, at its next
+// line and when its CLI exits.
 func (a *Agent) egressRecord(r EgressRecord) {
 	if a.net != nil {
 		a.net.write("egress.jsonl", r)
@@ -74,16 +82,35 @@ func (a *Agent) egressRecord(r EgressRecord) {
 	if r.Allowed {
 		return
 	}
-	a.curMu.Lock()
-	defer a.curMu.Unlock()
-	t := a.cur
-	if t == nil {
-		return
-	}
 	host := r.Host + ":" + strconv.Itoa(r.Port)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.emit(Event{Kind: KindEgressDenied, Payload: Payload{
+	ev := Event{Kind: KindEgressDenied, Time: time.Now().UTC(), Payload: Payload{
 		Host: host, Text: fmt.Sprintf("egress to %s denied: %s", host, r.Reason), IsError: true,
-	}})
+	}}
+	a.deniedMu.Lock()
+	defer a.deniedMu.Unlock()
+	if a.inTurn && len(a.denied) < maxQueuedDenials {
+		a.denied = append(a.denied, ev)
+	}
+}
+
+// maxQueuedDenials bounds the queue: a sandbox hammering the proxy must
+// not grow the host's memory (egress.jsonl still has every line).
+const maxQueuedDenials = 1000
+
+func (a *Agent) setInTurn(on bool) {
+	a.deniedMu.Lock()
+	defer a.deniedMu.Unlock()
+	a.inTurn = on
+}
+
+// emitDenied emits the queued denials; called from the turn's goroutines.
+func (t *turn) emitDenied() {
+	a := t.a
+	a.deniedMu.Lock()
+	evs := a.denied
+	a.denied = nil
+	a.deniedMu.Unlock()
+	for _, ev := range evs {
+		t.emit(ev)
+	}
 }

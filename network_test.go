@@ -1,8 +1,10 @@
 package sandboxagent
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -227,5 +229,97 @@ func TestSandboxMountMustStayReadOnly(t *testing.T) {
 				t.Errorf("left behind: socket folder %v, removed %v", err, f.removed)
 			}
 		})
+	}
+}
+
+// unroutable is a ModelRouter whose endpoint is unknown (a built-in
+// provider): under open it runs with its own key, under model it fails.
+type unroutable struct{ routedDriver }
+
+func (d *unroutable) ModelRoute() (ModelRoute, error) {
+	return ModelRoute{}, fmt.Errorf("%w: endpoint unknown", ErrInvalidArgument)
+}
+
+func TestAgentUnknownRouteFallsBackOnlyUnderOpen(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.AuditEnabled = false
+	drv := &unroutable{routedDriver{fakeDriver: fakeDriver{key: "sk-own-key-1234"}}}
+	if _, err := Start(context.Background(), relayRuntime(nil), drv, WithConfig(cfg)); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("model: %v, want ErrInvalidArgument", err)
+	}
+	rt := relayRuntime(nil)
+	a, err := Start(context.Background(), rt, drv, WithConfig(cfg), WithEgress(EgressOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if a.Driver() != Driver(drv) || rt.created[0].NetworkMode != "bridge" || len(rt.created[0].Mounts) != 0 {
+		t.Errorf("open: driver %T, network %q, mounts %v", a.Driver(), rt.created[0].NetworkMode, rt.created[0].Mounts)
+	}
+}
+
+// A denial during a turn is an egress_denied event of that turn, and a
+// callback may close the agent on it without a deadlock; the real key a
+// routed CLI might echo is still redacted from the audit.
+func TestAgentEgressDeniedEventAndClose(t *testing.T) {
+	const key = "sk-real-key-0123456789"
+	var a *Agent
+	var rt *fakeRuntime
+	rt = relayRuntime(func(prompt string) (string, string, int) {
+		// What the relay would carry: a CONNECT to the egress proxy.
+		c, err := net.Dial("unix", filepath.Join(rt.created[0].Mounts[0].Source, "egress.sock"))
+		if err != nil {
+			return "", err.Error(), 1
+		}
+		io.WriteString(c, "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n")
+		status, _ := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if !strings.Contains(status, " 403 ") {
+			return "", "egress proxy said " + status, 1
+		}
+		return `{"session":"s1"}` + "\n" + `echoed ` + key + "\n" + `{"text":"ok"}` + "\n", "", 0
+	})
+	cfg := DefaultConfig()
+	cfg.AuditRoot = filepath.Join(t.TempDir(), "audit")
+	var err error
+	a, err = Start(context.Background(), rt, &routedDriver{fakeDriver: fakeDriver{key: key}, upstream: "http://127.0.0.1:1"},
+		WithConfig(cfg), WithEgress(EgressModel, "allowed.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var denied []Event
+	var turnErr error
+	go func() {
+		defer close(done)
+		_, turnErr = a.Stream(context.Background(), "go", func(e Event) {
+			if e.Kind == KindEgressDenied {
+				denied = append(denied, e)
+				a.Close()
+			}
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("deadlock: the turn did not return after a callback closed the agent")
+	}
+	if turnErr != nil {
+		t.Fatal(turnErr)
+	}
+	if len(denied) != 1 || denied[0].Payload.Host != "evil.example:443" || denied[0].Turn != 1 {
+		t.Fatalf("denied events %+v", denied)
+	}
+	filepath.Walk(cfg.AuditRoot, func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			if b, _ := os.ReadFile(p); strings.Contains(string(b), key) {
+				t.Errorf("%s holds the real key", p)
+			}
+		}
+		return nil
+	})
+	data, _ := os.ReadFile(filepath.Join(a.NetworkAuditDir(), "egress.jsonl"))
+	if !strings.Contains(string(data), `"host":"evil.example"`) {
+		t.Errorf("egress.jsonl: %s", data)
 	}
 }

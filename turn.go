@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/audit"
@@ -73,7 +72,6 @@ type turn struct {
 	events    []Event
 	log       *audit.Log
 	auditErr  bool
-	mu        sync.Mutex // line and egress events come from two goroutines
 }
 
 func (t *turn) run(ctx context.Context) (TurnResult, error) {
@@ -96,9 +94,8 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 	}
 	xres, xerr := a.sb.Run(ctx, req)
 	lines.flush()
-	a.curMu.Lock() // no egress event joins the turn after this
-	a.cur = nil
-	a.curMu.Unlock()
+	a.setInTurn(false) // no egress denial joins the turn after this
+	t.emitDenied()
 	res := TurnResult{ExitCode: xres.ExitCode, Duration: time.Since(t.started)}
 	stderr := t.redact(string(xres.Stderr))
 	switch {
@@ -160,7 +157,7 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 }
 
 func (t *turn) redact(s string) string {
-	for _, sec := range t.a.drv.Secrets() {
+	for _, sec := range t.a.secrets {
 		if len(sec) >= 4 {
 			s = strings.ReplaceAll(s, sec, audit.Redacted)
 		}
@@ -170,8 +167,7 @@ func (t *turn) redact(s string) string {
 
 // line handles one raw stdout line.
 func (t *turn) line(raw []byte, cut bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.emitDenied()
 	t.lines++
 	no := t.lines
 	if t.log != nil {
@@ -216,7 +212,7 @@ func (t *turn) setSession(id string) {
 	if !t.a.audit || t.log != nil {
 		return
 	}
-	l, err := audit.Open(t.a.cfg.AuditRoot, st.created, id, t.a.drv.Secrets())
+	l, err := audit.Open(t.a.cfg.AuditRoot, st.created, id, t.a.secrets)
 	if err != nil {
 		t.warn(err)
 		return

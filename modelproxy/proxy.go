@@ -124,16 +124,17 @@ func NewToken() string {
 
 // New validates o and returns its proxy.
 func New(o Options) (*Proxy, error) {
+	// The errors never quote the URL: it might carry a credential.
 	up, err := url.Parse(o.Upstream)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("modelproxy: upstream: %w", err)
-	case up.Scheme != "http" && up.Scheme != "https":
-		return nil, fmt.Errorf("modelproxy: upstream %q: scheme must be http or https", o.Upstream)
-	case up.Host == "" || up.Opaque != "":
-		return nil, fmt.Errorf("modelproxy: upstream %q has no host", o.Upstream)
+		return nil, errors.New("modelproxy: upstream is not a URL")
 	case up.User != nil:
 		return nil, errors.New("modelproxy: upstream must not carry user info (put the credential in Key)")
+	case up.Scheme != "http" && up.Scheme != "https":
+		return nil, fmt.Errorf("modelproxy: upstream scheme %q: must be http or https", up.Scheme)
+	case up.Host == "" || up.Opaque != "":
+		return nil, errors.New("modelproxy: upstream has no host")
 	case up.RawQuery != "" || up.ForceQuery || up.Fragment != "":
 		return nil, errors.New("modelproxy: upstream must not have a query or fragment")
 	case len(o.Token) < 32:
@@ -234,7 +235,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(cw, http.StatusUnauthorized, "authentication_error", "unknown or revoked token")
 		return
 	}
-	if !p.inPrefix(r.URL.Path) {
+	if !p.inPrefix(r.URL.Path) || !p.inPrefix(r.URL.EscapedPath()) {
 		rec.Error = "path outside the upstream base path"
 		writeError(cw, http.StatusNotFound, "not_found_error", "path outside the upstream base path")
 		return
@@ -283,9 +284,16 @@ func bearer(v string) string {
 
 // inPrefix reports whether path lies under the upstream's path, also once
 // dot segments are resolved: the proxy relays only the configured API.
+// Backslashes, semicolons and segments starting with ".." are refused
+// outright: some servers read "..;" or "..\" as a parent directory.
 func (p *Proxy) inPrefix(path string) bool {
-	if !strings.HasPrefix(path, "/") { // CONNECT, OPTIONS *
+	if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, `\;`) { // CONNECT, OPTIONS *
 		return false
+	}
+	for _, seg := range strings.Split(path, "/") {
+		if strings.HasPrefix(seg, "..") {
+			return false
+		}
 	}
 	under := func(s string) bool { return s == p.prefix || strings.HasPrefix(s, p.prefix+"/") }
 	return p.prefix == "" || under(path) && under(pathpkg.Clean(path))

@@ -260,6 +260,7 @@ func TestPathPrefix(t *testing.T) {
 		{"/v1/chat/completions", 200}, {"/v1", 200}, {"/v1/", 200},
 		{"/v2/chat/completions", 404}, {"/v1x", 404}, {"/", 404},
 		{"/v1/../admin", 404}, {"/v1/%2e%2e/admin", 404},
+		{"/v1/..;/admin", 404}, {"/v1/..%5Cadmin", 404}, {"/v1/x;y", 404}, {"/v1/...", 404},
 	} {
 		req := newReq(t, "GET", purl+tc.path, "")
 		withToken(req, "Authorization", testToken)
@@ -417,6 +418,7 @@ func TestNewValidates(t *testing.T) {
 		{"no scheme", func(o *Options) { o.Upstream = "api.openai.com/v1" }},
 		{"no host", func(o *Options) { o.Upstream = "http:///v1" }},
 		{"user info", func(o *Options) { o.Upstream = "https://u:p@x/v1" }},
+		{"user info, bad port", func(o *Options) { o.Upstream = "https://u:sk-SECRET@x:bad/" }},
 		{"query", func(o *Options) { o.Upstream = "https://x/v1?key=1" }},
 		{"short token", func(o *Options) { o.Token = "sa-proxy-short" }},
 		{"key newline", func(o *Options) { o.Key = "sk\r\nX-Evil: 1" }},
@@ -426,8 +428,11 @@ func TestNewValidates(t *testing.T) {
 	} {
 		o := good
 		tc.mod(&o)
-		if _, err := New(o); err == nil {
+		_, err := New(o)
+		if err == nil {
 			t.Errorf("%s: New accepted %+v", tc.name, o)
+		} else if strings.Contains(err.Error(), "sk-SECRET") || strings.Contains(err.Error(), "u:p@") {
+			t.Errorf("%s: the error quotes the credential: %v", tc.name, err)
 		}
 	}
 	if _, err := New(good); err != nil {
