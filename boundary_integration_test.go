@@ -14,6 +14,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/pi"
+	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
@@ -69,22 +70,24 @@ func bridgeGateway(t *testing.T) string {
 	return "172.17.0.1"
 }
 
-// A sandbox under the default agent policy (model) with an allow-list has
-// no way out but the egress proxy: direct TCP to the host's listening
-// ports fails, names do not resolve, a request with the proxy variables
-// unset fails, and through the proxy a host off the list gets 403 — with a
-// record of the denial.
+// An agent's sandbox under the default policy (model) with an allow-list
+// has no way out but its proxies: direct TCP to the host's listening ports
+// fails, names do not resolve, a request with the proxy variables unset
+// fails, and through the egress proxy a host off the list gets 403 — with
+// a record of the denial and a line of egress.jsonl.
 func TestIntegrationEgressBoundary(t *testing.T) {
 	t.Parallel()
-	rt := testenv.Runtime(t)
 	port, accepted := hostListener(t)
 	gw := bridgeGateway(t)
 	var mu sync.Mutex
 	var records []sandboxagent.EgressRecord
-	sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{
-		Egress: sandboxagent.EgressModel, AllowHosts: []string{"registry.npmjs.org"},
-		OnEgress: func(r sandboxagent.EgressRecord) { mu.Lock(); records = append(records, r); mu.Unlock() },
-	})
+	srv := drivertest.FakeModel(t, fakemodel.Script{})
+	a := drivertest.StartAgent(t, pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key}), drivertest.AuditRoot(t),
+		sandboxagent.WithEgress("", "registry.npmjs.org"),
+		sandboxagent.WithSandbox(func(o *sandboxagent.SandboxOptions) {
+			o.OnEgress = func(r sandboxagent.EgressRecord) { mu.Lock(); records = append(records, r); mu.Unlock() }
+		}))
+	sb := a.Container()
 	run := func(script string, args ...string) sandboxagent.ExecResult {
 		t.Helper()
 		res, err := sb.Run(ctxT(t), sandboxagent.ExecRequest{Cmd: append([]string{"bash", "-c", script, "sh"}, args...), Timeout: 30 * time.Second})
@@ -127,6 +130,9 @@ func TestIntegrationEgressBoundary(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(denied, " "), "deb.debian.org") {
 		t.Errorf("denials recorded: %v, want deb.debian.org", denied)
+	}
+	if data, err := os.ReadFile(a.NetworkAuditDir() + "/egress.jsonl"); err != nil || !strings.Contains(string(data), `"host":"deb.debian.org"`) {
+		t.Errorf("egress.jsonl: %v %s", err, data)
 	}
 }
 
