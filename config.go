@@ -25,6 +25,9 @@ type Config struct {
 	// ImageName replaces the repository part of every derived image tag
 	// (for a private registry).
 	ImageName string
+	// ImagePolicy is what happens when a sandbox's image is not in the
+	// engine (default ImagePullOrBuild).
+	ImagePolicy ImagePolicy
 	// CACertFile names a PEM bundle that image builds and (when
 	// TrustCACert is set) running sandboxes trust, for TLS-intercepting
 	// proxies. Defaults to $SSL_CERT_FILE.
@@ -67,6 +70,7 @@ func DefaultConfig() Config {
 			Copy:  5 * time.Minute,
 		},
 		Keepalive:          time.Hour,
+		ImagePolicy:        ImagePullOrBuild,
 		MaxDownloadBytes:   1 << 30,
 		MaxDownloadEntries: 100_000,
 		MaxDownloadDepth:   64,
@@ -86,6 +90,11 @@ var configKeys = []configfile.Key[Config]{
 	configfile.Duration("timeout_copy", func(c *Config) *time.Duration { return &c.Timeouts.Copy }),
 	configfile.Duration("keepalive", func(c *Config) *time.Duration { return &c.Keepalive }),
 	configfile.String("image_name", "SANDBOX_AGENT_IMAGE_NAME", func(c *Config) *string { return &c.ImageName }),
+	{Name: "image_policy", Env: "SANDBOX_AGENT_IMAGE_POLICY", Apply: func(c *Config, raw string) error {
+		p, err := ParseImagePolicy(strings.TrimSpace(raw))
+		c.ImagePolicy = p
+		return err
+	}},
 	configfile.String("ca_cert_file", "SANDBOX_AGENT_CA_CERT_FILE", func(c *Config) *string { return &c.CACertFile }),
 	configfile.Int("max_download_bytes", 1, func(c *Config, n int64) { c.MaxDownloadBytes = n }),
 	configfile.Int("max_download_entries", 1, func(c *Config, n int64) { c.MaxDownloadEntries = int(n) }),

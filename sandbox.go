@@ -99,6 +99,10 @@ type SandboxOptions struct {
 	Tmpfs          map[string]string
 	// OCIRuntime selects another OCI runtime, e.g. "runsc" (gVisor).
 	OCIRuntime string
+	// Images makes the image present when the engine lacks it (pull or
+	// build, by policy); nil: a missing image is ErrImageNotFound. It runs
+	// outside timeout_start (a build can take minutes).
+	Images ImageSource
 	// Loosening, each explicit.
 	Privileged         bool
 	AllowNewPrivileges bool
@@ -188,6 +192,7 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 		return nil, fmt.Errorf("%w: no image given", ErrInvalidArgument)
 	}
 	cfg := opts.Config.withDefaults()
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Start)
 	defer cancel()
 	if opts.Egress == "" {
@@ -210,6 +215,16 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 		spec.Labels[LabelSockets] = filepath.Base(host.dir)
 	}
 	id, err := rt.Create(ctx, spec)
+	if errors.Is(err, ErrImageNotFound) && opts.Images != nil {
+		if perr := opts.Images.ProvideImage(parent, spec.Image); perr != nil {
+			err = perr
+		} else {
+			cancel()
+			ctx, cancel = context.WithTimeout(parent, cfg.Timeouts.Start)
+			defer cancel()
+			id, err = rt.Create(ctx, spec)
+		}
+	}
 	if err != nil {
 		if host != nil {
 			host.close()

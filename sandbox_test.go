@@ -3,6 +3,7 @@ package sandboxagent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -19,12 +20,19 @@ type fakeRuntime struct {
 	inspect func(spec ContainerSpec) ContainerState
 	exec    func(ctx context.Context, req RuntimeExec) (int, error)
 	list    []ContainerState
+	// createErr, when set, may fail Create.
+	createErr func(spec ContainerSpec) error
 }
 
 func (f *fakeRuntime) Info(context.Context) (EngineInfo, error) { return EngineInfo{Name: "fake"}, nil }
 func (f *fakeRuntime) Create(_ context.Context, spec ContainerSpec) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.createErr != nil {
+		if err := f.createErr(spec); err != nil {
+			return "", err
+		}
+	}
 	f.created = append(f.created, spec)
 	return "cid", nil
 }
@@ -293,5 +301,46 @@ func TestGCPolicy(t *testing.T) {
 	f.removed = nil
 	if _, err := GC(context.Background(), f, GCOptions{All: true, DryRun: true}); err != nil || len(f.removed) != 0 {
 		t.Errorf("dry run removed %v (%v)", f.removed, err)
+	}
+}
+
+// imageSourceFunc adapts a function to ImageSource.
+type imageSourceFunc func(ctx context.Context, ref string) error
+
+func (f imageSourceFunc) ProvideImage(ctx context.Context, ref string) error { return f(ctx, ref) }
+
+// A missing image goes to SandboxOptions.Images, then the container is
+// created again; the source's error is the start's error.
+func TestNewSandboxProvidesMissingImage(t *testing.T) {
+	missing := true
+	f := &fakeRuntime{}
+	f.createErr = func(spec ContainerSpec) error {
+		if missing {
+			return fmt.Errorf("create container: %w: %s", ErrImageNotFound, spec.Image)
+		}
+		return nil
+	}
+	var asked []string
+	src := imageSourceFunc(func(_ context.Context, ref string) error {
+		asked = append(asked, ref)
+		missing = false
+		return nil
+	})
+	sb, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img:1", Images: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Close()
+	if strings.Join(asked, ",") != "img:1" {
+		t.Errorf("asked for %v", asked)
+	}
+	missing = true
+	boom := errors.New("no registry has it: push it")
+	_, err = NewSandbox(context.Background(), f, SandboxOptions{Image: "img:1", Images: imageSourceFunc(func(context.Context, string) error { return boom })})
+	if !errors.Is(err, boom) {
+		t.Errorf("err = %v, want the source's", err)
+	}
+	if _, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img:1"}); !errors.Is(err, ErrImageNotFound) {
+		t.Errorf("without a source: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -94,6 +95,10 @@ func (e *ClientEngine) Push(ctx context.Context, ref string, progress io.Writer)
 	if err != nil {
 		return err
 	}
+	if auth == "" {
+		// Docker 20.10 refuses a push without the header; "{}" is "no credentials".
+		auth = base64.URLEncoding.EncodeToString([]byte("{}"))
+	}
 	resp, err := e.c.ImagePush(ctx, ref, client.ImagePushOptions{RegistryAuth: auth})
 	if err != nil {
 		return authHint(err, host, auth)
@@ -137,7 +142,7 @@ func authHint(err error, host, auth string) error {
 		strings.Contains(msg, "unauthorized") || strings.Contains(msg, "denied") ||
 		strings.Contains(msg, "authentication required") {
 		if auth == "" {
-			return fmt.Errorf("%w (no credentials for %s in the Docker config file: run `docker login %s`, or add an \"auths\" entry to ~/.docker/config.json; credential helpers are not read)", err, host, host)
+			return fmt.Errorf("%w (no credentials for %s in the Docker config file: run `docker login %s`, or add an \"auths\" entry or a credential helper to ~/.docker/config.json)", err, host, host)
 		}
 		return fmt.Errorf("%w (the credentials for %s in the Docker config file were refused)", err, host)
 	}
@@ -146,7 +151,9 @@ func authHint(err error, host, auth string) error {
 
 // dockerConfigFile is the subset of ~/.docker/config.json that is read.
 type dockerConfigFile struct {
-	Auths map[string]struct {
+	CredsStore  string            `json:"credsStore"`
+	CredHelpers map[string]string `json:"credHelpers"`
+	Auths       map[string]struct {
 		Auth          string `json:"auth"`
 		Username      string `json:"username"`
 		Password      string `json:"password"`
@@ -185,6 +192,22 @@ func (e *ClientEngine) registryAuth(ref string) (string, string, error) {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return "", host, fmt.Errorf("docker config %s: %w", filepath.Join(dir, "config.json"), err)
 	}
+	if helper := cfg.CredHelpers[host]; helper != "" || cfg.CredsStore != "" {
+		if helper == "" {
+			helper = cfg.CredsStore
+		}
+		ac, ok, err := credentialHelper(helper, host)
+		if err != nil {
+			return "", host, err
+		}
+		if ok {
+			buf, err := json.Marshal(ac)
+			if err != nil {
+				return "", host, err
+			}
+			return base64.URLEncoding.EncodeToString(buf), host, nil
+		}
+	}
 	keys := []string{host, "https://" + host, "http://" + host, "https://" + host + "/v1/", "https://" + host + "/v2/"}
 	if host == "docker.io" {
 		keys = append(keys, "https://index.docker.io/v1/", "index.docker.io")
@@ -219,3 +242,35 @@ func (e *ClientEngine) registryAuth(ref string) (string, string, error) {
 }
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+// credentialHelper asks docker-credential-NAME for host's credentials, as
+// the Docker CLI does (stdin: the server URL; stdout: JSON). A helper
+// that is not installed, or has nothing for host, is "none".
+func credentialHelper(name, host string) (registry.AuthConfig, bool, error) {
+	if strings.ContainsAny(name, "/\\ ") {
+		return registry.AuthConfig{}, false, fmt.Errorf("docker config: credential helper %q", name)
+	}
+	bin, err := exec.LookPath("docker-credential-" + name)
+	if err != nil {
+		return registry.AuthConfig{}, false, nil
+	}
+	server := host
+	if host == "docker.io" {
+		server = "https://index.docker.io/v1/"
+	}
+	cmd := exec.Command(bin, "get")
+	cmd.Stdin = strings.NewReader(server)
+	out, err := cmd.Output()
+	if err != nil {
+		return registry.AuthConfig{}, false, nil // "credentials not found in native keychain", and the like
+	}
+	var c struct{ Username, Secret string }
+	if err := json.Unmarshal(out, &c); err != nil {
+		return registry.AuthConfig{}, false, fmt.Errorf("docker-credential-%s: %w", name, err)
+	}
+	ac := registry.AuthConfig{ServerAddress: host, Username: c.Username, Password: c.Secret}
+	if c.Username == "<token>" {
+		ac = registry.AuthConfig{ServerAddress: host, IdentityToken: c.Secret}
+	}
+	return ac, c.Secret != "", nil
+}

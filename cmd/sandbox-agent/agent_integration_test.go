@@ -31,8 +31,9 @@ func agentUnavailable(t *testing.T, code int, stderr string) {
 	}
 }
 
-// One agent turn through the command users run: the CLI in its image on
-// host networking reaches the fake model on the host's loopback, runs a
+// One agent turn through the command users run: the CLI in its image
+// (no network) reaches the fake model on the host's loopback through the
+// model proxy, runs a
 // shell tool, answers, and what it wrote comes back with --download.
 func TestIntegrationCLIAgentAsk(t *testing.T) {
 	info := testenv.Engine(t)

@@ -107,12 +107,17 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts s
 	}
 	notes := opts
 	a.egressNotes(&notes)
+	src, err := a.imageSource(ctx)
+	if err != nil {
+		return nil, stop, err
+	}
 	agentOpts := []sandboxagent.AgentOption{
 		sandboxagent.WithConfig(cfg), sandboxagent.WithModel(f.model), sandboxagent.WithImage(f.image),
 		sandboxagent.WithNetwork(f.network),
 		sandboxagent.WithEgress(opts.Egress, allow...),
 		sandboxagent.WithSandbox(func(so *sandboxagent.SandboxOptions) {
 			so.OnEgress = notes.OnEgress
+			so.Images = src
 			for k, v := range opts.Env {
 				if so.Env == nil {
 					so.Env = map[string]string{}

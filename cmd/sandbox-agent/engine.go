@@ -13,7 +13,7 @@ import (
 // built with. This is the one place that names a concrete engine.
 type engine struct {
 	rt     sandboxagent.Runtime
-	images images.Engine
+	images images.PullEngine
 	close  func() error
 }
 

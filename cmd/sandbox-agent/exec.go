@@ -164,6 +164,9 @@ func runExec(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	a.egressNotes(&opts)
+	if opts.Images, err = a.imageSource(ctx); err != nil {
+		return a.fail(err)
+	}
 	sb, err := sandboxagent.NewSandbox(ctx, rt, opts)
 	if err != nil {
 		return a.fail(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -127,6 +128,30 @@ func imagesWhich(a *app, args []string) int {
 	}
 	fmt.Fprintln(a.stdout, tag)
 	return exitOK
+}
+
+// imageSource makes a sandbox's missing image present by image_policy:
+// pull progress and build output go to stderr (a bar on a terminal).
+func (a *app) imageSource(ctx context.Context) (sandboxagent.ImageSource, error) {
+	eng, err := a.engine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tty := false
+	if f, ok := a.stderr.(*os.File); ok {
+		tty = images.IsTerminal(f)
+	}
+	ca := ""
+	if a.cfg.CACertFile != "" {
+		if _, err := images.ReadCA(a.cfg.CACertFile); err == nil {
+			ca = a.cfg.CACertFile
+		}
+	}
+	return &images.Provider{
+		Engine: eng.images, Policy: a.cfg.ImagePolicy,
+		Build:  images.Options{Repo: a.cfg.ImageName, CACertFile: ca, Progress: a.stderr},
+		OnPull: images.NewProgressWriter(a.stderr, tty).Pull, Log: a.stderr,
+	}, nil
 }
 
 func (a *app) imageBuilder(ctx context.Context, opts images.Options) (*images.Builder, error) {

@@ -74,11 +74,15 @@ func runSmoke(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
+	src, err := a.imageSource(ctx)
+	if err != nil {
+		return a.fail(err)
+	}
 	var mu sync.Mutex
 	enc := json.NewEncoder(a.stdout)
 	results := smoke.Run(ctx, smoke.Options{
 		Runtime: sandboxagent.LimitStarts(rt, a.cli.maxConcurrentStarts), Config: a.cfg, Fake: *fake, Image: *image,
-		Egress: egress, AllowHosts: allow,
+		Egress: egress, AllowHosts: allow, Images: src,
 		Progress: func(r smoke.StepResult) {
 			mu.Lock()
 			defer mu.Unlock()

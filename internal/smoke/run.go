@@ -90,6 +90,9 @@ func (r *run) start(ep drivers.Endpoint) (*sandboxagent.Agent, error) {
 	if r.o.Image != "" {
 		opts = append(opts, sandboxagent.WithImage(r.o.Image))
 	}
+	if r.o.Images != nil {
+		opts = append(opts, sandboxagent.WithSandbox(func(so *sandboxagent.SandboxOptions) { so.Images = r.o.Images }))
+	}
 	if r.o.Egress != "" || r.o.AllowHosts != nil {
 		opts = append(opts, sandboxagent.WithEgress(r.o.Egress, r.o.AllowHosts...))
 	}

@@ -41,6 +41,8 @@ type Options struct {
 	// the configuration's, else model only).
 	Egress     sandboxagent.Egress
 	AllowHosts []string
+	// Images provides a missing image (pull or build); nil: none.
+	Images sandboxagent.ImageSource
 	// Progress, when set, is called as each step ends.
 	Progress func(StepResult)
 }

@@ -1,0 +1,139 @@
+package images
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// PullEngine is an Engine that can also pull (ClientEngine).
+type PullEngine interface {
+	Engine
+	Pull(ctx context.Context, ref string, fn func(PullProgress)) error
+}
+
+// Provider makes a sandbox's missing image present, by policy: it pulls
+// it from its registry and, under ImagePullOrBuild, builds an agent image
+// from the Dockerfiles embedded in the binary when no registry has it (or
+// none answers) — the same tag a release produces. It implements
+// sandboxagent.ImageSource; concurrent calls for one tag share one build.
+type Provider struct {
+	Engine PullEngine
+	Policy sandboxagent.ImagePolicy // "" = ImagePullOrBuild
+	// Builder options for the fallback (Repo must be Config.ImageName, so
+	// tags match; CACertFile the build's extra CA).
+	Build Options
+	// OnPull receives pull progress (a ProgressWriter's Pull for a person).
+	OnPull func(PullProgress)
+	// Log receives one line per decision ("not in the registry: building
+	// it"); nil discards them.
+	Log io.Writer
+}
+
+var _ sandboxagent.ImageSource = (*Provider)(nil)
+
+// MissingError is an image the policy could not make present. It matches
+// sandboxagent.ErrImageNotFound; Hint says what to do.
+type MissingError struct {
+	Ref    string
+	Policy sandboxagent.ImagePolicy
+	Reason string
+	Hint   string
+}
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("image %s is not in the engine and image_policy %s could not provide it: %s; %s", e.Ref, e.Policy, e.Reason, e.Hint)
+}
+
+func (e *MissingError) Unwrap() error { return sandboxagent.ErrImageNotFound }
+
+// ProvideImage implements sandboxagent.ImageSource.
+func (p *Provider) ProvideImage(ctx context.Context, ref string) error {
+	policy := p.Policy
+	if policy == "" {
+		policy = sandboxagent.ImagePullOrBuild
+	}
+	name, ours := p.agentImage(ref)
+	buildHint := "build it with `sandbox-agent images build`"
+	if ours {
+		buildHint = "build it with `sandbox-agent images build " + name + "`"
+	}
+	missing := func(reason, hint string) error {
+		return &MissingError{Ref: ref, Policy: policy, Reason: reason, Hint: hint}
+	}
+	if _, err := sandboxagent.ParseImagePolicy(string(policy)); err != nil {
+		return err
+	}
+	if policy == sandboxagent.ImageNever {
+		return missing("pulling and building are off", "pull it (docker pull "+ref+"), "+buildHint+", or set image_policy to pull-or-build")
+	}
+	p.logf("sandbox-agent: %s is not in the engine: pulling it", ref)
+	err := p.Engine.Pull(ctx, ref, p.OnPull)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	notThere := errors.Is(err, ErrNotInRegistry)
+	if policy == sandboxagent.ImagePull {
+		if notThere {
+			return missing("its registry does not have it", "push it there (sandbox-agent images push "+name+"), or set image_policy to pull-or-build to build it from the Dockerfiles in this binary")
+		}
+		return missing("pull failed: "+err.Error(), "check the registry is reachable and that you are logged in (docker login)")
+	}
+	if !ours {
+		return missing("pull failed: "+err.Error(), "it is not an agent image this binary can build: pull or build it yourself")
+	}
+	why := "its registry does not have it"
+	if !notThere {
+		why = "its registry did not answer (" + firstLine(err.Error()) + ")"
+	}
+	p.logf("sandbox-agent: %s: building %s from the Dockerfiles in this binary", why, ref)
+	b, err := New(p.Engine, p.Build)
+	if err != nil {
+		return err
+	}
+	if name != sandboxagent.BaseImageName {
+		// The base may well be in the registry: pull it rather than build.
+		base := b.Versions().BaseImage(p.Build.Repo).Tag
+		if ok, err := p.Engine.ImageExists(ctx, base); err == nil && !ok {
+			_ = p.Engine.Pull(ctx, base, p.OnPull)
+		}
+	}
+	if _, err := b.Ensure(ctx, name); err != nil {
+		return err // wraps ErrImageNotFound, with the build's output
+	}
+	return nil
+}
+
+// agentImage finds which of the embedded images ref is under the
+// configured repository.
+func (p *Provider) agentImage(ref string) (string, bool) {
+	v := sandboxagent.Versions()
+	if p.Build.Versions != nil {
+		v = *p.Build.Versions
+	}
+	for _, n := range append([]string{sandboxagent.BaseImageName}, v.CLINames()...) {
+		img, err := v.Image(n, p.Build.Repo)
+		if err == nil && img.Tag == ref {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+func (p *Provider) logf(format string, args ...any) {
+	if p.Log != nil {
+		fmt.Fprintf(p.Log, format+"\n", args...)
+	}
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return truncate(s, 200)
+}

@@ -1,0 +1,145 @@
+package images
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/moby/moby/api/types/jsonstream"
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// pullFake is fakeEngine plus a registry it pulls from: a pull of a tag
+// in registry makes it local; pullErr, when set, is every pull's error.
+type pullFake struct {
+	*fakeEngine
+	pulls   []string
+	pullErr error
+}
+
+func (f *pullFake) Pull(_ context.Context, ref string, fn func(PullProgress)) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pulls = append(f.pulls, ref)
+	if f.pullErr != nil {
+		return f.pullErr
+	}
+	if !f.registry[ref] {
+		return ErrNotInRegistry
+	}
+	f.local[ref] = true
+	if fn != nil {
+		fn(PullProgress{Ref: ref, Layers: 2, LayersDone: 2, Current: 10, Total: 10, Done: true})
+	}
+	return nil
+}
+
+func TestProviderPolicies(t *testing.T) {
+	pi := tag(t, "pi")
+	base := tag(t, "base")
+	unreachable := errors.New("dial tcp: lookup ghcr.io: no such host")
+	for _, tc := range []struct {
+		name      string
+		policy    sandboxagent.ImagePolicy
+		ref       string
+		inReg     []string
+		pullErr   error
+		wantErr   string // "" = success
+		wantBuild []string
+		wantLocal string
+	}{
+		{"pulled", sandboxagent.ImagePullOrBuild, pi, []string{pi}, nil, "", nil, pi},
+		{"not in the registry: built, base first", sandboxagent.ImagePullOrBuild, pi, nil, nil, "", []string{base, pi}, pi},
+		{"registry down: built", "", pi, nil, unreachable, "", []string{base, pi}, pi},
+		{"base pulled, CLI built", sandboxagent.ImagePullOrBuild, pi, []string{base}, nil, "", []string{pi}, pi},
+		{"not ours: no build", sandboxagent.ImagePullOrBuild, "example.org/mine:1", nil, nil, "not an agent image this binary can build", nil, ""},
+		{"pull only: not there", sandboxagent.ImagePull, pi, nil, nil, "push it there (sandbox-agent images push pi)", nil, ""},
+		{"pull only: down", sandboxagent.ImagePull, pi, nil, unreachable, "check the registry is reachable", nil, ""},
+		{"never", sandboxagent.ImageNever, pi, []string{pi}, nil, "build it with `sandbox-agent images build pi`", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &pullFake{fakeEngine: newFake(), pullErr: tc.pullErr}
+			for _, r := range tc.inReg {
+				f.registry[r] = true
+			}
+			var log bytes.Buffer
+			var seen []PullProgress
+			p := &Provider{Engine: f, Policy: tc.policy, Log: &log, OnPull: func(pp PullProgress) { seen = append(seen, pp) }}
+			err := p.ProvideImage(context.Background(), tc.ref)
+			if tc.wantErr != "" {
+				var me *MissingError
+				if !errors.As(err, &me) || !errors.Is(err, sandboxagent.ErrImageNotFound) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want a MissingError saying %q", err, tc.wantErr)
+				}
+				if len(f.builds) != 0 {
+					t.Errorf("built %v", f.builtTags())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(f.builtTags(), " ") != strings.Join(tc.wantBuild, " ") {
+				t.Errorf("built %v, want %v", f.builtTags(), tc.wantBuild)
+			}
+			if !f.local[tc.wantLocal] {
+				t.Errorf("%s not local", tc.wantLocal)
+			}
+			if len(tc.inReg) > 0 && tc.inReg[0] == tc.ref && (len(seen) == 0 || !seen[len(seen)-1].Done) {
+				t.Errorf("no pull progress: %v", seen)
+			}
+			if len(tc.wantBuild) > 0 && !strings.Contains(log.String(), "building "+tc.ref) {
+				t.Errorf("log %q does not say it builds", log.String())
+			}
+		})
+	}
+	if err := (&Provider{Engine: &pullFake{fakeEngine: newFake()}, Policy: "sometimes"}).ProvideImage(context.Background(), pi); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+		t.Errorf("bad policy: %v", err)
+	}
+}
+
+// The engine's pull messages become layer and byte counts.
+func TestPullTracker(t *testing.T) {
+	var last PullProgress
+	tr := newPullTracker("r:1", func(p PullProgress) { last = p })
+	for _, m := range []struct {
+		id, status string
+		p          *jsonstream.Progress
+	}{
+		{"1", "Pulling from sandbox-agent", nil},
+		{"a", "Pulling fs layer", nil},
+		{"b", "Pulling fs layer", nil},
+		{"c", "Already exists", nil},
+		{"a", "Downloading", &jsonstream.Progress{Current: 5, Total: 20}},
+		{"b", "Downloading", &jsonstream.Progress{Current: 1, Total: 10}},
+		{"a", "Download complete", nil},
+		{"", "Digest: sha256:00", nil},
+	} {
+		tr.update(m.id, m.status, m.p)
+	}
+	if last != (PullProgress{Ref: "r:1", Layers: 3, LayersDone: 2, Current: 21, Total: 30}) {
+		t.Errorf("progress %+v", last)
+	}
+	tr.finish()
+	if !last.Done {
+		t.Error("finish did not report Done")
+	}
+}
+
+// On a terminal one line is redrawn with a bar; elsewhere plain lines.
+func TestProgressWriter(t *testing.T) {
+	var tty, plain bytes.Buffer
+	for _, w := range []*ProgressWriter{NewProgressWriter(&tty, true), NewProgressWriter(&plain, false)} {
+		w.Pull(PullProgress{Ref: "r:1", Layers: 2, LayersDone: 1, Current: 5e6, Total: 10e6})
+		w.Pull(PullProgress{Ref: "r:1", Layers: 2, LayersDone: 2, Current: 10e6, Total: 10e6, Done: true})
+	}
+	if !strings.Contains(tty.String(), "\r\x1b[Kpulling r:1: 1/2 layers, 5.0 MB/10.0 MB [############------------]") ||
+		!strings.HasSuffix(tty.String(), "pulled r:1: 2 layers, 10.0 MB\n") {
+		t.Errorf("tty: %q", tty.String())
+	}
+	if plain.String() != "pulling r:1: 1/2 layers, 5.0 MB/10.0 MB\npulled r:1: 2 layers, 10.0 MB\n" {
+		t.Errorf("plain: %q", plain.String())
+	}
+}
