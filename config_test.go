@@ -78,6 +78,11 @@ func TestLoadConfigPrecedence(t *testing.T) {
 				t.Errorf("got %q %q", c.Egress, c.AllowHosts)
 			}
 		}},
+		{"image_policy: default pull-or-build, file, environment wins", writeConfig(t, `{"image_policy": "pull"}`), map[string]string{"SANDBOX_AGENT_IMAGE_POLICY": "never"}, func(t *testing.T, c Config) {
+			if c.ImagePolicy != ImageNever || DefaultConfig().ImagePolicy != ImagePullOrBuild {
+				t.Errorf("got %q, default %q", c.ImagePolicy, DefaultConfig().ImagePolicy)
+			}
+		}},
 		{"retention zero allowed", "", map[string]string{"SANDBOX_AGENT_AUDIT_RETENTION_DAYS": "0"}, func(t *testing.T, c Config) {
 			if c.AuditRetentionDays != 0 {
 				t.Errorf("got %d", c.AuditRetentionDays)
@@ -112,6 +117,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"not an object", `[1,2]`, nil, "", "not a JSON object"},
 		{"object value", `{"timeout_exec": {"s": 1}}`, nil, "timeout_exec", "want a string"},
 		{"bad egress", `{"egress": "wide"}`, nil, "egress", "want none, model or open"},
+		{"bad image policy", "", map[string]string{"SANDBOX_AGENT_IMAGE_POLICY": "sometimes"}, "image_policy", "want pull-or-build, pull or never"},
 		{"allow_hosts not strings", `{"allow_hosts": ["a.org", 3]}`, nil, "allow_hosts", "array of strings"},
 		{"allow_hosts bad pattern", `{"allow_hosts": ["a.org", "*"]}`, nil, "allow_hosts", `allow host "*"`},
 	}
