@@ -282,11 +282,11 @@ func TestRepoDigestsOfOneRepository(t *testing.T) {
 
 func TestRouteMissing(t *testing.T) {
 	for msg, want := range map[string]bool{
-		"Error response from daemon: Not Found":                                         true,
+		"Error response from daemon: Not Found":                                          true,
 		"Error response from daemon: Path /v1.41/distribution/x:y/json is not supported": true,
-		"404 page not found":                                                            true,
-		"Error response from daemon: manifest unknown: manifest unknown":                false,
-		"Error response from daemon: repository x not found: name unknown":              false,
+		"404 page not found": true,
+		"Error response from daemon: manifest unknown: manifest unknown":   false,
+		"Error response from daemon: repository x not found: name unknown": false,
 	} {
 		if got := routeMissing(errors.New(msg)); got != want {
 			t.Errorf("routeMissing(%q) = %v", msg, got)
