@@ -94,7 +94,14 @@ func (e *ClientEngine) Push(ctx context.Context, ref string, progress io.Writer)
 	if err != nil {
 		return err
 	}
-	resp, err := e.c.ImagePush(ctx, ref, client.ImagePushOptions{RegistryAuth: auth})
+	pushAuth := auth
+	if pushAuth == "" {
+		// Docker 20.10 refuses a push without the header ("Bad parameters
+		// and missing X-Registry-Auth"): send empty credentials, as the
+		// docker CLI does.
+		pushAuth = emptyAuth
+	}
+	resp, err := e.c.ImagePush(ctx, ref, client.ImagePushOptions{RegistryAuth: pushAuth})
 	if err != nil {
 		return authHint(err, host, auth)
 	}

@@ -117,6 +117,9 @@ func VerifyDigest(ctx context.Context, eng RepoDigester, ref string, mode sandbo
 	return nil
 }
 
+// emptyAuth is an X-Registry-Auth value without credentials (base64 of {}).
+const emptyAuth = "e30="
+
 // releasedDigest is sandboxagent.ReleasedDigest (tests record digests of
 // their own).
 var releasedDigest = sandboxagent.ReleasedDigest
