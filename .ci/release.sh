@@ -100,7 +100,7 @@ cleanup() {
 trap cleanup EXIT
 
 host_bin="$work/sandbox-agent"
-CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$host_bin" ./cmd/sandbox-agent
+CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$host_bin" ./cmd/sandbox-agent || die "go build failed"
 mapfile -t names < <("$host_bin" images names)
 log "releasing $VERSION: images $("$host_bin" images which base | sed 's/:[^:]*$//'):{${names[*]}}$([ "$dry_run" = 1 ] && echo ' (dry run: no git tag)')"
 
@@ -144,7 +144,8 @@ mkdir -p "$dist"
 for p in $platforms; do
     os=${p%/*} arch=${p#*/}
     out="$dist/sandbox-agent-$VERSION-$os-$arch"
-    CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$out" ./cmd/sandbox-agent
+    CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$out" ./cmd/sandbox-agent ||
+        die "go build for $p failed"
     echo "    $out" >&2
 done
 (cd "$dist" && sha256sum sandbox-agent-* > SHA256SUMS)
@@ -152,7 +153,7 @@ cat "$dist/SHA256SUMS"
 released="$dist/sandbox-agent-$VERSION-$(go env GOOS)-$(go env GOARCH)"
 if [ ! -x "$released" ]; then # the host's platform is not among PLATFORMS
     released="$work/sandbox-agent-released"
-    CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$released" ./cmd/sandbox-agent
+    CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$released" ./cmd/sandbox-agent || die "go build failed"
 fi
 SANDBOX_AGENT_IMAGE_VERIFY=strict "$released" images check >&2 ||
     die "the release binary does not verify the pushed images against its recorded digests"
