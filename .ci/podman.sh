@@ -149,6 +149,9 @@ from_registry() {
     log "pushing $img to $remote (Docker)"
     docker push "$remote" >&2
   fi
+  if [ "$remote" != "$img" ]; then
+    docker rmi "$remote" >/dev/null # our own tag only; the image keeps $img
+  fi
   t0=$(date +%s)
   log "pulling $remote into podman's store"
   podman pull -q "$remote" >/dev/null
@@ -156,7 +159,6 @@ from_registry() {
   if [ "$remote" != "$img" ]; then
     podman tag "$remote" "$img"
     podman untag "$remote" "$remote"
-    docker rmi "$remote" >/dev/null # our own tag only; the image keeps $img
   fi
   local want got
   want=$(docker image inspect --format '{{.Id}}' "$img")
@@ -164,12 +166,17 @@ from_registry() {
   [ "${want#sha256:}" = "${got#sha256:}" ] || { log "podman's $img is $got, Docker's is $want"; exit 1; }
 }
 
+# With a registry every image is pulled again (quick when podman has its
+# layers), so podman's copy is always the registry's, which is Docker's.
+docker_up() { docker version >/dev/null 2>&1; }
 for img in "$image" "$@"; do
   if podman image exists "$img"; then
-    log "$img is in podman's store"
-    continue
+    if [ -z "$registry" ] || ! docker_up || ! docker image inspect "$img" >/dev/null 2>&1; then
+      log "$img is in podman's store"
+      continue
+    fi
   fi
-  if docker version >/dev/null 2>&1; then
+  if docker_up; then
     if ! docker image inspect "$img" >/dev/null 2>&1; then
       [ "$img" = "$image" ] || { log "$img is neither in podman's nor in Docker's store"; exit 1; }
       log "$img is not in Docker either: building it there with .ci/build_base.sh"
