@@ -32,6 +32,9 @@ type Config struct {
 	// TrustCACert is set) running sandboxes trust, for TLS-intercepting
 	// proxies. Defaults to $SSL_CERT_FILE.
 	CACertFile string
+	// ImageVerify checks images against the digests recorded at release
+	// (digests.json): ImageVerifyOff (default) or ImageVerifyStrict.
+	ImageVerify ImageVerify
 
 	// Download caps: the archive that comes out of a container is hostile.
 	MaxDownloadBytes   int64
@@ -71,6 +74,7 @@ func DefaultConfig() Config {
 		},
 		Keepalive:          time.Hour,
 		ImagePolicy:        ImagePullOrBuild,
+		ImageVerify:        ImageVerifyOff,
 		MaxDownloadBytes:   1 << 30,
 		MaxDownloadEntries: 100_000,
 		MaxDownloadDepth:   64,
@@ -96,6 +100,11 @@ var configKeys = []configfile.Key[Config]{
 		return err
 	}},
 	configfile.String("ca_cert_file", "SANDBOX_AGENT_CA_CERT_FILE", func(c *Config) *string { return &c.CACertFile }),
+	{Name: "image_verify", Env: "SANDBOX_AGENT_IMAGE_VERIFY", Apply: func(c *Config, raw string) error {
+		v, err := ParseImageVerify(strings.TrimSpace(raw))
+		c.ImageVerify = v
+		return err
+	}},
 	configfile.Int("max_download_bytes", 1, func(c *Config, n int64) { c.MaxDownloadBytes = n }),
 	configfile.Int("max_download_entries", 1, func(c *Config, n int64) { c.MaxDownloadEntries = int(n) }),
 	configfile.Int("max_download_depth", 1, func(c *Config, n int64) { c.MaxDownloadDepth = int(n) }),

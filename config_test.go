@@ -83,6 +83,14 @@ func TestLoadConfigPrecedence(t *testing.T) {
 				t.Errorf("got %q, default %q", c.ImagePolicy, DefaultConfig().ImagePolicy)
 			}
 		}},
+		{"image_verify: off by default, strict from the file, the environment wins", writeConfig(t, `{"image_verify": "strict"}`), map[string]string{"SANDBOX_AGENT_IMAGE_VERIFY": " off "}, func(t *testing.T, c Config) {
+			if c.ImageVerify != ImageVerifyOff || DefaultConfig().ImageVerify != ImageVerifyOff {
+				t.Errorf("got %q", c.ImageVerify)
+			}
+			if c, err := LoadConfig(writeConfig(t, `{"image_verify": "strict"}`), envMap(nil)); err != nil || c.ImageVerify != ImageVerifyStrict {
+				t.Errorf("from the file: %q, %v", c.ImageVerify, err)
+			}
+		}},
 		{"retention zero allowed", "", map[string]string{"SANDBOX_AGENT_AUDIT_RETENTION_DAYS": "0"}, func(t *testing.T, c Config) {
 			if c.AuditRetentionDays != 0 {
 				t.Errorf("got %d", c.AuditRetentionDays)
@@ -118,6 +126,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"object value", `{"timeout_exec": {"s": 1}}`, nil, "timeout_exec", "want a string"},
 		{"bad egress", `{"egress": "wide"}`, nil, "egress", "want none, model or open"},
 		{"bad image policy", "", map[string]string{"SANDBOX_AGENT_IMAGE_POLICY": "sometimes"}, "image_policy", "want pull-or-build, pull or never"},
+		{"bad image_verify", "", map[string]string{"SANDBOX_AGENT_IMAGE_VERIFY": "on"}, "image_verify", "want off or strict"},
 		{"allow_hosts not strings", `{"allow_hosts": ["a.org", 3]}`, nil, "allow_hosts", "array of strings"},
 		{"allow_hosts bad pattern", `{"allow_hosts": ["a.org", "*"]}`, nil, "allow_hosts", `allow host "*"`},
 	}

@@ -40,6 +40,11 @@ var (
 	// ErrNetwork: the sandbox's boundary (the relay to the host's model
 	// and egress proxies) could not be set up.
 	ErrNetwork = errors.New("sandbox network boundary")
+	// ErrImageDigest: an image is not the one recorded at release — its
+	// digest differs from the one compiled into the binary (digests.json)
+	// or from its registry's, or image_verify is strict and nothing is
+	// recorded for it (see images.DigestError).
+	ErrImageDigest = errors.New("image digest mismatch")
 )
 
 // ConfigError is an invalid configuration value, naming the key and the

@@ -1,19 +1,57 @@
 #!/usr/bin/env bash
-# Release: images first, then the package.
+# Release: the images first, then the package, then the Go release tag.
 #
-#   VERSION=v0.1.0 .ci/release.sh        (or: .ci/release.sh v0.1.0)
+#   VERSION=v0.1.0 .ci/release.sh [--dry-run]     (or: .ci/release.sh [--dry-run] v0.1.0)
 #
-# 1. Refuses (exit 1) unless every image versions.json names (base + each
-#    CLI, {repo}:{cli}-{version}-{date}) is in its registry, checked through
-#    the engine (`sandbox-agent images check --registry`, DistributionInspect).
-#    Push them first: .ci/build_docker.sh --push.
-# 2. Builds static binaries for linux/amd64, linux/arm64, darwin/amd64,
-#    darwin/arm64 with main.version set, into dist/ (DIST to override), and
-#    writes dist/SHA256SUMS.
+# The images go to SANDBOX_AGENT_IMAGE_NAME (config key image_name) when it
+# is set, else to versions.json's repository (ghcr.io/sandbox-agent/
+# sandbox-agent), with the credentials of the Docker config file (docker
+# login). Steps, each one only when the previous one succeeded:
+#
+# 1. build   `sandbox-agent images build --force`: every image of
+#            versions.json under that name, from this checkout's
+#            Dockerfiles (the engine's layer cache makes an unchanged image
+#            quick, and the same image).
+# 2. push    `images push`: prints TAG<TAB>sha256:DIGEST per image. A tag
+#            the registry already serves as another image is refused (tags
+#            are immutable: bump image_date in versions.json).
+# 3. verify  `images check --registry`: every local image's digest is the
+#            one its registry serves.
+# 4. record  the pushed digests go into digests.json ({"<tag>": "sha256:…"},
+#            compiled into the binary: image_verify=strict checks images
+#            against it).
+# 5. package static binaries for PLATFORMS into DIST with main.version set,
+#            and DIST/SHA256SUMS; the host's binary must pass
+#            `SANDBOX_AGENT_IMAGE_VERIFY=strict images check` (it carries
+#            the recorded digests).
+# 6. tag     commit digests.json ("Release VERSION: image digests"),
+#            `git tag -a VERSION`, and push the tag when a remote is
+#            configured (RELEASE_REMOTE, else origin, else the only remote).
+#
+# --dry-run runs steps 1-5 (the images are really pushed) and skips 6;
+# digests.json is put back as it was (the binaries in DIST still carry the
+# recorded digests). Without --dry-run the work tree must be clean and
+# VERSION not tagged yet. A failure after step 4 puts digests.json back too.
+#
+#   DIST       output folder (default dist/; emptied first)
+#   PLATFORMS  default "linux/amd64 linux/arm64 darwin/amd64 darwin/arm64"
+#
+# Exit codes: 0 released (or dry run done), 1 a step failed, 2 usage.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-VERSION=${1:-${VERSION:-}}
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; }
+
+dry_run=0
+VERSION=${VERSION:-}
+for arg in "$@"; do
+    case "$arg" in
+        --dry-run) dry_run=1;;
+        -h|--help) usage; exit 0;;
+        -*) echo "release.sh: unknown flag $arg" >&2; usage; exit 2;;
+        *) VERSION=$arg;;
+    esac
+done
 if [ -z "$VERSION" ]; then
     echo "release.sh: set VERSION (e.g. VERSION=v0.1.0 .ci/release.sh)" >&2
     exit 2
@@ -24,27 +62,129 @@ esac
 dist=${DIST:-"$root/dist"}
 platforms=${PLATFORMS:-"linux/amd64 linux/arm64 darwin/amd64 darwin/arm64"}
 ldflags="-s -w -X main.version=$VERSION"
+digests="$root/digests.json"
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'release.sh: %s\n' "$*" >&2; exit 1; }
+t0=$(date +%s)
+step_start=$t0
+step_name=prepare
+timings=()
+step() { # step N NAME: end the previous step (its time is kept) and start this one
+    local now
+    now=$(date +%s)
+    timings+=("$step_name $((now - step_start))s")
+    log "[$1/6] $2"
+    step_start=$now
+    step_name=$3
+}
 
 cd "$root"
-host_bin=$(mktemp -d)/sandbox-agent
-trap 'rm -rf "$(dirname "$host_bin")"' EXIT
-CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$host_bin" ./cmd/sandbox-agent
-
-echo "==> images first: checking the registry has every image of versions.json" >&2
-if ! "$host_bin" images check --registry; then
-    echo "release.sh: refusing to release $VERSION: the registry lacks image(s) above (or could not be asked)." >&2
-    echo "release.sh: push them first with .ci/build_docker.sh --push" >&2
-    exit 1
+if [ "$dry_run" = 0 ]; then
+    if ! git diff --quiet || ! git diff --cached --quiet; then
+        die "the work tree has changes: commit or stash them first (or --dry-run)"
+    fi
+    ! git rev-parse -q --verify "refs/tags/$VERSION" >/dev/null || die "tag $VERSION exists already"
 fi
 
-echo "==> building $VERSION for $platforms into $dist" >&2
+work=$(mktemp -d)
+cp "$digests" "$work/digests.json.orig"
+restore_digests=1
+cleanup() {
+    if [ "$restore_digests" = 1 ] && ! cmp -s "$work/digests.json.orig" "$digests"; then
+        cp "$work/digests.json.orig" "$digests"
+        log "digests.json put back as it was"
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+host_bin="$work/sandbox-agent"
+CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$host_bin" ./cmd/sandbox-agent || die "go build failed"
+mapfile -t names < <("$host_bin" images names)
+log "releasing $VERSION: images $("$host_bin" images which base | sed 's/:[^:]*$//'):{${names[*]}}$([ "$dry_run" = 1 ] && echo ' (dry run: no git tag)')"
+
+step 1 "build the images (layer cache)" build
+"$host_bin" images build --force >&2 || die "the image build failed"
+
+step 2 "push the images" push
+rc=0
+"$host_bin" images push >"$work/pushed.tsv" || rc=$?
+cat "$work/pushed.tsv" >&2
+[ "$rc" = 0 ] || die "the push failed (exit $rc); a tag refused as another image needs a new image_date in versions.json"
+
+step 3 "verify: each local image's digest is its registry's" verify
+rc=0
+"$host_bin" images check --registry >&2 || rc=$?
+case "$rc" in
+    0) ;;
+    3) die "a digest differs between the engine and the registry (see above): another push raced this one?";;
+    *) die "images check --registry failed (exit $rc)";;
+esac
+
+step 4 "record the digests in digests.json" record
+[ "$(wc -l <"$work/pushed.tsv")" = "${#names[@]}" ] || die "pushed $(wc -l <"$work/pushed.tsv") images, want ${#names[@]}"
+{
+    printf '{\n'
+    sep=''
+    while IFS=$'\t' read -r ref digest; do
+        tag=${ref##*:}
+        [[ $tag =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*$ && $digest =~ ^sha256:[0-9a-f]{64}$ ]] || die "bad push output line: $ref $digest"
+        printf '%s  "%s": "%s"' "$sep" "$tag" "$digest"
+        sep=$',\n'
+    done <"$work/pushed.tsv"
+    printf '\n}\n'
+} >"$work/digests.json"
+cp "$work/digests.json" "$digests"
+cat "$digests" >&2
+
+step 5 "build $VERSION for $platforms into $dist" package
 rm -rf "$dist"
 mkdir -p "$dist"
 for p in $platforms; do
     os=${p%/*} arch=${p#*/}
     out="$dist/sandbox-agent-$VERSION-$os-$arch"
-    CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$out" ./cmd/sandbox-agent
+    CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$out" ./cmd/sandbox-agent ||
+        die "go build for $p failed"
     echo "    $out" >&2
 done
 (cd "$dist" && sha256sum sandbox-agent-* > SHA256SUMS)
 cat "$dist/SHA256SUMS"
+released="$dist/sandbox-agent-$VERSION-$(go env GOOS)-$(go env GOARCH)"
+if [ ! -x "$released" ]; then # the host's platform is not among PLATFORMS
+    released="$work/sandbox-agent-released"
+    CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$released" ./cmd/sandbox-agent || die "go build failed"
+fi
+SANDBOX_AGENT_IMAGE_VERIFY=strict "$released" images check >&2 ||
+    die "the release binary does not verify the pushed images against its recorded digests"
+
+step 6 "tag $VERSION" tag
+remote=${RELEASE_REMOTE:-}
+if [ -z "$remote" ]; then
+    mapfile -t remotes < <(git remote)
+    if printf '%s\n' "${remotes[@]}" | grep -qx origin; then
+        remote=origin
+    elif [ "${#remotes[@]}" = 1 ]; then
+        remote=${remotes[0]}
+    fi
+fi
+if [ "$dry_run" = 1 ]; then
+    log "dry run: not committing digests.json, not tagging $VERSION${remote:+, not pushing it to $remote}"
+else
+    git add digests.json
+    if ! git diff --cached --quiet; then
+        git commit -q -m "Release $VERSION: image digests" -- digests.json
+    fi
+    restore_digests=0
+    git tag -a "$VERSION" -m "sandbox-agent $VERSION"
+    log "tagged $VERSION at $(git rev-parse --short HEAD)"
+    if [ -n "$remote" ]; then
+        git push "$remote" "refs/tags/$VERSION"
+        log "pushed tag $VERSION to $remote (push the branch too: the digests commit is only reachable from the tag)"
+    else
+        log "no git remote configured: push the tag yourself (git push REMOTE $VERSION)"
+    fi
+fi
+timings+=("$step_name $(($(date +%s) - step_start))s")
+summary=$(printf '%s, ' "${timings[@]}")
+log "release $VERSION done in $(($(date +%s) - t0))s (${summary%, })"

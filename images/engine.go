@@ -95,11 +95,14 @@ func (e *ClientEngine) Push(ctx context.Context, ref string, progress io.Writer)
 	if err != nil {
 		return err
 	}
-	if auth == "" {
-		// Docker 20.10 refuses a push without the header; "{}" is "no credentials".
-		auth = base64.URLEncoding.EncodeToString([]byte("{}"))
+	pushAuth := auth
+	if pushAuth == "" {
+		// Docker 20.10 refuses a push without the header ("Bad parameters
+		// and missing X-Registry-Auth"): send empty credentials, as the
+		// docker CLI does.
+		pushAuth = emptyAuth
 	}
-	resp, err := e.c.ImagePush(ctx, ref, client.ImagePushOptions{RegistryAuth: auth})
+	resp, err := e.c.ImagePush(ctx, ref, client.ImagePushOptions{RegistryAuth: pushAuth})
 	if err != nil {
 		return authHint(err, host, auth)
 	}
@@ -116,21 +119,12 @@ func (e *ClientEngine) Push(ctx context.Context, ref string, progress io.Writer)
 }
 
 // RegistryHas asks the engine to look ref up in its registry
-// (DistributionInspect). Not found is false; an unreachable registry or
-// refused credentials is an error.
+// (DistributionInspect, see RegistryDigest). Not found is false; an
+// unreachable registry, refused credentials or an engine without
+// DistributionInspect (Podman) is an error.
 func (e *ClientEngine) RegistryHas(ctx context.Context, ref string) (bool, error) {
-	auth, host, err := e.registryAuth(ref)
-	if err != nil {
-		return false, err
-	}
-	_, err = e.c.DistributionInspect(ctx, ref, client.DistributionInspectOptions{EncodedRegistryAuth: auth})
-	if err == nil {
-		return true, nil
-	}
-	if cerrdefs.IsNotFound(err) || strings.Contains(err.Error(), "manifest unknown") {
-		return false, nil
-	}
-	return false, authHint(err, host, auth)
+	d, err := e.RegistryDigest(ctx, ref)
+	return d != "", err
 }
 
 func authHint(err error, host, auth string) error {

@@ -16,9 +16,10 @@ import (
 
 // agentDriver is the agent CLI this suite runs end to end against the
 // built-in fake model. pi has the smallest image; it is the agent run of
-// the engine suite on Podman, so .ci/run copies its image into Podman's
-// store (.ci/podman.sh "$(sandbox-agent images which pi)"). On Docker the
-// conformance suite runs every driver too.
+// the engine suite on Podman, so .ci/run gives Podman its image (pulled
+// from a loopback registry, under SANDBOX_AGENT_IMAGE_NAME: .ci/podman.sh
+// "$(sandbox-agent images which pi)"). On Docker the conformance suite
+// runs every driver too.
 const agentDriver = "pi"
 
 // agentUnavailable skips (fails in CI) when the agent image is not in the
@@ -26,7 +27,7 @@ const agentDriver = "pi"
 func agentUnavailable(t *testing.T, code int, stderr string) {
 	t.Helper()
 	if code == exitError && strings.Contains(stderr, "image not found") {
-		img, _ := sandboxagent.DefaultImage(agentDriver)
+		img, _ := sandboxagent.ResolveImage(agentDriver, "", os.Getenv("SANDBOX_AGENT_IMAGE_NAME"), "")
 		testenv.Unavailable(t, "%s image %s is not in the engine's store (Docker: .ci/setup; Podman: .ci/podman.sh %s): %s", agentDriver, img, img, stderr)
 	}
 }

@@ -12,8 +12,11 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
+// cliEnv is the environment the CLI runs with in these tests: the engine,
+// and the image name when the run sets one (.ci/run on Podman: the agent
+// image was pulled from a loopback registry under its name).
 func cliEnv() map[string]string {
-	return map[string]string{"DOCKER_HOST": os.Getenv("DOCKER_HOST")}
+	return map[string]string{"DOCKER_HOST": os.Getenv("DOCKER_HOST"), "SANDBOX_AGENT_IMAGE_NAME": os.Getenv("SANDBOX_AGENT_IMAGE_NAME")}
 }
 
 func TestIntegrationCLIExec(t *testing.T) {

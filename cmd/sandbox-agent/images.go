@@ -26,9 +26,18 @@ commands:
       --no-cache            build without the engine's layer cache
       --ca-cert FILE        PEM bundle trusted during the build (default: ca_cert_file / $SSL_CERT_FILE;
                             --ca-cert "" for none)
+  push [--force] [NAME...]  push the local images (default: all; base first) and print
+                            "TAG<TAB>sha256:DIGEST" per image, the digest the registry now has;
+                            a missing local image is an error (build it first); a tag the
+                            registry serves as another image is refused unless --force
   check [--registry] [NAME...]
-                            check the images exist locally (and, with --registry, in their
-                            registry); exit 125 when one is missing
+                            check the images exist locally; with --registry also in their
+                            registry, and compare the local image's digest with the registry's
+                            ("digest ok" or "digest MISMATCH local ... registry ..."); with
+                            image_verify=strict, compare each local image with the digest
+                            recorded at release. Exit 125 when an image is missing (with
+                            --registry: missing in the registry), 3 when a digest differs or
+                            cannot be compared
 
 NAME is a CLI (` + strings.Join(sandboxagent.Versions().CLINames(), ", ") + `) or "base". Tags come from the
 versions.json compiled into this binary; SANDBOX_AGENT_IMAGE_NAME (image_name)
@@ -55,6 +64,8 @@ func runImages(ctx context.Context, a *app, args []string) int {
 		return imagesBuild(ctx, a, args[1:])
 	case "check":
 		return imagesCheck(ctx, a, args[1:])
+	case "push":
+		return imagesPush(ctx, a, args[1:])
 	}
 	fmt.Fprintf(a.stderr, "sandbox-agent: images: unknown command %q\n", args[0])
 	fmt.Fprint(a.stderr, imagesUsage)
@@ -201,9 +212,13 @@ func imagesBuild(ctx context.Context, a *app, args []string) int {
 	return exitOK
 }
 
+// exitDigest: images check found an image whose digest differs from its
+// registry's (or from the one recorded at release), or cannot be compared.
+const exitDigest = 3
+
 func imagesCheck(ctx context.Context, a *app, args []string) int {
 	fs := imagesFlags(a, "check")
-	reg := fs.Bool("registry", false, "also check the registry")
+	reg := fs.Bool("registry", false, "also check the registry and compare digests")
 	if err := fs.Parse(args); err != nil {
 		return exitError
 	}
@@ -211,37 +226,144 @@ func imagesCheck(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	statuses, err := b.Check(ctx, *reg, fs.Args()...)
+	if *reg {
+		return imagesCheckRegistry(ctx, a, b, fs.Args())
+	}
+	statuses, err := b.Check(ctx, false, fs.Args()...)
+	strict := a.cfg.ImageVerify == sandboxagent.ImageVerifyStrict
 	var missing []string
+	var mismatched []error
 	for _, s := range statuses {
-		where := []string{}
-		if s.Local {
-			where = append(where, "local")
-		} else {
-			where = append(where, "not-local")
-			if !*reg {
-				missing = append(missing, s.Image.Tag)
-			}
+		if !s.Local {
+			missing = append(missing, s.Image.Tag)
+			fmt.Fprintf(a.stdout, "%s\tnot-local\n", s.Image.Tag)
+			continue
 		}
-		if *reg {
-			if s.Registry {
-				where = append(where, "registry")
-			} else {
-				where = append(where, "not-in-registry")
-				missing = append(missing, s.Image.Tag)
-			}
+		if !strict {
+			fmt.Fprintf(a.stdout, "%s\tlocal\n", s.Image.Tag)
+			continue
 		}
-		fmt.Fprintf(a.stdout, "%s\t%s\n", s.Image.Tag, strings.Join(where, ","))
+		verdict, verr := a.verifyLocal(ctx, s.Image.Tag)
+		if verr != nil {
+			return a.fail(verr)
+		}
+		if !strings.HasPrefix(verdict, "digest ok") {
+			mismatched = append(mismatched, fmt.Errorf("%s: %s", s.Image.Tag, verdict))
+		}
+		fmt.Fprintf(a.stdout, "%s\tlocal\t%s\n", s.Image.Tag, verdict)
 	}
 	if err != nil {
 		return a.fail(err)
 	}
 	if len(missing) > 0 {
-		place := "in the engine"
-		if *reg {
-			place = "in the registry"
-		}
-		return a.fail(fmt.Errorf("%w: missing %s: %s", sandboxagent.ErrImageNotFound, place, strings.Join(missing, ", ")))
+		return a.fail(fmt.Errorf("%w: missing in the engine: %s", sandboxagent.ErrImageNotFound, strings.Join(missing, ", ")))
 	}
+	return a.digestFailures(mismatched)
+}
+
+// verifyLocal checks one local image against the digest recorded at
+// release (image_verify strict) and says how it went; a failure to ask the
+// engine is the error.
+func (a *app) verifyLocal(ctx context.Context, tag string) (string, error) {
+	eng, err := a.engine(ctx)
+	if err != nil {
+		return "", err
+	}
+	rd, ok := eng.images.(images.RepoDigester)
+	if !ok {
+		return "", fmt.Errorf("%w: this engine cannot report image digests", sandboxagent.ErrInvalidArgument)
+	}
+	err = images.VerifyDigest(ctx, rd, tag, sandboxagent.ImageVerifyStrict)
+	var de *images.DigestError
+	switch {
+	case err == nil:
+		d, _ := sandboxagent.ReleasedDigest(tag)
+		return "digest ok " + d, nil
+	case errors.As(err, &de) && de.Recorded == "":
+		return "digest MISMATCH nothing recorded at release for this tag", nil
+	case errors.As(err, &de):
+		return fmt.Sprintf("digest MISMATCH local %s recorded %s", digestList(de.Local), de.Recorded), nil
+	}
+	return "", err
+}
+
+func digestList(d []string) string {
+	if len(d) == 0 {
+		return "none"
+	}
+	return strings.Join(d, ",")
+}
+
+// imagesCheckRegistry is check --registry: presence on both sides and, for
+// images on both, whether the local image is the one the registry serves.
+func imagesCheckRegistry(ctx context.Context, a *app, b *images.Builder, names []string) int {
+	statuses, err := b.CheckRegistry(ctx, names...)
+	var missing []string
+	var mismatched []error
+	for _, s := range statuses {
+		where := "not-local"
+		if s.Local {
+			where = "local"
+		}
+		verdict := "-"
+		if s.RegistryDigest == "" {
+			where += ",not-in-registry"
+			missing = append(missing, s.Image.Tag)
+		} else {
+			where += ",registry"
+		}
+		if s.Local && s.RegistryDigest != "" {
+			if s.Match() {
+				verdict = "digest ok " + s.RegistryDigest
+			} else {
+				verdict = fmt.Sprintf("digest MISMATCH local %s registry %s", digestList(s.LocalDigests), s.RegistryDigest)
+				mismatched = append(mismatched, s.Err())
+			}
+		}
+		fmt.Fprintf(a.stdout, "%s\t%s\t%s\n", s.Image.Tag, where, verdict)
+	}
+	if err != nil {
+		return a.fail(err)
+	}
+	if len(missing) > 0 {
+		return a.fail(fmt.Errorf("%w: missing in the registry: %s", sandboxagent.ErrImageNotFound, strings.Join(missing, ", ")))
+	}
+	return a.digestFailures(mismatched)
+}
+
+// digestFailures reports digest mismatches (exit 3), or nothing.
+func (a *app) digestFailures(errs []error) int {
+	if len(errs) == 0 {
+		return exitOK
+	}
+	for _, e := range errs {
+		fmt.Fprintf(a.stderr, "sandbox-agent: %v\n", e)
+	}
+	fmt.Fprintf(a.stderr, "sandbox-agent: %v: %d image(s) are not the expected ones\n", sandboxagent.ErrImageDigest, len(errs))
+	return exitDigest
+}
+
+func imagesPush(ctx context.Context, a *app, args []string) int {
+	fs := imagesFlags(a, "push")
+	force := fs.Bool("force", false, "overwrite a tag the registry serves as another image")
+	if err := fs.Parse(args); err != nil {
+		return exitError
+	}
+	b, err := a.imageBuilder(ctx, images.Options{Force: *force, Progress: a.stderr})
+	if err != nil {
+		return a.fail(err)
+	}
+	start := time.Now()
+	pushed, err := b.Push(ctx, fs.Args()...)
+	for _, p := range pushed {
+		fmt.Fprintf(a.stdout, "%s\t%s\n", p.Image.Tag, p.Digest)
+	}
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			err = fmt.Errorf("interrupted: %w", err)
+		}
+		return a.fail(err)
+	}
+	fmt.Fprintf(a.stderr, "==> pushed in %s\n", time.Since(start).Round(time.Second))
 	return exitOK
 }

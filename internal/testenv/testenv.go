@@ -99,9 +99,12 @@ func engineInfo(rt *docker.Runtime) (sandboxagent.EngineInfo, error) {
 	return info, nil
 }
 
-// Config is a configuration for tests: defaults with short timeouts.
+// Config is a configuration for tests: defaults with short timeouts, and
+// SANDBOX_AGENT_IMAGE_NAME as the image name when set (.ci/run on Podman
+// pulls the agent image from a loopback registry under that name).
 func Config() sandboxagent.Config {
 	cfg := sandboxagent.DefaultConfig()
+	cfg.ImageName = os.Getenv("SANDBOX_AGENT_IMAGE_NAME")
 	cfg.Timeouts.Start = time.Minute
 	cfg.Timeouts.Exec = time.Minute
 	cfg.Timeouts.Copy = time.Minute
