@@ -38,3 +38,10 @@ func ParseImagePolicy(s string) (ImagePolicy, error) {
 type ImageSource interface {
 	ProvideImage(ctx context.Context, ref string) error
 }
+
+// ImageChecker is an ImageSource that also vets an image the engine
+// already has (image_verify strict: its digest must be the released one).
+// NewSandbox calls it before creating the container.
+type ImageChecker interface {
+	CheckImage(ctx context.Context, ref string) error
+}

@@ -214,6 +214,14 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 		spec.Mounts = append(spec.Mounts, host.mount())
 		spec.Labels[LabelSockets] = filepath.Base(host.dir)
 	}
+	if c, ok := opts.Images.(ImageChecker); ok {
+		if err := c.CheckImage(ctx, spec.Image); err != nil {
+			if host != nil {
+				host.close()
+			}
+			return nil, startErr(ctx, err)
+		}
+	}
 	id, err := rt.Create(ctx, spec)
 	if errors.Is(err, ErrImageNotFound) && opts.Images != nil {
 		if perr := opts.Images.ProvideImage(parent, spec.Image); perr != nil {

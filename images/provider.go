@@ -32,9 +32,41 @@ type Provider struct {
 	// Log receives one line per decision ("not in the registry: building
 	// it"); nil discards them.
 	Log io.Writer
+	// Verify is image_verify: under ImageVerifyStrict an image is used
+	// only when its digest is the one recorded at release (digests.json),
+	// whether the engine had it or it was just pulled (a built image has
+	// no digest: refused).
+	Verify sandboxagent.ImageVerify
 }
 
-var _ sandboxagent.ImageSource = (*Provider)(nil)
+var (
+	_ sandboxagent.ImageSource  = (*Provider)(nil)
+	_ sandboxagent.ImageChecker = (*Provider)(nil)
+)
+
+// CheckImage implements sandboxagent.ImageChecker: under strict
+// verification a present image must carry its released digest; a missing
+// one is left to ProvideImage.
+func (p *Provider) CheckImage(ctx context.Context, ref string) error {
+	if p.Verify != sandboxagent.ImageVerifyStrict {
+		return nil
+	}
+	if ok, err := p.Engine.ImageExists(ctx, ref); err != nil || !ok {
+		return err
+	}
+	return p.verify(ctx, ref)
+}
+
+func (p *Provider) verify(ctx context.Context, ref string) error {
+	if p.Verify != sandboxagent.ImageVerifyStrict {
+		return nil
+	}
+	rd, ok := p.Engine.(RepoDigester)
+	if !ok {
+		return fmt.Errorf("%w: image_verify strict: this engine cannot report image digests", sandboxagent.ErrImageDigest)
+	}
+	return VerifyDigest(ctx, rd, ref, p.Verify)
+}
 
 // MissingError is an image the policy could not make present. It matches
 // sandboxagent.ErrImageNotFound; Hint says what to do.
@@ -74,7 +106,7 @@ func (p *Provider) ProvideImage(ctx context.Context, ref string) error {
 	p.logf("sandbox-agent: %s is not in the engine: pulling it", ref)
 	err := p.Engine.Pull(ctx, ref, p.OnPull)
 	if err == nil {
-		return nil
+		return p.verify(ctx, ref)
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -108,7 +140,7 @@ func (p *Provider) ProvideImage(ctx context.Context, ref string) error {
 	if _, err := b.Ensure(ctx, name); err != nil {
 		return err // wraps ErrImageNotFound, with the build's output
 	}
-	return nil
+	return p.verify(ctx, ref)
 }
 
 // agentImage finds which of the embedded images ref is under the

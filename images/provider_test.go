@@ -17,6 +17,7 @@ type pullFake struct {
 	*fakeEngine
 	pulls   []string
 	pullErr error
+	digests map[string]string // repo digest of a local image
 }
 
 func (f *pullFake) Pull(_ context.Context, ref string, fn func(PullProgress)) error {
@@ -141,5 +142,57 @@ func TestProgressWriter(t *testing.T) {
 	}
 	if plain.String() != "pulling r:1: 1/2 layers, 5.0 MB/10.0 MB\npulled r:1: 2 layers, 10.0 MB\n" {
 		t.Errorf("plain: %q", plain.String())
+	}
+}
+
+func (f *pullFake) RepoDigests(_ context.Context, ref string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.local[ref] {
+		return nil, sandboxagent.ErrImageNotFound
+	}
+	if d := f.digests[ref]; d != "" {
+		return []string{d}, nil
+	}
+	return nil, nil
+}
+
+// Under image_verify strict the provider uses an image only with its
+// released digest: one the engine had (CheckImage), one just pulled, and
+// never one just built.
+func TestProviderStrictVerify(t *testing.T) {
+	pi := tag(t, "pi")
+	const good, bad = "sha256:" + "aa", "sha256:" + "bb"
+	old := releasedDigest
+	releasedDigest = func(ref string) (string, bool) { return good, ref == pi }
+	defer func() { releasedDigest = old }()
+	for _, tc := range []struct {
+		name              string
+		local, registry   bool
+		digest            string
+		wantCheck, wantPv bool // errors expected from CheckImage, ProvideImage
+	}{
+		{"present, released digest", true, false, good, false, false},
+		{"present, another digest", true, false, bad, true, false},
+		{"pulled, released digest", false, true, good, false, false},
+		{"pulled, another digest", false, true, bad, false, true},
+		{"built: no digest", false, false, "", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &pullFake{fakeEngine: newFake(), digests: map[string]string{pi: tc.digest}}
+			f.local[pi], f.registry[pi] = tc.local, tc.registry
+			p := &Provider{Engine: f, Verify: sandboxagent.ImageVerifyStrict}
+			err := p.CheckImage(context.Background(), pi)
+			if (err != nil) != tc.wantCheck || (err != nil && !errors.Is(err, sandboxagent.ErrImageDigest)) {
+				t.Errorf("CheckImage: %v", err)
+			}
+			if tc.local {
+				return
+			}
+			err = p.ProvideImage(context.Background(), pi)
+			if (err != nil) != tc.wantPv || (err != nil && !errors.Is(err, sandboxagent.ErrImageDigest)) {
+				t.Errorf("ProvideImage: %v", err)
+			}
+		})
 	}
 }

@@ -161,7 +161,7 @@ func (a *app) imageSource(ctx context.Context) (sandboxagent.ImageSource, error)
 	return &images.Provider{
 		Engine: eng.images, Policy: a.cfg.ImagePolicy,
 		Build:  images.Options{Repo: a.cfg.ImageName, CACertFile: ca, Progress: a.stderr},
-		OnPull: images.NewProgressWriter(a.stderr, tty).Pull, Log: a.stderr,
+		OnPull: images.NewProgressWriter(a.stderr, tty).Pull, Log: a.stderr, Verify: a.cfg.ImageVerify,
 	}, nil
 }
 
