@@ -15,6 +15,7 @@
 #   SANDBOX_AGENT_TEST_IMAGE  test image (default debian:stable-slim)
 #   PODMAN_REGISTRY 127.0.0.1:PORT of a registry on the loopback (.ci/registry.sh)
 #                   to pull the images from instead of copying them (see 4.)
+#   PODMAN_REGISTRY_KEEP=1  leave that registry marked insecure for podman at exit
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -107,7 +108,9 @@ log "podman API on unix://$sock: $(curl -fsS --unix-socket "$sock" http://d/vers
 # named back in podman. Podman then has the image Docker has (same image
 # ID, checked) and a repo digest for it, as a user's pull gives. Podman
 # refuses plain HTTP unless the registry is marked insecure: a drop-in in
-# registries.conf.d says so while this script runs and is removed at exit.
+# registries.conf.d says so while this script runs and is removed at exit
+# (PODMAN_REGISTRY_KEEP=1 leaves it for tests that pull afterwards; the
+# caller removes /etc/containers/registries.conf.d/50-sandbox-agent-PORT.conf).
 # Without PODMAN_REGISTRY the images are copied (docker save | podman load).
 # Measured for the pi image (575 MB) into an empty podman store on the
 # 2-core CI machine, three runs each, alternating: pull 6, 13, 24 s; copy
@@ -128,7 +131,7 @@ if [ -n "$registry" ]; then
   insecure_conf=/etc/containers/registries.conf.d/50-sandbox-agent-${registry##*:}.conf
   mkdir -p "$(dirname "$insecure_conf")"
   printf '# written by sandbox-agent .ci/podman.sh while it runs\n[[registry]]\nlocation = "%s"\ninsecure = true\n' "$registry" >"$insecure_conf"
-  trap 'rm -f "$insecure_conf"' EXIT
+  [ "${PODMAN_REGISTRY_KEEP:-}" = 1 ] || trap 'rm -f "$insecure_conf"' EXIT
 fi
 
 # from_registry IMG: give podman IMG by a pull from $registry.

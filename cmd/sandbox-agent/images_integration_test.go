@@ -58,7 +58,10 @@ func TestIntegrationCLIImagePolicy(t *testing.T) {
 	t.Run("pulled from the registry", func(t *testing.T) {
 		repo := reg + "/pull-" + run
 		t.Cleanup(func() { removeRepo(repo) })
-		src, _ := sandboxagent.DefaultImage(agentDriver)
+		src, err := sandboxagent.ResolveImage(agentDriver, "", os.Getenv("SANDBOX_AGENT_IMAGE_NAME"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
 		dst, _ := sandboxagent.Versions().Image(agentDriver, repo)
 		if _, err := cli.ImageTag(ctx, client.ImageTagOptions{Source: src, Target: dst.Tag}); err != nil {
 			testenv.Unavailable(t, "agent image %s: %v", src, err)

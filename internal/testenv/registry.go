@@ -18,8 +18,16 @@ import (
 // returns "127.0.0.1:PORT". Without the binary (apt-get install
 // docker-registry; .ci/setup installs it) the test fails in CI and skips
 // elsewhere.
+//
+// SANDBOX_AGENT_TEST_REGISTRY names a running registry to use instead
+// (CI's Podman step: Podman pulls over plain HTTP only from a registry
+// its registries.conf marks insecure, and .ci/podman.sh marks CI's). Tests
+// must then use repositories of their own.
 func Registry(t testing.TB) string {
 	t.Helper()
+	if r := os.Getenv("SANDBOX_AGENT_TEST_REGISTRY"); r != "" {
+		return r
+	}
 	bin, err := exec.LookPath("docker-registry")
 	if err != nil {
 		Unavailable(t, "docker-registry is not installed (apt-get install docker-registry): %v", err)
