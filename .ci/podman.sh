@@ -70,21 +70,40 @@ if ! grep -Eq '^[[:space:]]*default_ulimits[[:space:]]*=[[:space:]]*\[[[:space:]
   rm -f "$tmp"
 fi
 
-# 3. the API service.
-api_up() {
-  curl -fsS --max-time 3 --unix-socket "$sock" http://d/_ping >/dev/null 2>&1
-}
+# The registry to pull from (4.), marked insecure before the API service
+# starts: the service reads registries.conf once, so a running one that
+# has not seen the mark yet is restarted below.
 if ! command -v curl >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -q curl >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q curl >/dev/null; }
 fi
+conf_new=
+registry=${PODMAN_REGISTRY:-}
+insecure_conf=
+if [ -n "$registry" ]; then
+  case "$registry" in
+    127.0.0.1:[0-9]*) ;;
+    *) log "PODMAN_REGISTRY=$registry: want 127.0.0.1:PORT (a registry on the loopback)"; exit 1;;
+  esac
+  curl -fsS -o /dev/null "http://$registry/v2/" || { log "no registry answers on http://$registry (bash .ci/registry.sh start)"; exit 1; }
+  insecure_conf=/etc/containers/registries.conf.d/50-sandbox-agent-${registry##*:}.conf
+  mkdir -p "$(dirname "$insecure_conf")"
+  [ -f "$insecure_conf" ] || conf_new=1
+  printf '# written by sandbox-agent .ci/podman.sh while it runs\n[[registry]]\nlocation = "%s"\ninsecure = true\n' "$registry" >"$insecure_conf"
+  [ "${PODMAN_REGISTRY_KEEP:-}" = 1 ] || trap 'rm -f "$insecure_conf"' EXIT
+fi
+
+# 3. the API service.
+api_up() {
+  curl -fsS --max-time 3 --unix-socket "$sock" http://d/_ping >/dev/null 2>&1
+}
 # A service that answers but cannot start containers (e.g. its working
 # directory was deleted: conmon then fails every start) is restarted.
 svc_works() {
   podman --url "unix://$sock" run --rm "$image" true >/dev/null 2>&1
 }
-if api_up && podman image exists "$image" && ! svc_works; then
-  log "podman service answers but cannot start containers: restarting it"
+if api_up && { [ -n "$conf_new" ] || { podman image exists "$image" && ! svc_works; }; }; then
+  log "podman service must restart (it cannot start containers, or has not read the registry's insecure mark)"
   pkill -f "podman system service --time=0 unix://$sock" || true
   for _ in $(seq 1 20); do api_up || break; sleep 0.5; done
 fi
@@ -120,19 +139,6 @@ log "podman API on unix://$sock: $(curl -fsS --unix-socket "$sock" http://d/vers
 # registry. The test image, when Docker lacks it too, is built offline: by
 # .ci/build_base.sh into Docker when a Docker engine answers, else by
 # debootstrap straight into podman.
-registry=${PODMAN_REGISTRY:-}
-insecure_conf=
-if [ -n "$registry" ]; then
-  case "$registry" in
-    127.0.0.1:[0-9]*) ;;
-    *) log "PODMAN_REGISTRY=$registry: want 127.0.0.1:PORT (a registry on the loopback)"; exit 1;;
-  esac
-  curl -fsS -o /dev/null "http://$registry/v2/" || { log "no registry answers on http://$registry (bash .ci/registry.sh start)"; exit 1; }
-  insecure_conf=/etc/containers/registries.conf.d/50-sandbox-agent-${registry##*:}.conf
-  mkdir -p "$(dirname "$insecure_conf")"
-  printf '# written by sandbox-agent .ci/podman.sh while it runs\n[[registry]]\nlocation = "%s"\ninsecure = true\n' "$registry" >"$insecure_conf"
-  [ "${PODMAN_REGISTRY_KEEP:-}" = 1 ] || trap 'rm -f "$insecure_conf"' EXIT
-fi
 
 # from_registry IMG: give podman IMG by a pull from $registry.
 from_registry() {
