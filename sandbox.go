@@ -225,7 +225,11 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	id, err := rt.Create(ctx, spec)
 	if errors.Is(err, ErrImageNotFound) && opts.Images != nil {
 		if perr := opts.Images.ProvideImage(parent, spec.Image); perr != nil {
-			err = perr
+			if host != nil {
+				host.close()
+			}
+			// Not startErr: the pull or build ran outside timeout_start.
+			return nil, fmt.Errorf("start sandbox: %w", perr)
 		} else {
 			cancel()
 			ctx, cancel = context.WithTimeout(parent, cfg.Timeouts.Start)

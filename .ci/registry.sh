@@ -44,7 +44,10 @@ YAML
     ;;
   stop)
     if [ -f "$state/pid" ]; then
-      kill "$(cat "$state/pid")" 2>/dev/null || true
+      pid=$(cat "$state/pid")
+      kill "$pid" 2>/dev/null || true
+      # Gone before its storage is: a start right after must not find it.
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     fi
     rm -rf "$state"
     ;;

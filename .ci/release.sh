@@ -81,7 +81,7 @@ step() { # step N NAME: end the previous step (its time is kept) and start this 
 
 cd "$root"
 if [ "$dry_run" = 0 ]; then
-    if ! git diff --quiet || ! git diff --cached --quiet; then
+    if [ -n "$(git status --porcelain)" ]; then # untracked files too: go:embed takes them
         die "the work tree has changes: commit or stash them first (or --dry-run)"
     fi
     ! git rev-parse -q --verify "refs/tags/$VERSION" >/dev/null || die "tag $VERSION exists already"
@@ -102,6 +102,7 @@ trap cleanup EXIT
 host_bin="$work/sandbox-agent"
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$host_bin" ./cmd/sandbox-agent || die "go build failed"
 mapfile -t names < <("$host_bin" images names)
+[ "${#names[@]}" -gt 1 ] || die "images names printed nothing"
 log "releasing $VERSION: images $("$host_bin" images which base | sed 's/:[^:]*$//'):{${names[*]}}$([ "$dry_run" = 1 ] && echo ' (dry run: no git tag)')"
 
 step 1 "build the images (layer cache)" build

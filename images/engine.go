@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/distribution/reference"
@@ -252,11 +253,20 @@ func credentialHelper(name, host string) (registry.AuthConfig, bool, error) {
 	if host == "docker.io" {
 		server = "https://index.docker.io/v1/"
 	}
-	cmd := exec.Command(bin, "get")
+	// A helper may wait on a locked keychain or gpg: bounded.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "get")
 	cmd.Stdin = strings.NewReader(server)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return registry.AuthConfig{}, false, nil // "credentials not found in native keychain", and the like
+		if msg := strings.TrimSpace(string(out) + stderr.String()); strings.Contains(strings.ToLower(msg), "credentials not found") {
+			return registry.AuthConfig{}, false, nil
+		}
+		// stdout is not shown: it could hold a secret.
+		return registry.AuthConfig{}, false, fmt.Errorf("docker-credential-%s get %s: %w: %s", name, server, err, truncate(strings.TrimSpace(stderr.String()), 300))
 	}
 	var c struct{ Username, Secret string }
 	if err := json.Unmarshal(out, &c); err != nil {

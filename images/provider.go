@@ -83,8 +83,21 @@ func (e *MissingError) Error() string {
 
 func (e *MissingError) Unwrap() error { return sandboxagent.ErrImageNotFound }
 
+// provideGroup makes concurrent starts that miss the same image share one
+// pull (or build): 50 agents starting at once pull once.
+var provideGroup flightGroup
+
 // ProvideImage implements sandboxagent.ImageSource.
 func (p *Provider) ProvideImage(ctx context.Context, ref string) error {
+	err := provideGroup.do(ctx, ref, func() error { return p.provide(ctx, ref) })
+	if err != nil && ctx.Err() == nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// The call we waited for was cancelled by its own caller, not us.
+		return p.provide(ctx, ref)
+	}
+	return err
+}
+
+func (p *Provider) provide(ctx context.Context, ref string) error {
 	policy := p.Policy
 	if policy == "" {
 		policy = sandboxagent.ImagePullOrBuild
@@ -114,12 +127,16 @@ func (p *Provider) ProvideImage(ctx context.Context, ref string) error {
 	notThere := errors.Is(err, ErrNotInRegistry)
 	if policy == sandboxagent.ImagePull {
 		if notThere {
-			return missing("its registry does not have it", "push it there (sandbox-agent images push "+name+"), or set image_policy to pull-or-build to build it from the Dockerfiles in this binary")
+			return missing("its registry does not have it (or refused it without a login)", "push it there (sandbox-agent images push "+name+"), log in if it is private (docker login), or set image_policy to pull-or-build to build it from the Dockerfiles in this binary")
 		}
 		return missing("pull failed: "+err.Error(), "check the registry is reachable and that you are logged in (docker login)")
 	}
 	if !ours {
 		return missing("pull failed: "+err.Error(), "it is not an agent image this binary can build: pull or build it yourself")
+	}
+	if p.Verify == sandboxagent.ImageVerifyStrict {
+		// A built image has no released digest: strict would refuse it.
+		return missing("pull failed: "+err.Error(), "image_verify is strict, so it is not built here: make its registry reachable (docker login), or set image_verify to off to build it")
 	}
 	why := "its registry does not have it"
 	if !notThere {
@@ -130,8 +147,9 @@ func (p *Provider) ProvideImage(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
-	if name != sandboxagent.BaseImageName {
-		// The base may well be in the registry: pull it rather than build.
+	if name != sandboxagent.BaseImageName && notThere {
+		// The registry answers: the base may well be there; pull it rather
+		// than build (not when the registry did not answer: another wait).
 		base := b.Versions().BaseImage(p.Build.Repo).Tag
 		if ok, err := p.Engine.ImageExists(ctx, base); err == nil && !ok {
 			_ = p.Engine.Pull(ctx, base, p.OnPull)

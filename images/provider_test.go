@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/moby/moby/api/types/jsonstream"
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
@@ -15,12 +17,14 @@ import (
 // in registry makes it local; pullErr, when set, is every pull's error.
 type pullFake struct {
 	*fakeEngine
-	pulls   []string
-	pullErr error
-	digests map[string]string // repo digest of a local image
+	pulls     []string
+	pullErr   error
+	digests   map[string]string // repo digest of a local image
+	pullDelay time.Duration
 }
 
 func (f *pullFake) Pull(_ context.Context, ref string, fn func(PullProgress)) error {
+	time.Sleep(f.pullDelay)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.pulls = append(f.pulls, ref)
@@ -176,7 +180,7 @@ func TestProviderStrictVerify(t *testing.T) {
 		{"present, another digest", true, false, bad, true, false},
 		{"pulled, released digest", false, true, good, false, false},
 		{"pulled, another digest", false, true, bad, false, true},
-		{"built: no digest", false, false, "", false, true},
+		{"not built under strict", false, false, "", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &pullFake{fakeEngine: newFake(), digests: map[string]string{pi: tc.digest}}
@@ -190,9 +194,43 @@ func TestProviderStrictVerify(t *testing.T) {
 				return
 			}
 			err = p.ProvideImage(context.Background(), pi)
-			if (err != nil) != tc.wantPv || (err != nil && !errors.Is(err, sandboxagent.ErrImageDigest)) {
+			want := sandboxagent.ErrImageDigest
+			if !tc.registry {
+				want = sandboxagent.ErrImageNotFound // nothing to pull, and no build: it could not pass
+			}
+			if (err != nil) != tc.wantPv || (err != nil && !errors.Is(err, want)) {
 				t.Errorf("ProvideImage: %v", err)
 			}
+			if len(f.builds) != 0 {
+				t.Errorf("built under strict: %v", f.builtTags())
+			}
 		})
+	}
+}
+
+// Fifty starts that miss the same image pull it once.
+func TestProviderPullsOnceForConcurrentStarts(t *testing.T) {
+	pi := tag(t, "pi")
+	f := &pullFake{fakeEngine: newFake(), pullDelay: 50 * time.Millisecond}
+	f.registry[pi] = true
+	p := &Provider{Engine: f}
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- p.ProvideImage(context.Background(), pi)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(f.pulls) != 1 {
+		t.Errorf("%d pulls, want 1", len(f.pulls))
 	}
 }

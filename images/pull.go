@@ -29,6 +29,13 @@ type PullProgress struct {
 // ErrNotInRegistry: the registry answered that it has no such image.
 var ErrNotInRegistry = errors.New("not in the registry")
 
+// ErrPullStalled: a pull sent nothing for pullStall.
+var ErrPullStalled = errors.New("pull stalled")
+
+// pullStall is how long a pull may go without a message from the engine
+// (layers report progress every few hundred milliseconds).
+const pullStall = 2 * time.Minute
+
 // Pull pulls ref through the engine, with credentials from the Docker
 // config (auths or credential helpers), reporting progress to fn (may be
 // nil). A registry without the image is an error wrapping
@@ -39,6 +46,12 @@ func (e *ClientEngine) Pull(ctx context.Context, ref string, fn func(PullProgres
 	if err != nil {
 		return err
 	}
+	// A registry (or proxy) that accepts and then stalls must not hang a
+	// start forever: no message for pullStall ends the pull.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stall := time.AfterFunc(pullStall, func() { cancel(fmt.Errorf("%w: no progress for %v", ErrPullStalled, pullStall)) })
+	defer stall.Stop()
 	resp, err := e.c.ImagePull(ctx, ref, client.ImagePullOptions{RegistryAuth: auth})
 	if err != nil {
 		return pullErr(authHint(err, host, auth))
@@ -47,8 +60,12 @@ func (e *ClientEngine) Pull(ctx context.Context, ref string, fn func(PullProgres
 	t := newPullTracker(ref, fn)
 	for msg, err := range resp.JSONMessages(ctx) {
 		if err != nil {
+			if c := context.Cause(ctx); c != nil && errors.Is(c, ErrPullStalled) {
+				return c
+			}
 			return pullErr(authHint(err, host, auth))
 		}
+		stall.Reset(pullStall)
 		if msg.Error != nil {
 			return pullErr(authHint(errors.New(msg.Error.Message), host, auth))
 		}
@@ -94,6 +111,11 @@ func (t *pullTracker) update(id, status string, p *jsonstream.Progress) {
 	}
 	l := t.layers[id]
 	if l == nil {
+		switch status {
+		case "Pulling fs layer", "Waiting", "Downloading", "Already exists", "Copying blob":
+		default:
+			return // Podman ends with "Download complete" for the image id: not a layer
+		}
 		l = &layerState{}
 		t.layers[id] = l
 	}

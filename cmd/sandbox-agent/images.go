@@ -152,15 +152,11 @@ func (a *app) imageSource(ctx context.Context) (sandboxagent.ImageSource, error)
 	if f, ok := a.stderr.(*os.File); ok {
 		tty = images.IsTerminal(f)
 	}
-	ca := ""
-	if a.cfg.CACertFile != "" {
-		if _, err := images.ReadCA(a.cfg.CACertFile); err == nil {
-			ca = a.cfg.CACertFile
-		}
-	}
+	// The build trusts ca_cert_file as `images build` does: an unreadable
+	// one fails the build with its name rather than build without it.
 	return &images.Provider{
 		Engine: eng.images, Policy: a.cfg.ImagePolicy,
-		Build:  images.Options{Repo: a.cfg.ImageName, CACertFile: ca, Progress: a.stderr},
+		Build:  images.Options{Repo: a.cfg.ImageName, CACertFile: a.cfg.CACertFile, Progress: a.stderr},
 		OnPull: images.NewProgressWriter(a.stderr, tty).Pull, Log: a.stderr, Verify: a.cfg.ImageVerify,
 	}, nil
 }
