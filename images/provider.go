@@ -78,7 +78,7 @@ type MissingError struct {
 }
 
 func (e *MissingError) Error() string {
-	return fmt.Sprintf("image %s is not in the engine and image_policy %s could not provide it: %s; %s", e.Ref, e.Policy, e.Reason, e.Hint)
+	return fmt.Sprintf("%v: %s is not in the engine and image_policy %s could not provide it: %s; %s", sandboxagent.ErrImageNotFound, e.Ref, e.Policy, e.Reason, e.Hint)
 }
 
 func (e *MissingError) Unwrap() error { return sandboxagent.ErrImageNotFound }

@@ -109,7 +109,7 @@ func TestIntegrationCLIImagePolicy(t *testing.T) {
 			t.Errorf("exit %d stderr:\n%s", code, stderr)
 		}
 		code, _, stderr = ask(repo, map[string]string{"SANDBOX_AGENT_IMAGE_POLICY": "pull"})
-		if code != exitError || !strings.Contains(stderr, "its registry does not have it; push it there") {
+		if code != exitError || !strings.Contains(stderr, "its registry does not have it (or refused it without a login); push it there") {
 			t.Errorf("pull only: exit %d stderr:\n%s", code, stderr)
 		}
 	})
