@@ -5,6 +5,8 @@ package images
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"slices"
 	"testing"
@@ -25,7 +27,11 @@ func TestIntegrationRegistryDigests(t *testing.T) {
 		t.Skipf("registry digests need DistributionInspect, which %s lacks (covered by the CLI test there)", info.Name)
 	}
 	reg := testenv.Registry(t)
-	repo := reg + "/sandbox-agent"
+	// A repository of its own: the registry may be shared (CI's).
+	rb := make([]byte, 4)
+	rand.Read(rb)
+	path := "digests-" + hex.EncodeToString(rb)
+	repo := reg + "/" + path
 	v := sandboxagent.Versions()
 	base, _ := v.Image("base", repo)
 	pi, _ := v.Image("pi", repo)
@@ -51,8 +57,8 @@ func TestIntegrationRegistryDigests(t *testing.T) {
 		t.Fatalf("pushed %+v", pushed)
 	}
 	tagOf := func(img sandboxagent.ImageSpec) string { return img.Tag[len(repo)+1:] }
-	baseManifest, baseType, baseDigest := testenv.RegistryManifest(t, reg, "sandbox-agent", tagOf(base))
-	_, _, piDigest := testenv.RegistryManifest(t, reg, "sandbox-agent", tagOf(pi))
+	baseManifest, baseType, baseDigest := testenv.RegistryManifest(t, reg, path, tagOf(base))
+	_, _, piDigest := testenv.RegistryManifest(t, reg, path, tagOf(pi))
 	if pushed[0].Digest != baseDigest || pushed[1].Digest != piDigest || baseDigest == piDigest {
 		t.Fatalf("push reported %s %s, the registry serves %s %s", pushed[0].Digest, pushed[1].Digest, baseDigest, piDigest)
 	}
@@ -106,7 +112,7 @@ func TestIntegrationRegistryDigests(t *testing.T) {
 	// Tamper: another client makes the registry serve base's manifest
 	// under pi's tag. The local pi image is untouched and keeps its repo
 	// digest: the check must see the remote change.
-	if d := testenv.PutRegistryManifest(t, reg, "sandbox-agent", tagOf(pi), baseManifest, baseType); d != baseDigest {
+	if d := testenv.PutRegistryManifest(t, reg, path, tagOf(pi), baseManifest, baseType); d != baseDigest {
 		t.Fatalf("tampered digest %s, want %s", d, baseDigest)
 	}
 	st, err = b.CheckRegistry(ctx, "base", "pi")
@@ -129,7 +135,7 @@ func TestIntegrationRegistryDigests(t *testing.T) {
 	if res, err := bf.Push(ctx, "pi"); err != nil || res[0].Digest != piDigest {
 		t.Errorf("push --force: %+v, %v", res, err)
 	}
-	if _, _, d := testenv.RegistryManifest(t, reg, "sandbox-agent", tagOf(pi)); d != piDigest {
+	if _, _, d := testenv.RegistryManifest(t, reg, path, tagOf(pi)); d != piDigest {
 		t.Errorf("after --force the registry serves %s, want %s", d, piDigest)
 	}
 	if has, err := eng.RegistryHas(ctx, repo+":no-such-tag"); has || err != nil {

@@ -3,6 +3,8 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"strings"
 	"testing"
 
@@ -18,7 +20,12 @@ func TestIntegrationCLIImagesPushCheck(t *testing.T) {
 	rt := testenv.Runtime(t)
 	info := testenv.Engine(t)
 	reg := testenv.Registry(t)
-	repo := reg + "/sandbox-agent"
+	// A repository of its own: the registry may be shared (CI's), and its
+	// sandbox-agent repository holds the real images the engine runs.
+	b := make([]byte, 4)
+	rand.Read(b)
+	path := "push-" + hex.EncodeToString(b)
+	repo := reg + "/" + path
 	v := sandboxagent.Versions()
 	base, _ := v.Image("base", repo)
 	pi, _ := v.Image("pi", repo)
@@ -49,8 +56,8 @@ func TestIntegrationCLIImagesPushCheck(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("push: exit %d\n%s", code, stderr)
 	}
-	_, _, baseDigest := testenv.RegistryManifest(t, reg, "sandbox-agent", strings.TrimPrefix(base.Tag, repo+":"))
-	piManifest, piType, piDigest := testenv.RegistryManifest(t, reg, "sandbox-agent", strings.TrimPrefix(pi.Tag, repo+":"))
+	_, _, baseDigest := testenv.RegistryManifest(t, reg, path, strings.TrimPrefix(base.Tag, repo+":"))
+	piManifest, piType, piDigest := testenv.RegistryManifest(t, reg, path, strings.TrimPrefix(pi.Tag, repo+":"))
 	if want := base.Tag + "\t" + baseDigest + "\n" + pi.Tag + "\t" + piDigest + "\n"; stdout != want {
 		t.Errorf("push stdout %q, want %q", stdout, want)
 	}
@@ -66,7 +73,7 @@ func TestIntegrationCLIImagesPushCheck(t *testing.T) {
 	// Tamper: another client makes the registry serve pi's manifest under
 	// base's tag, behind the engine's back. The local base image keeps its
 	// repo digest: exit 3, naming both digests.
-	testenv.PutRegistryManifest(t, reg, "sandbox-agent", strings.TrimPrefix(base.Tag, repo+":"), piManifest, piType)
+	testenv.PutRegistryManifest(t, reg, path, strings.TrimPrefix(base.Tag, repo+":"), piManifest, piType)
 	code, stdout, stderr = runCLI(t, env, "images", "check", "--registry", "base", "pi")
 	if want := base.Tag + "\tlocal,registry\tdigest MISMATCH local " + baseDigest + " registry " + piDigest + "\n"; code != exitDigest || !strings.HasPrefix(stdout, want) ||
 		!strings.Contains(stdout, pi.Tag+"\tlocal,registry\tdigest ok ") || !strings.Contains(stderr, "image digest mismatch") {
