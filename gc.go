@@ -58,13 +58,13 @@ func GC(ctx context.Context, rt Runtime, opts GCOptions) (GCResult, error) {
 			continue
 		case sameHost:
 			e.Reason = "owner process " + c.Labels[LabelPID] + " is gone"
-		case c.Status == "created" && time.Since(c.Created) < 10*time.Minute:
+		case c.Status == StatusCreated && time.Since(c.Created) < 10*time.Minute:
 			// Possibly being started right now by its owner elsewhere.
 			e.Reason = "being created on host " + c.Labels[LabelHost]
 			res.Kept = append(res.Kept, e)
 			continue
 		case !c.Running:
-			e.Reason = "not running (" + c.Status + ")"
+			e.Reason = "not running (" + string(c.Status) + ")"
 		default:
 			e.Reason = "running, owned by host " + c.Labels[LabelHost]
 			res.Kept = append(res.Kept, e)

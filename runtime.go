@@ -82,6 +82,17 @@ type Mount struct {
 	ReadOnly bool
 }
 
+// Status is a container's state, the same words for every engine.
+type Status string
+
+const (
+	StatusCreated Status = "created" // made, never started
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusExited  Status = "exited" // stopped: exited, dead or being removed
+	StatusUnknown Status = "unknown"
+)
+
 // ContainerState is what Inspect and List report.
 type ContainerState struct {
 	ID        string
@@ -89,7 +100,7 @@ type ContainerState struct {
 	Image     string
 	Labels    map[string]string
 	Running   bool
-	Status    string // engine's word: created, running, exited, ...
+	Status    Status // in the library's words; each Runtime maps its engine's
 	ExitCode  int
 	OOMKilled bool
 	Created   time.Time

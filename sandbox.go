@@ -23,7 +23,7 @@ import (
 // Labels every sandbox container carries. gc finds leftovers by them.
 const (
 	LabelManaged   = "sandbox-agent.managed" // "true"
-	LabelCreated   = "sandbox-agent.created" // RFC 3339
+	LabelCreated   = "sandbox-agent.created" // Unix seconds (a valid value on every engine, Kubernetes too)
 	LabelKeepalive = "sandbox-agent.keepalive"
 	LabelHost      = "sandbox-agent.host"
 	LabelPID       = "sandbox-agent.pid"
@@ -348,7 +348,7 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 		labels[k] = v
 	}
 	labels[LabelManaged] = "true"
-	labels[LabelCreated] = time.Now().UTC().Format(time.RFC3339)
+	labels[LabelCreated] = strconv.FormatInt(time.Now().Unix(), 10)
 	labels[LabelKeepalive] = strconv.FormatInt(kaSecs, 10)
 	labels[LabelHost] = host
 	labels[LabelPID] = strconv.Itoa(os.Getpid())

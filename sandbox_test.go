@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -91,6 +92,9 @@ func TestContainerSpecDefaultsAreHardened(t *testing.T) {
 	}
 	if len(spec.SecurityOpt) != 1 || spec.SecurityOpt[0] != "no-new-privileges:true" {
 		t.Errorf("security opts %v", spec.SecurityOpt)
+	}
+	if _, err := strconv.ParseInt(spec.Labels[LabelCreated], 10, 64); err != nil {
+		t.Errorf("created label %q is not Unix seconds", spec.Labels[LabelCreated])
 	}
 	for _, l := range []string{LabelManaged, LabelCreated, LabelKeepalive, LabelHost, LabelPID} {
 		if spec.Labels[l] == "" {
@@ -276,9 +280,9 @@ func TestGCPolicy(t *testing.T) {
 	f := &fakeRuntime{list: []ContainerState{
 		{ID: "mine-alive", Running: true, Labels: map[string]string{LabelManaged: "true", LabelHost: host, LabelPID: itoa(osGetpid())}},
 		{ID: "mine-dead-owner", Running: true, Labels: map[string]string{LabelManaged: "true", LabelHost: host, LabelPID: "999999999"}},
-		{ID: "other-host-exited", Status: "exited", Labels: map[string]string{LabelManaged: "true", LabelHost: "elsewhere"}},
+		{ID: "other-host-exited", Status: StatusExited, Labels: map[string]string{LabelManaged: "true", LabelHost: "elsewhere"}},
 		{ID: "other-host-running", Running: true, Labels: map[string]string{LabelManaged: "true", LabelHost: "elsewhere"}},
-		{ID: "other-host-creating", Status: "created", Created: now, Labels: map[string]string{LabelManaged: "true", LabelHost: "elsewhere"}},
+		{ID: "other-host-creating", Status: StatusCreated, Created: now, Labels: map[string]string{LabelManaged: "true", LabelHost: "elsewhere"}},
 		{ID: "foreign", Running: true, Labels: map[string]string{LabelManaged: "false"}},
 	}}
 	res, err := GC(context.Background(), f, GCOptions{})

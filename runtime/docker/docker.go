@@ -237,7 +237,7 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (sandboxagent.Containe
 	}
 	if s := c.State; s != nil {
 		st.Running = s.Running
-		st.Status = string(s.Status)
+		st.Status = status(string(s.Status))
 		st.ExitCode = s.ExitCode
 		st.OOMKilled = s.OOMKilled
 	}
@@ -467,7 +467,7 @@ func (r *Runtime) List(ctx context.Context, labels map[string]string) ([]sandbox
 			Image:   c.Image,
 			Labels:  c.Labels,
 			Running: c.State == container.StateRunning,
-			Status:  string(c.State),
+			Status:  status(string(c.State)),
 			Created: time.Unix(c.Created, 0),
 		})
 	}
@@ -481,4 +481,20 @@ func mounts(in []sandboxagent.Mount) []mount.Mount {
 		out = append(out, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
 	return out
+}
+
+// status maps the engine's state word (Docker's and Podman's compatible
+// API use the same) to the library's.
+func status(word string) sandboxagent.Status {
+	switch strings.ToLower(word) {
+	case "created", "configured", "initialized":
+		return sandboxagent.StatusCreated
+	case "running", "restarting":
+		return sandboxagent.StatusRunning
+	case "paused":
+		return sandboxagent.StatusPaused
+	case "exited", "dead", "removing", "stopped", "stopping":
+		return sandboxagent.StatusExited
+	}
+	return sandboxagent.StatusUnknown
 }

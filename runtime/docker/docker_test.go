@@ -630,3 +630,18 @@ func TestCreateHostGateway(t *testing.T) {
 		})
 	}
 }
+
+// The engines' state words map to the library's.
+func TestStatusWords(t *testing.T) {
+	for word, want := range map[string]sandboxagent.Status{
+		"created": sandboxagent.StatusCreated, "configured": sandboxagent.StatusCreated,
+		"running": sandboxagent.StatusRunning, "restarting": sandboxagent.StatusRunning,
+		"paused": sandboxagent.StatusPaused, "exited": sandboxagent.StatusExited, "dead": sandboxagent.StatusExited,
+		"removing": sandboxagent.StatusExited, "stopped": sandboxagent.StatusExited, "Exited": sandboxagent.StatusExited,
+		"": sandboxagent.StatusUnknown, "frozen": sandboxagent.StatusUnknown,
+	} {
+		if got := status(word); got != want {
+			t.Errorf("status(%q) = %q, want %q", word, got, want)
+		}
+	}
+}
