@@ -3,6 +3,7 @@ package sandboxagent
 import (
 	"context"
 	"io"
+	"io/fs"
 	"time"
 )
 
@@ -56,23 +57,34 @@ type ContainerSpec struct {
 	Labels     map[string]string
 	AutoRemove bool
 
-	Privileged     bool
-	CapDrop        []string
-	CapAdd         []string
-	SecurityOpt    []string
-	ReadonlyRootfs bool
-	Init           bool
-	PidsLimit      int64
-	MemoryBytes    int64
-	MemorySwap     int64
-	NanoCPUs       int64
-	NetworkMode    string
-	Tmpfs          map[string]string
-	Runtime        string // OCI runtime, e.g. "runsc"; empty = engine default
-	ExtraHosts     []string
+	Privileged bool
+	CapDrop    []string
+	CapAdd     []string
+	// NoNewPrivileges: no process may gain privileges (setuid, file caps).
+	NoNewPrivileges bool
+	ReadonlyRootfs  bool
+	Init            bool
+	PidsLimit       int64
+	MemoryBytes     int64
+	MemorySwap      int64
+	NanoCPUs        int64
+	NetworkMode     string
+	Tmpfs           map[string]string
+	Runtime         string // OCI runtime, e.g. "runsc"; empty = engine default
+	ExtraHosts      []string
 	// Mounts are host directories bind-mounted into the container. The
 	// library mounts only its own socket folder, read-only.
 	Mounts []Mount
+	// Files are placed in the container before its first command runs.
+	Files []File
+}
+
+// File is a file a backend places before the container's first command
+// (root-owned; its folders are made).
+type File struct {
+	Path string // absolute container path
+	Data []byte
+	Mode fs.FileMode
 }
 
 // Mount is a host directory seen inside the container.
@@ -107,19 +119,19 @@ type ContainerState struct {
 
 	// Hardening as the engine recorded it, so the Sandbox can check that
 	// every setting stuck (old engines silently drop unknown fields).
-	Privileged     bool
-	CapDrop        []string
-	CapAdd         []string
-	SecurityOpt    []string
-	ReadonlyRootfs bool
-	Init           bool
-	PidsLimit      int64
-	MemoryBytes    int64
-	MemorySwap     int64
-	NanoCPUs       int64
-	NetworkMode    string
-	User           string
-	Mounts         []Mount // bind mounts as the engine recorded them
+	Privileged      bool
+	CapDrop         []string
+	CapAdd          []string
+	NoNewPrivileges bool
+	ReadonlyRootfs  bool
+	Init            bool
+	PidsLimit       int64
+	MemoryBytes     int64
+	MemorySwap      int64
+	NanoCPUs        int64
+	NetworkMode     string
+	User            string
+	Mounts          []Mount // bind mounts as the engine recorded them
 }
 
 // RuntimeExec is one command for Runtime.Exec.

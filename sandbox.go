@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -258,15 +257,6 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	if err := checkHardening(spec, st); err != nil {
 		return fail(err)
 	}
-	if opts.TrustCACert != "" {
-		pem, err := os.ReadFile(opts.TrustCACert)
-		if err != nil {
-			return fail(fmt.Errorf("%w: trust CA cert: %w", ErrInvalidArgument, err))
-		}
-		if err := rt.CopyTo(ctx, id, "/", tarOneFile(path.Dir(caPath)[1:], path.Base(caPath), pem, 0o644, safetar.Owner{})); err != nil {
-			return fail(fmt.Errorf("install CA cert: %w", err))
-		}
-	}
 	if err := rt.Start(ctx, id); err != nil {
 		return fail(err)
 	}
@@ -376,33 +366,38 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 			network = "bridge"
 		}
 	}
-	var secOpt []string
-	if !opts.AllowNewPrivileges {
-		secOpt = []string{"no-new-privileges:true"}
+	var files []File
+	if opts.TrustCACert != "" {
+		pem, err := os.ReadFile(opts.TrustCACert)
+		if err != nil {
+			return ContainerSpec{}, fmt.Errorf("%w: trust CA cert: %w", ErrInvalidArgument, err)
+		}
+		files = append(files, File{Path: caPath, Data: pem, Mode: 0o644})
 	}
 	return ContainerSpec{
-		Name:           name,
-		Image:          opts.Image,
-		Cmd:            []string{"/bin/sh", "-c", keepaliveLauncher, "sandbox-agent-keepalive", keepaliveScript, strconv.FormatInt(kaSecs, 10), strconv.FormatInt(interval, 10)},
-		Env:            env,
-		User:           opts.User,
-		WorkDir:        opts.WorkDir,
-		Labels:         labels,
-		AutoRemove:     true,
-		Privileged:     opts.Privileged,
-		CapDrop:        []string{"ALL"},
-		CapAdd:         caps,
-		SecurityOpt:    secOpt,
-		ReadonlyRootfs: opts.ReadonlyRootfs,
-		Init:           !opts.NoInit,
-		PidsLimit:      pids,
-		MemoryBytes:    mem,
-		MemorySwap:     mem,
-		NanoCPUs:       int64(cpus * 1e9),
-		NetworkMode:    network,
-		Tmpfs:          opts.Tmpfs,
-		Runtime:        opts.OCIRuntime,
-		ExtraHosts:     opts.ExtraHosts,
+		Name:            name,
+		Image:           opts.Image,
+		Cmd:             []string{"/bin/sh", "-c", keepaliveLauncher, "sandbox-agent-keepalive", keepaliveScript, strconv.FormatInt(kaSecs, 10), strconv.FormatInt(interval, 10)},
+		Env:             env,
+		User:            opts.User,
+		WorkDir:         opts.WorkDir,
+		Labels:          labels,
+		AutoRemove:      true,
+		Privileged:      opts.Privileged,
+		CapDrop:         []string{"ALL"},
+		CapAdd:          caps,
+		NoNewPrivileges: !opts.AllowNewPrivileges,
+		Files:           files,
+		ReadonlyRootfs:  opts.ReadonlyRootfs,
+		Init:            !opts.NoInit,
+		PidsLimit:       pids,
+		MemoryBytes:     mem,
+		MemorySwap:      mem,
+		NanoCPUs:        int64(cpus * 1e9),
+		NetworkMode:     network,
+		Tmpfs:           opts.Tmpfs,
+		Runtime:         opts.OCIRuntime,
+		ExtraHosts:      opts.ExtraHosts,
 	}, nil
 }
 
@@ -433,15 +428,7 @@ func checkHardening(want ContainerSpec, got ContainerState) error {
 		{"nano_cpus", strconv.FormatInt(want.NanoCPUs, 10), strconv.FormatInt(got.NanoCPUs, 10)},
 		{"network_mode", want.NetworkMode, got.NetworkMode},
 	}
-	nnp := func(opts []string) string {
-		for _, o := range opts {
-			if o == "no-new-privileges" || o == "no-new-privileges:true" || o == "no-new-privileges=true" {
-				return "true"
-			}
-		}
-		return "false"
-	}
-	checks = append(checks, check{"no_new_privileges", nnp(want.SecurityOpt), nnp(got.SecurityOpt)})
+	checks = append(checks, check{"no_new_privileges", strconv.FormatBool(want.NoNewPrivileges), strconv.FormatBool(got.NoNewPrivileges)})
 	// A bind mount that lost its read-only flag would let the sandbox
 	// write into a host folder.
 	for _, m := range want.Mounts {

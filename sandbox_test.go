@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,7 +73,7 @@ func (f *fakeRuntime) List(context.Context, map[string]string) ([]ContainerState
 // recorded is what a faithful engine reports for spec.
 func recorded(s ContainerSpec) ContainerState {
 	return ContainerState{
-		Running: true, Privileged: s.Privileged, CapDrop: s.CapDrop, CapAdd: s.CapAdd, SecurityOpt: s.SecurityOpt,
+		Running: true, Privileged: s.Privileged, CapDrop: s.CapDrop, CapAdd: s.CapAdd, NoNewPrivileges: s.NoNewPrivileges,
 		ReadonlyRootfs: s.ReadonlyRootfs, Init: s.Init, PidsLimit: s.PidsLimit, MemoryBytes: s.MemoryBytes,
 		MemorySwap: s.MemorySwap, NanoCPUs: s.NanoCPUs, NetworkMode: s.NetworkMode, Labels: s.Labels, Mounts: s.Mounts,
 	}
@@ -90,8 +92,8 @@ func TestContainerSpecDefaultsAreHardened(t *testing.T) {
 	if strings.Join(spec.CapDrop, ",") != "ALL" || normCaps(spec.CapAdd) != normCaps(DefaultCaps) {
 		t.Errorf("caps: drop %v add %v", spec.CapDrop, spec.CapAdd)
 	}
-	if len(spec.SecurityOpt) != 1 || spec.SecurityOpt[0] != "no-new-privileges:true" {
-		t.Errorf("security opts %v", spec.SecurityOpt)
+	if !spec.NoNewPrivileges || len(spec.Files) != 0 {
+		t.Errorf("no-new-privileges %v, files %v", spec.NoNewPrivileges, spec.Files)
 	}
 	if _, err := strconv.ParseInt(spec.Labels[LabelCreated], 10, 64); err != nil {
 		t.Errorf("created label %q is not Unix seconds", spec.Labels[LabelCreated])
@@ -110,20 +112,30 @@ func TestContainerSpecDefaultsAreHardened(t *testing.T) {
 }
 
 func TestContainerSpecLoosening(t *testing.T) {
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, []byte("PEM"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	spec, err := containerSpec(SandboxOptions{
 		Image: "img", Privileged: true, AllowNewPrivileges: true, NoInit: true, Caps: []string{},
 		Network: "host", CPUs: 0.5, MemoryBytes: 1 << 20, PidsLimit: 10, Keepalive: 3 * time.Second,
-		Env: map[string]string{"A": "1"}, TrustCACert: "/x.pem",
+		Env: map[string]string{"A": "1"}, TrustCACert: ca,
 	}, DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !spec.Privileged || spec.Init || len(spec.SecurityOpt) != 0 || len(spec.CapAdd) != 0 || spec.NetworkMode != "host" ||
+	if !spec.Privileged || spec.Init || spec.NoNewPrivileges || len(spec.CapAdd) != 0 || spec.NetworkMode != "host" ||
 		spec.NanoCPUs != 5e8 || spec.PidsLimit != 10 || spec.MemorySwap != 1<<20 || spec.Labels[LabelKeepalive] != "3" {
 		t.Errorf("spec %+v", spec)
 	}
 	if strings.Join(spec.Env, " ") != "A=1 NODE_EXTRA_CA_CERTS="+caPath+" SSL_CERT_FILE="+caPath {
 		t.Errorf("env %v", spec.Env)
+	}
+	if len(spec.Files) != 1 || spec.Files[0].Path != caPath || string(spec.Files[0].Data) != "PEM" || spec.Files[0].Mode != 0o644 {
+		t.Errorf("files %+v: want the CA bundle at %s", spec.Files, caPath)
+	}
+	if _, err := containerSpec(SandboxOptions{Image: "img", TrustCACert: "/nonexistent/ca.pem"}, DefaultConfig()); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("unreadable CA: %v", err)
 	}
 	if _, err := containerSpec(SandboxOptions{Image: "img", Env: map[string]string{"A=B": "1"}}, DefaultConfig()); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("bad env name: %v", err)
@@ -139,7 +151,7 @@ func TestNewSandboxRejectsSettingThatDidNotStick(t *testing.T) {
 		{"privileged", func(s *ContainerState) { s.Privileged = true }, "privileged"},
 		{"caps", func(s *ContainerState) { s.CapDrop = nil }, "cap_drop"},
 		{"extra cap", func(s *ContainerState) { s.CapAdd = append(s.CapAdd, "SYS_ADMIN") }, "cap_add"},
-		{"nnp", func(s *ContainerState) { s.SecurityOpt = nil }, "no_new_privileges"},
+		{"nnp", func(s *ContainerState) { s.NoNewPrivileges = false }, "no_new_privileges"},
 		{"pids", func(s *ContainerState) { s.PidsLimit = 0 }, "pids_limit"},
 		{"memory", func(s *ContainerState) { s.MemoryBytes = 0 }, "memory"},
 		{"swap", func(s *ContainerState) { s.MemorySwap = -1 }, "memory_swap"},

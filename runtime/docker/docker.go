@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path"
 	pathpkg "path"
 	"strings"
 	"sync/atomic"
@@ -177,7 +178,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 		Privileged:     spec.Privileged,
 		CapDrop:        capDrop,
 		CapAdd:         capAdd,
-		SecurityOpt:    spec.SecurityOpt,
+		SecurityOpt:    securityOpt(spec.NoNewPrivileges),
 		ReadonlyRootfs: spec.ReadonlyRootfs,
 		Init:           &init,
 		NetworkMode:    container.NetworkMode(spec.NetworkMode),
@@ -209,6 +210,18 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 			return "", fmt.Errorf("create container: %w: %s: %w", sandboxagent.ErrImageNotFound, spec.Image, err)
 		}
 		return "", classify("create container", err, nil)
+	}
+	if len(spec.Files) > 0 {
+		// Before the start, so the first command finds them (the engine
+		// copies into a created container's filesystem).
+		data, err := filesTar(spec.Files)
+		if err == nil {
+			err = r.CopyTo(ctx, res.ID, "/", bytes.NewReader(data))
+		}
+		if err != nil {
+			_ = r.Remove(context.WithoutCancel(ctx), res.ID)
+			return "", fmt.Errorf("create container: place files: %w", err)
+		}
 	}
 	return res.ID, nil
 }
@@ -245,7 +258,7 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (sandboxagent.Containe
 		st.Privileged = h.Privileged
 		st.CapDrop = h.CapDrop
 		st.CapAdd = h.CapAdd
-		st.SecurityOpt = h.SecurityOpt
+		st.NoNewPrivileges = noNewPrivileges(h.SecurityOpt)
 		st.ReadonlyRootfs = h.ReadonlyRootfs
 		st.Init = h.Init != nil && *h.Init
 		if h.PidsLimit != nil {
@@ -497,4 +510,59 @@ func status(word string) sandboxagent.Status {
 		return sandboxagent.StatusExited
 	}
 	return sandboxagent.StatusUnknown
+}
+
+// securityOpt is the engine's spelling of no-new-privileges.
+func securityOpt(nnp bool) []string {
+	if !nnp {
+		return nil
+	}
+	return []string{"no-new-privileges:true"}
+}
+
+// noNewPrivileges reads it back (Podman echoes it without ":true").
+func noNewPrivileges(opts []string) bool {
+	for _, o := range opts {
+		if o == "no-new-privileges" || o == "no-new-privileges:true" || o == "no-new-privileges=true" {
+			return true
+		}
+	}
+	return false
+}
+
+// filesTar is an uncompressed tar of the spec's files (and their
+// folders), rooted at /, root-owned.
+func filesTar(files []sandboxagent.File) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dirs := map[string]bool{}
+	for _, f := range files {
+		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path || f.Path == "/" {
+			return nil, fmt.Errorf("%w: file path %q", sandboxagent.ErrInvalidArgument, f.Path)
+		}
+		rel := f.Path[1:]
+		var parents []string
+		for d := path.Dir(rel); d != "."; d = path.Dir(d) {
+			parents = append([]string{d}, parents...)
+		}
+		for _, d := range parents {
+			if dirs[d] {
+				continue
+			}
+			dirs[d] = true
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755}); err != nil {
+				return nil, err
+			}
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: int64(f.Mode.Perm()), Size: int64(len(f.Data))}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.Data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

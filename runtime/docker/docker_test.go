@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -642,6 +643,31 @@ func TestStatusWords(t *testing.T) {
 	} {
 		if got := status(word); got != want {
 			t.Errorf("status(%q) = %q, want %q", word, got, want)
+		}
+	}
+}
+
+// The spec's files become one tar with their folders, rooted at /.
+func TestFilesTar(t *testing.T) {
+	data, err := filesTar([]sandboxagent.File{{Path: "/sandbox-agent/ca.pem", Data: []byte("PEM"), Mode: 0o644}, {Path: "/sandbox-agent/x/y", Data: nil, Mode: 0o600}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(bytes.NewReader(data))
+	var got []string
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		got = append(got, fmt.Sprintf("%s %o", h.Name, h.Mode))
+	}
+	if want := "sandbox-agent/ 755,sandbox-agent/ca.pem 644,sandbox-agent/x/ 755,sandbox-agent/x/y 600"; strings.Join(got, ",") != want {
+		t.Errorf("tar %v, want %s", got, want)
+	}
+	for _, bad := range []string{"relative", "/a/../b", "/"} {
+		if _, err := filesTar([]sandboxagent.File{{Path: bad}}); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("%q: %v", bad, err)
 		}
 	}
 }
