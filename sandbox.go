@@ -213,34 +213,13 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 		spec.Mounts = append(spec.Mounts, host.mount())
 		spec.Labels[LabelSockets] = filepath.Base(host.dir)
 	}
-	if c, ok := opts.Images.(ImageChecker); ok {
-		if err := c.CheckImage(ctx, spec.Image); err != nil {
-			if host != nil {
-				host.close()
-			}
-			return nil, startErr(ctx, err)
-		}
-	}
-	id, err := rt.Create(ctx, spec)
-	if errors.Is(err, ErrImageNotFound) && opts.Images != nil {
-		if perr := opts.Images.ProvideImage(parent, spec.Image); perr != nil {
-			if host != nil {
-				host.close()
-			}
-			// Not startErr: the pull or build ran outside timeout_start.
-			return nil, fmt.Errorf("start sandbox: %w", perr)
-		} else {
-			cancel()
-			ctx, cancel = context.WithTimeout(parent, cfg.Timeouts.Start)
-			defer cancel()
-			id, err = rt.Create(ctx, spec)
-		}
-	}
+	id, ctx, cancelRetry, err := createContainer(ctx, parent, rt, spec, opts.Images, cfg.Timeouts.Start)
+	defer cancelRetry()
 	if err != nil {
 		if host != nil {
 			host.close()
 		}
-		return nil, startErr(ctx, err)
+		return nil, err
 	}
 	s := &Sandbox{
 		rt: rt, id: id, name: spec.Name, cfg: cfg, user: opts.User, workdir: opts.WorkDir, closed: make(chan struct{}),
@@ -295,6 +274,32 @@ func openBoundary(opts SandboxOptions) (*hostSide, error) {
 		return nil, nil
 	}
 	return openHostSide(services)
+}
+
+// createContainer creates the container, vetting its image first (an
+// ImageChecker) and, when the engine lacks the image, having images
+// provide it — outside timeout_start (a build takes minutes) — then
+// creating again under a fresh timeout_start. It returns the context the
+// start goes on with and its cancel (always non-nil).
+func createContainer(ctx, parent context.Context, rt Runtime, spec ContainerSpec, images ImageSource, timeout time.Duration) (string, context.Context, context.CancelFunc, error) {
+	cancel := func() {}
+	if c, ok := images.(ImageChecker); ok {
+		if err := c.CheckImage(ctx, spec.Image); err != nil {
+			return "", ctx, cancel, startErr(ctx, err)
+		}
+	}
+	id, err := rt.Create(ctx, spec)
+	if errors.Is(err, ErrImageNotFound) && images != nil {
+		if err := images.ProvideImage(parent, spec.Image); err != nil {
+			return "", ctx, cancel, fmt.Errorf("start sandbox: %w", err) // not startErr: it ran outside timeout_start
+		}
+		ctx, cancel = context.WithTimeout(parent, timeout)
+		id, err = rt.Create(ctx, spec)
+	}
+	if err != nil {
+		return "", ctx, cancel, startErr(ctx, err)
+	}
+	return id, ctx, cancel, nil
 }
 
 // startErr turns a start-deadline expiry into ErrTimeout.

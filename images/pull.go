@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -139,8 +138,7 @@ func (t *pullTracker) report(done bool) {
 		return
 	}
 	pp := PullProgress{Ref: t.ref, Layers: len(t.layers), Done: done}
-	for _, id := range sortedIDs(t.layers) {
-		l := t.layers[id]
+	for _, l := range t.layers {
 		if l.done {
 			pp.LayersDone++
 		}
@@ -207,14 +205,4 @@ func bar(cur, total int64, width int) string {
 		filled = int(int64(width) * min(cur, total) / total)
 	}
 	return "[" + strings.Repeat("#", filled) + strings.Repeat("-", width-filled) + "]"
-}
-
-// sortedIDs is for stable output in tests.
-func sortedIDs(m map[string]*layerState) []string {
-	ids := make([]string, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
 }

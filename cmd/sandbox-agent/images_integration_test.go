@@ -18,6 +18,14 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
+// runID names the repositories of one test run: registries are shared
+// (CI's), and the engine must lack the test's images at first.
+func runID() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
 // image_policy end to end with a real registry: ask pulls the agent image
 // from it (progress on stderr) and completes; with the registry empty it
 // builds the image from the Dockerfiles in the binary (Docker: its layer
@@ -28,9 +36,7 @@ func TestIntegrationCLIImagePolicy(t *testing.T) {
 	rt := testenv.Runtime(t)
 	info := testenv.Engine(t)
 	reg := testenv.Registry(t)
-	b := make([]byte, 4)
-	rand.Read(b)
-	run := hex.EncodeToString(b)
+	run := runID()
 	cli := rt.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -3,8 +3,6 @@
 package main
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"strings"
 	"testing"
 
@@ -22,9 +20,7 @@ func TestIntegrationCLIImagesPushCheck(t *testing.T) {
 	reg := testenv.Registry(t)
 	// A repository of its own: the registry may be shared (CI's), and its
 	// sandbox-agent repository holds the real images the engine runs.
-	b := make([]byte, 4)
-	rand.Read(b)
-	path := "push-" + hex.EncodeToString(b)
+	path := "push-" + runID()
 	repo := reg + "/" + path
 	v := sandboxagent.Versions()
 	base, _ := v.Image("base", repo)
