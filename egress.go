@@ -79,6 +79,17 @@ type hostSide struct {
 	names   []string
 	ports   map[string]int
 	wg      sync.WaitGroup
+	tunnel  *tunnel // the exec tunnel, where the sockets are not mounted
+}
+
+// serves reports whether name is one of this side's services.
+func (h *hostSide) serves(name string) bool {
+	for _, n := range h.names {
+		if n == name {
+			return true
+		}
+	}
+	return false
 }
 
 // socketRoot is where the per-sandbox socket folders live: short (a Unix
@@ -206,6 +217,9 @@ func (h *hostSide) url(name string) string {
 // close stops the servers (closing open tunnels) and removes the folder.
 func (h *hostSide) close() error {
 	var errs []error
+	if h.tunnel != nil {
+		h.tunnel.close()
+	}
 	for _, c := range h.closers {
 		_ = c.Close()
 	}

@@ -45,6 +45,9 @@ var (
 	// or from its registry's, or image_verify is strict and nothing is
 	// recorded for it (see images.DigestError).
 	ErrImageDigest = errors.New("image digest mismatch")
+	// ErrUnsupportedByRuntime: the container runtime cannot do what was
+	// asked (see RuntimeFeatures), e.g. a per-exec user on Kubernetes.
+	ErrUnsupportedByRuntime = errors.New("not supported by this container runtime")
 )
 
 // ConfigError is an invalid configuration value, naming the key and the

@@ -1,8 +1,9 @@
 //go:build integration
 
-// Fault-injection tests: each drives a sandbox (or an agent in one) into a
-// failure and checks the outcome is a clear, typed error with nothing lost
-// or left running.
+// Fault-injection tests: each drives an agent in a sandbox into a failure
+// and checks the outcome is a clear, typed error with nothing lost or left
+// running. The sandbox-level faults (memory hog, fork bomb, a command
+// ignoring SIGTERM) are part of the runtime contract (internal/runtimetest).
 package sandboxagent_test
 
 import (
@@ -12,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,139 +24,6 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
-
-// pidsCurrent counts the processes in the sandbox's pids cgroup, the
-// measuring shell included. It reads with builtins: while a killed bomb's
-// processes are still being torn down a fork may fail, and that is an
-// error to retry, not a count.
-func pidsCurrent(t *testing.T, sb *sandboxagent.Sandbox) (int, error) {
-	t.Helper()
-	res, err := sb.Exec(ctxT(t), []string{"sh", "-c", `for f in /sys/fs/cgroup/pids.current /sys/fs/cgroup/pids/pids.current; do [ -r "$f" ] && read -r n < "$f" && echo "$n"; done`})
-	if err != nil {
-		return -1, err
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
-	if err != nil {
-		return -1, fmt.Errorf("pids.current: %q (exit %d, stderr %q)", res.Stdout, res.ExitCode, res.Stderr)
-	}
-	return n, nil
-}
-
-func TestIntegrationFaultForkBomb(t *testing.T) {
-	rt := testenv.Runtime(t)
-	const limit = 256
-	for _, tc := range []struct {
-		name string
-		cmd  string
-	}{
-		// The first process waits: the bomb runs into the timeout.
-		{"waiting", "b(){ b|b& }; b; sleep 600"},
-		// The first process returns at once and leaves the bomb behind;
-		// the next command that cannot fork reports the limit. Such a
-		// bomb can also die out by itself once its forks fail (on Podman
-		// it does within a second): then no command of ours ran into the
-		// limit, and there is nothing to report but the counters.
-		{"detached", "b(){ b|b& }; b"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			// Half a CPU: the bomb must not starve the engine's execs of
-			// the whole (2-core) machine.
-			sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{PidsLimit: limit, CPUs: 0.5})
-			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-			defer cancel()
-			res, err := sb.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", tc.cmd}, Timeout: 5 * time.Second})
-			for i := 0; err == nil && i < 10; i++ {
-				// The bomb's first process exited early; it is noticed by
-				// the next command that needs to fork.
-				time.Sleep(time.Second)
-				res, err = sb.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", "for i in 1 2 3 4 5 6 7 8; do /bin/true; done"}, Timeout: 5 * time.Second})
-			}
-			var re *sandboxagent.ResourceError
-			switch {
-			case err == nil && tc.name == "detached":
-				// Died out before any probe met it: the sandbox must be
-				// back to its own processes, and the counters must show
-				// the refused forks (checked below).
-				ev, cerr := sb.ResourceEvents(ctx)
-				if cerr != nil || ev.PidsLimit <= 0 {
-					t.Fatalf("no probe met the bomb, and the counters show no refused fork: %+v %v", ev, cerr)
-				}
-				t.Logf("the bomb died out by itself after %d refused forks; nothing to report", ev.PidsLimit)
-			case !errors.Is(err, sandboxagent.ErrPidsLimit) || !errors.As(err, &re):
-				t.Fatalf("want a pids ResourceError, got %v (exit %d)", err, res.ExitCode)
-			case re.Limit != limit || re.Events <= 0:
-				t.Errorf("ResourceError = %+v, want limit %d and refused forks", re, limit)
-			default:
-				t.Logf("reported: %v", err)
-			}
-			// The bomb is gone, the keepalive survived it, and the sandbox
-			// is usable again. The bomb's processes die on their own time
-			// after the kill, and the engine may refuse an exec until
-			// they have: wait for that, to a deadline. Left are init, the
-			// keepalive and the shell counting (builtins only).
-			deadline := time.Now().Add(30 * time.Second)
-			n, err := pidsCurrent(t, sb)
-			for (err != nil || n > 3) && time.Now().Before(deadline) {
-				time.Sleep(250 * time.Millisecond)
-				n, err = pidsCurrent(t, sb)
-			}
-			if err != nil || n > 3 {
-				t.Errorf("30 s after the bomb was reported: %d processes in the sandbox (%v); pid ppid pgrp sid state comm:\n%s", n, err, procLines(sandboxProcs(t, sb)))
-			}
-			out, err := sb.Exec(ctx, []string{"sh", "-c", "echo ok | cat"})
-			if err != nil || string(out.Stdout) != "ok\n" {
-				t.Errorf("sandbox after the bomb: %q %v", out.Stdout, err)
-			}
-		})
-	}
-}
-
-func TestIntegrationFaultMemoryHog(t *testing.T) {
-	rt := testenv.Runtime(t)
-	const limit = 64 << 20
-	sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{MemoryBytes: limit})
-	ctx := ctxT(t)
-	// A shell doubling a string until the OOM killer stops it.
-	res, err := sb.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", "x=a; while :; do x=$x$x; done"}, Timeout: 2 * time.Minute})
-	var re *sandboxagent.ResourceError
-	if !errors.Is(err, sandboxagent.ErrOutOfMemory) || !errors.As(err, &re) {
-		t.Fatalf("want an out-of-memory ResourceError, got %v (exit %d, timed out %v)", err, res.ExitCode, res.TimedOut)
-	}
-	if re.Limit != limit || re.Events < 1 || res.ExitCode != 137 {
-		t.Errorf("ResourceError = %+v, exit %d; want limit %d, one kill, exit 137", re, res.ExitCode, limit)
-	}
-	t.Logf("reported: %v", err)
-	// The sandbox survives its command's death; a later failure is not
-	// blamed on the old kill.
-	out, err := sb.Exec(ctx, []string{"sh", "-c", "echo ok; kill -9 $$"})
-	if err != nil || string(out.Stdout) != "ok\n" || out.ExitCode != 137 {
-		t.Errorf("after the OOM kill: %q exit %d err %v; want ok, 137, no error", out.Stdout, out.ExitCode, err)
-	}
-}
-
-func TestIntegrationFaultIgnoresSIGTERM(t *testing.T) {
-	rt := testenv.Runtime(t)
-	sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{})
-	ctx := ctxT(t)
-	start := time.Now()
-	res, err := sb.Run(ctx, sandboxagent.ExecRequest{
-		Cmd:     []string{"sh", "-c", `trap "" TERM; echo started; while :; do sleep 1; done`},
-		Timeout: 2 * time.Second,
-	})
-	took := time.Since(start)
-	if err != nil || !res.TimedOut || res.ExitCode != sandboxagent.ExitCodeTimeout {
-		t.Fatalf("got exit %d timed out %v err %v; want a timeout (124) and no error", res.ExitCode, res.TimedOut, err)
-	}
-	if string(res.Stdout) != "started\n" {
-		t.Errorf("output so far lost: %q", res.Stdout)
-	}
-	if took > 30*time.Second {
-		t.Errorf("a TERM-ignoring command took %v to stop", took)
-	}
-	if s := survivors(t, ctx, sb, "while"); s != "" {
-		t.Errorf("survivor after SIGKILL: %s", s)
-	}
-}
 
 // piAgentWithTool starts pi (the lightest CLI here) against a fake model
 // whose first answer runs a shell command that marks /tmp/fault-mark and

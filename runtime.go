@@ -144,3 +144,38 @@ type RuntimeExec struct {
 	Stdout  io.Writer
 	Stderr  io.Writer
 }
+
+// RuntimeFeatures says which parts of the contract a Runtime honours as
+// asked. What it lacks is either emulated by the Sandbox (the exec
+// tunnel instead of bind-mounted sockets) or refused with a typed error
+// (ErrUnsupportedByRuntime), never silently dropped.
+type RuntimeFeatures struct {
+	// ExecUser: RuntimeExec.User runs the command as another user than
+	// the container's. Kubernetes exec has no user: a command there runs
+	// as the pod's user, and asking another is ErrUnsupportedByRuntime.
+	ExecUser bool
+	// BindMounts: ContainerSpec.Mounts (host folders) are mounted. Without
+	// them the Sandbox reaches its host proxies through an exec tunnel.
+	BindMounts bool
+	// CopyAsRoot: CopyTo writes as root with the archive's owners (the
+	// engine's archive API); without it files belong to the container's
+	// user (tar over exec).
+	CopyAsRoot bool
+	// AutoRemove: a container whose main process exited is removed by the
+	// engine; without it the stopped container stays until Remove or gc.
+	AutoRemove bool
+}
+
+// FeatureReporter is implemented by a Runtime that lacks some features.
+type FeatureReporter interface {
+	Features() RuntimeFeatures
+}
+
+// FeaturesOf returns what rt honours; a Runtime that does not report
+// features is taken to honour all of them (the Docker Engine API does).
+func FeaturesOf(rt Runtime) RuntimeFeatures {
+	if f, ok := rt.(FeatureReporter); ok {
+		return f.Features()
+	}
+	return RuntimeFeatures{ExecUser: true, BindMounts: true, CopyAsRoot: true, AutoRemove: true}
+}

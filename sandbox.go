@@ -209,7 +209,8 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	if err != nil {
 		return nil, err
 	}
-	if host != nil {
+	mountSockets := FeaturesOf(rt).BindMounts
+	if host != nil && mountSockets {
 		spec.Mounts = append(spec.Mounts, host.mount())
 		spec.Labels[LabelSockets] = filepath.Base(host.dir)
 	}
@@ -240,7 +241,11 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 		return fail(err)
 	}
 	if host != nil {
-		if err := host.relay(ctx, s); err != nil {
+		relay := host.relay
+		if !mountSockets {
+			relay = host.startTunnel
+		}
+		if err := relay(ctx, s); err != nil {
 			return fail(err)
 		}
 		if _, ok := host.ports[serviceEgress]; ok {

@@ -55,3 +55,10 @@ var userIDsScript string
 //
 //go:embed scripts/forward.pl
 var forwardScript string
+
+// tunnelScript (perl) is the relay for engines that cannot mount the
+// host's sockets: it carries connections of 127.0.0.1 ports over its own
+// stdin and stdout (tunnel.go).
+//
+//go:embed scripts/tunnel.pl
+var tunnelScript string

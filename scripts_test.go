@@ -26,7 +26,7 @@ func TestScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = slices.DeleteFunc(files, func(f string) bool { return f == "scripts/forward.pl" })
+	files = slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, ".pl") })
 	if len(files) != len(scripts) {
 		t.Errorf("scripts/ holds %v, embedded are %d", files, len(scripts))
 	}
@@ -81,9 +81,9 @@ func TestScriptsShellcheck(t *testing.T) {
 	}
 }
 
-// The relay is valid perl (perl -c also loads the modules it uses, all in
-// perl-base).
-func TestForwardScript(t *testing.T) {
+// The relays are valid perl (perl -c also loads the modules they use, all
+// in perl-base).
+func TestPerlScripts(t *testing.T) {
 	perl, err := exec.LookPath("perl")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -91,7 +91,9 @@ func TestForwardScript(t *testing.T) {
 		}
 		t.Skip("perl is not installed")
 	}
-	if out, err := exec.Command(perl, "-c", "-e", forwardScript).CombinedOutput(); err != nil {
-		t.Errorf("perl -c forward.pl: %v\n%s", err, out)
+	for name, text := range map[string]string{"forward.pl": forwardScript, "tunnel.pl": tunnelScript} {
+		if out, err := exec.Command(perl, "-Mstrict", "-Mwarnings", "-c", "-e", text).CombinedOutput(); err != nil {
+			t.Errorf("perl -c %s: %v\n%s", name, err, out)
+		}
 	}
 }

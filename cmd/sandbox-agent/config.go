@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/internal/configfile"
@@ -11,8 +13,14 @@ import (
 // gateway, how many sandboxes start at once), beside the library's Config.
 // Same file, same precedence, one key table in the README.
 type settings struct {
+	// runtime is where sandboxes run: docker (the default), podman or
+	// kubernetes.
+	runtime string
 	// dockerHost overrides DOCKER_HOST for the engine connection.
 	dockerHost string
+	// kubeconfig and namespace, for the kubernetes runtime.
+	kubeconfig string
+	namespace  string
 	// gatewayURL and gatewayKey: the OpenAI/Anthropic compatible gateway
 	// the CLIs other than opencode use against real models.
 	gatewayURL string
@@ -32,7 +40,17 @@ func defaultSettings() settings {
 // settingsKeys are the command line's own keys (the library's are in
 // sandboxagent.ConfigKeys).
 var settingsKeys = []configfile.Key[settings]{
+	{Name: "runtime", Env: "SANDBOX_AGENT_RUNTIME", Apply: func(s *settings, raw string) error {
+		switch v := strings.TrimSpace(raw); v {
+		case "", "docker", "podman", "kubernetes":
+			s.runtime = v
+			return nil
+		}
+		return fmt.Errorf("%w: runtime %q (want docker, podman or kubernetes)", sandboxagent.ErrInvalidArgument, raw)
+	}},
 	configfile.String("docker_host", "DOCKER_HOST", func(s *settings) *string { return &s.dockerHost }),
+	configfile.String("kubeconfig", "KUBECONFIG", func(s *settings) *string { return &s.kubeconfig }),
+	configfile.String("kubernetes_namespace", "SANDBOX_AGENT_KUBERNETES_NAMESPACE", func(s *settings) *string { return &s.namespace }),
 	configfile.String("gateway_url", "GATEWAY_URL", func(s *settings) *string { return &s.gatewayURL }),
 	configfile.String("gateway_key", "GATEWAY_KEY", func(s *settings) *string { return &s.gatewayKey }),
 	configfile.Int("max_concurrent_starts", 1, func(s *settings, n int64) { s.maxConcurrentStarts = int(n) }),

@@ -2,27 +2,65 @@ package main
 
 import (
 	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/images"
 	"github.com/sandbox-agent/sandbox-agent/runtime/docker"
+	"github.com/sandbox-agent/sandbox-agent/runtime/kubernetes"
+	"github.com/sandbox-agent/sandbox-agent/runtime/podman"
 )
 
 // engine is the container engine the commands use, seen through the
 // library's ports: the Runtime sandboxes run on and the Engine images are
-// built with. This is the one place that names a concrete engine.
+// built with (nil on Kubernetes: the cluster pulls images itself, by
+// imagePullPolicy). This is the one place that names a concrete engine.
 type engine struct {
 	rt     sandboxagent.Runtime
 	images images.PullEngine
 	close  func() error
 }
 
-// connect opens the Docker Engine API (Podman's compatible API too) at
-// host ("" = DOCKER_HOST or the default socket).
-func connect(ctx context.Context, host string) (*engine, error) {
+// connect opens the runtime the settings name: the Docker Engine API at
+// dockerHost ("" = DOCKER_HOST or the default socket), Podman's
+// compatible API (its socket found as runtime/podman does), or a
+// Kubernetes cluster (kubeconfig, else in-cluster).
+func connect(ctx context.Context, s settings, policy sandboxagent.ImagePolicy) (*engine, error) {
+	switch s.runtime {
+	case "kubernetes":
+		pull := corev1.PullIfNotPresent
+		if policy == sandboxagent.ImageNever {
+			pull = corev1.PullNever
+		}
+		rt, err := kubernetes.New(ctx, kubernetes.Options{Kubeconfig: s.kubeconfig, Namespace: s.namespace, PullPolicy: pull})
+		if err != nil {
+			return nil, err
+		}
+		return &engine{rt: rt, close: func() error { return nil }}, nil
+	case "podman":
+		host := s.dockerHost
+		if host == "" {
+			h, err := podman.Host()
+			if err != nil {
+				return nil, err
+			}
+			host = h
+		}
+		return dockerEngine(ctx, host)
+	}
+	return dockerEngine(ctx, s.dockerHost)
+}
+
+func dockerEngine(ctx context.Context, host string) (*engine, error) {
 	rt, err := docker.New(ctx, docker.Options{Host: host})
 	if err != nil {
 		return nil, err
 	}
 	return &engine{rt: rt, images: images.NewEngine(rt.Client()), close: rt.Close}, nil
 }
+
+// errNoImageEngine: the images commands build and push with a Docker (or
+// Podman) engine, which the kubernetes runtime does not have.
+var errNoImageEngine = fmt.Errorf("%w: runtime kubernetes has no image engine: build and push images with a Docker engine (runtime docker), the cluster pulls them", sandboxagent.ErrUnsupportedByRuntime)

@@ -148,6 +148,9 @@ func (a *app) imageSource(ctx context.Context) (sandboxagent.ImageSource, error)
 	if err != nil {
 		return nil, err
 	}
+	if eng.images == nil {
+		return nil, nil // the cluster pulls by imagePullPolicy (image_policy)
+	}
 	tty := false
 	if f, ok := a.stderr.(*os.File); ok {
 		tty = images.IsTerminal(f)
@@ -165,6 +168,9 @@ func (a *app) imageBuilder(ctx context.Context, opts images.Options) (*images.Bu
 	eng, err := a.engine(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if eng.images == nil {
+		return nil, errNoImageEngine
 	}
 	opts.Repo = a.cfg.ImageName
 	return images.New(eng.images, opts)

@@ -72,7 +72,7 @@ func TestIntegrationCLIImagePolicy(t *testing.T) {
 		if _, err := cli.ImageTag(ctx, client.ImageTagOptions{Source: src, Target: dst.Tag}); err != nil {
 			testenv.Unavailable(t, "agent image %s: %v", src, err)
 		}
-		eng, err := connect(ctx, "")
+		eng, err := dockerEngine(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}

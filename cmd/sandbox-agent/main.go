@@ -48,7 +48,7 @@ func (a *app) engine(ctx context.Context) (*engine, error) {
 	if a.eng != nil {
 		return a.eng, nil
 	}
-	eng, err := connect(ctx, a.cli.dockerHost)
+	eng, err := connect(ctx, a.cli, a.cfg.ImagePolicy)
 	if err != nil {
 		return nil, err
 	}
