@@ -164,6 +164,11 @@ type RuntimeFeatures struct {
 	// AutoRemove: a container whose main process exited is removed by the
 	// engine; without it the stopped container stays until Remove or gc.
 	AutoRemove bool
+	// PidsLimit: each container gets the pids limit its spec asks. Without
+	// it the limit is the node's (Kubernetes: the kubelet's podPidsLimit),
+	// Inspect reports that, and a sandbox asking another fails the
+	// hardening check.
+	PidsLimit bool
 }
 
 // FeatureReporter is implemented by a Runtime that lacks some features.
@@ -177,5 +182,5 @@ func FeaturesOf(rt Runtime) RuntimeFeatures {
 	if f, ok := rt.(FeatureReporter); ok {
 		return f.Features()
 	}
-	return RuntimeFeatures{ExecUser: true, BindMounts: true, CopyAsRoot: true, AutoRemove: true}
+	return RuntimeFeatures{ExecUser: true, BindMounts: true, CopyAsRoot: true, AutoRemove: true, PidsLimit: true}
 }

@@ -237,6 +237,7 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	if err := checkHardening(spec, st); err != nil {
 		return fail(err)
 	}
+	s.pidsLimit = st.PidsLimit // the one enforced (a node's may be stricter)
 	if err := rt.Start(ctx, id); err != nil {
 		return fail(err)
 	}
@@ -432,11 +433,15 @@ func checkHardening(want ContainerSpec, got ContainerState) error {
 		{"privileged", strconv.FormatBool(want.Privileged), strconv.FormatBool(got.Privileged)},
 		{"readonly_rootfs", strconv.FormatBool(want.ReadonlyRootfs), strconv.FormatBool(got.ReadonlyRootfs)},
 		{"init", strconv.FormatBool(want.Init), strconv.FormatBool(got.Init)},
-		{"pids_limit", strconv.FormatInt(want.PidsLimit, 10), strconv.FormatInt(got.PidsLimit, 10)},
 		{"memory", strconv.FormatInt(want.MemoryBytes, 10), strconv.FormatInt(got.MemoryBytes, 10)},
 		{"memory_swap", strconv.FormatInt(want.MemorySwap, 10), strconv.FormatInt(got.MemorySwap, 10)},
 		{"nano_cpus", strconv.FormatInt(want.NanoCPUs, 10), strconv.FormatInt(got.NanoCPUs, 10)},
 		{"network_mode", want.NetworkMode, got.NetworkMode},
+	}
+	// A pids limit set by the node (Kubernetes) may be stricter than asked,
+	// never looser or absent.
+	if got.PidsLimit <= 0 || got.PidsLimit > want.PidsLimit {
+		checks = append(checks, check{"pids_limit", strconv.FormatInt(want.PidsLimit, 10) + " or less", strconv.FormatInt(got.PidsLimit, 10)})
 	}
 	checks = append(checks, check{"no_new_privileges", strconv.FormatBool(want.NoNewPrivileges), strconv.FormatBool(got.NoNewPrivileges)})
 	// A bind mount that lost its read-only flag would let the sandbox

@@ -153,6 +153,7 @@ func TestNewSandboxRejectsSettingThatDidNotStick(t *testing.T) {
 		{"extra cap", func(s *ContainerState) { s.CapAdd = append(s.CapAdd, "SYS_ADMIN") }, "cap_add"},
 		{"nnp", func(s *ContainerState) { s.NoNewPrivileges = false }, "no_new_privileges"},
 		{"pids", func(s *ContainerState) { s.PidsLimit = 0 }, "pids_limit"},
+		{"pids looser", func(s *ContainerState) { s.PidsLimit++ }, "pids_limit"},
 		{"memory", func(s *ContainerState) { s.MemoryBytes = 0 }, "memory"},
 		{"swap", func(s *ContainerState) { s.MemorySwap = -1 }, "memory_swap"},
 		{"cpus", func(s *ContainerState) { s.NanoCPUs = 0 }, "nano_cpus"},

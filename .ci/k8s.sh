@@ -25,13 +25,19 @@
 #     authorization Node,RBAC; admission: the defaults (ServiceAccount among
 #     them) and NodeRestriction; privileged pods refused (the default).
 #   - One node, sandbox-agent-k8s, ready and untainted; kubelet with
-#     cgroupfs, cgroup v1 allowed, podPidsLimit 1024 (the library's default
-#     per-sandbox pids limit), on 10.244.77.1:10250, which answers only to
-#     the API server's client certificate or a token it accepts.
+#     cgroupfs, cgroup v1 allowed, podPidsLimit 256 (stricter than the
+#     library's default of 1024, which a sandbox accepts; it keeps the
+#     contract suite's fork bombs short), on 10.244.77.1:10250, which pods can reach:
+#     it answers only to the cluster CA's client certificates and to tokens
+#     the API server accepts, as RBAC allows (anonymous gets 401).
 #   - Pods on the bridge sak8s0, 10.244.77.0/24, host-local IPs, no NAT and
 #     no default route: a pod reaches the other pods and the host's
-#     10.244.77.1 and nothing else. No kube-proxy (Service IPs lead nowhere;
-#     the API server is not reachable from pods) and no NetworkPolicy.
+#     10.244.77.1 (whatever listens there or on 0.0.0.0) and nothing else.
+#     No kube-proxy (Service IPs lead nowhere; the API server is not
+#     reachable from pods) and no NetworkPolicy (accepted, not enforced).
+#     One iptables rule, removed by stop: FORWARD accepts sak8s0 to sak8s0
+#     (Docker's FORWARD policy is DROP, and with br_netfilter, which Docker
+#     turns on, bridged traffic between two pods goes through FORWARD).
 #   - Images: `import` copies them from Docker; pods also pull from a
 #     plain-HTTP registry on 127.0.0.1:5055 or 127.0.0.1:5000
 #     (.ci/registry.sh). No other registry is reachable here.
@@ -71,7 +77,7 @@ pki=$state/pki
 # What kubelet sets on the host whatever its root dir (kubelet's
 # setupKernelTunables); stop puts back the values found before.
 kubelet_sysctls="vm.overcommit_memory=1 vm.panic_on_oom=0 kernel.panic=10 kernel.panic_on_oops=1 kernel.keys.root_maxkeys=1000000 kernel.keys.root_maxbytes=25000000"
-# Host paths kubelet and libcni write whatever their configuration.
+# Host paths kubelet and libcni may write whatever their configuration.
 host_paths="/var/lib/kubelet /var/log/containers /var/log/pods /var/lib/cni"
 
 die() { log "k8s.sh: $*"; exit 1; }
@@ -95,7 +101,8 @@ timing() { # timing PHASE [SINCE]: seconds since the previous phase (or SINCE, d
 
 kctl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 ctr_() { ctr --address "$sock" --namespace k8s.io "$@"; }
-crictl_() { "$bin/crictl" --runtime-endpoint "unix://$sock" --image-endpoint "unix://$sock" --timeout 10s "$@"; }
+crictl_() { "$bin/crictl" --config "$state/crictl.yaml" "$@"; }
+fwd_rule=(-i "$BRIDGE" -o "$BRIDGE" -m comment --comment "$NET" -j ACCEPT)
 
 # --- processes: each in a session of its own, "PID EXE" in $state/pid/NAME.
 
@@ -270,7 +277,8 @@ docker_up() { # Docker's engine answers (.ci/setup starts it); waits a while for
 # machine cannot reach. A static Go program with what pause.c does: hold
 # the pod's namespaces, reap zombies as PID 1 of a shared PID namespace,
 # exit on SIGINT/SIGTERM. Kept as a docker-save archive in the cache; the
-# image goes through Docker only while it is made.
+# image goes through Docker only while it is made. Its source is here, not
+# a .go file beside this script: .ci/run shellchecks every file in .ci/.
 pause_image() {
   local tar=$vcache/pause.tar tmp
   [ -s "$tar" ] && return 0
@@ -303,7 +311,7 @@ func main() {
 }
 EOF
   mkdir "$tmp/rootfs"
-  # Outside any module: the file names its only (standard) imports.
+  # A lone file outside any module: it needs the standard library only.
   (cd "$tmp" && GOWORK=off GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false \
     go build -trimpath -ldflags '-s -w' -o rootfs/pause pause.go)
   tar -C "$tmp/rootfs" --owner=0 --group=0 --numeric-owner -cf - pause |
@@ -365,6 +373,13 @@ certs_configs() {
   leaf admin /O=system:masters/CN=sandbox-agent-admin clientAuth
   leaf controller-manager /CN=system:kube-controller-manager clientAuth
   leaf scheduler /CN=system:kube-scheduler clientAuth
+  # Request-header authentication (authenticating proxies) is unused, but
+  # the controller manager and the scheduler retry for ever, logging an
+  # error each time, while its CA bundle is missing: a CA whose key is
+  # thrown away, so nobody can use it.
+  quiet openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=$NODE-front-proxy-ca" \
+    -keyout "$pki/front-proxy-ca.key" -out "$pki/front-proxy-ca.crt"
+  rm -f "$pki/front-proxy-ca.key"
   quiet openssl genrsa -out "$pki/sa.key" 2048
   quiet openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
   write_kubeconfig "$kubeconfig" admin admin
@@ -376,8 +391,9 @@ certs_configs() {
   # /var/lib/containerd, /run/containerd, /opt/containerd and runc's
   # /run/containerd/runc), Docker's containerd untouched.
   # restrict_oom_score_adj: root here lacks CAP_SYS_RESOURCE, so runc
-  # cannot give the sandbox kubelet's -998 (it fails with "can't get final
-  # child's PID from pipe: EOF"); this caps it at containerd's own score.
+  # cannot give a sandbox the -998 kubelet asks (it fails with "can't get
+  # final child's PID from pipe: EOF"); this raises any score below
+  # containerd's own to that, which needs no privilege.
   cat >"$state/containerd/config.toml" <<EOF
 version = 2
 root = "$state/containerd/root"
@@ -427,6 +443,8 @@ server = "http://127.0.0.1:$port"
 EOF
   done
 
+  printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 10\n' "$sock" "$sock" >"$state/crictl.yaml"
+
   # The pods' network: our bridge, no gateway, no masquerading, no route
   # beyond the subnet: traffic stays between the pods and the host.
   cat >"$state/cni/net.d/10-$NET.conflist" <<EOF
@@ -475,7 +493,7 @@ cgroupDriver: cgroupfs
 failCgroupV1: false
 cgroupsPerQOS: true
 enforceNodeAllocatable: []
-podPidsLimit: 1024
+podPidsLimit: 256
 makeIPTablesUtilChains: false
 failSwapOn: false
 podLogsDir: $state/pod-logs
@@ -510,6 +528,9 @@ bridge_up() {
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
   ip addr replace "$NODE_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
+  if command -v iptables >/dev/null 2>&1; then
+    iptables -C FORWARD "${fwd_rule[@]}" 2>/dev/null || iptables -I FORWARD 1 "${fwd_rule[@]}"
+  fi
 }
 
 # What kubelet changes on the host, noted before it starts (once per
@@ -554,6 +575,8 @@ do_start() {
   fi
   [ ${#sock} -lt 100 ] || die "K8S_STATE is too long for a unix socket path ($sock)"
 
+  # No socat (containerd's CRI forwards ports itself) and no conntrack
+  # (kube-proxy's): nothing here runs them.
   need_pkgs etcd:etcd-server /usr/lib/cni/bridge:containernetworking-plugins \
     containerd:containerd ctr:containerd runc:runc openssl:openssl curl:curl ip:iproute2 ss:iproute2 setsid:util-linux flock:util-linux
   timing packages
@@ -584,7 +607,9 @@ do_start() {
     --bind-address=127.0.0.1 --secure-port="$API_PORT" --advertise-address="$NODE_IP" \
     --endpoint-reconciler-type=none --cert-dir="$state/apiserver" \
     --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
-    --client-ca-file="$pki/ca.crt" \
+    --client-ca-file="$pki/ca.crt" --requestheader-client-ca-file="$pki/front-proxy-ca.crt" \
+    --requestheader-allowed-names=front-proxy-client --requestheader-username-headers=X-Remote-User \
+    --requestheader-group-headers=X-Remote-Group --requestheader-extra-headers-prefix=X-Remote-Extra- \
     --kubelet-client-certificate="$pki/apiserver-kubelet-client.crt" --kubelet-client-key="$pki/apiserver-kubelet-client.key" \
     --kubelet-certificate-authority="$pki/ca.crt" --kubelet-preferred-address-types=InternalIP \
     --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
@@ -683,6 +708,9 @@ do_stop() {
     done
     ip link del "$BRIDGE"
   fi
+  if command -v iptables >/dev/null 2>&1; then
+    while iptables -D FORWARD "${fwd_rule[@]}" 2>/dev/null; do :; done
+  fi
   # libcni's cache (/var/lib/cni/results, not configurable): our
   # network's entries, and the loopback's of our sandboxes.
   if [ -d "$state/containerd/root/io.containerd.grpc.v1.cri/sandboxes" ]; then
@@ -707,6 +735,10 @@ do_stop() {
         *) if [ -d "$f" ]; then find "$f" -depth -type d -empty -delete; fi ;;
       esac
     done <"$state/host-paths.created"
+    # there before: only what our kubelet put there
+    if ! grep -qx /var/lib/kubelet "$state/host-paths.created"; then
+      rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+    fi
   fi
   # kubelet's kernel settings: back to the host's, unless someone changed them since.
   local k before want now
@@ -733,6 +765,7 @@ verify_clean() {
   for p in iptables-save ip6tables-save iptables-legacy-save ip6tables-legacy-save; do
     command -v "$p" >/dev/null 2>&1 || continue
     "$p" 2>/dev/null | grep -q -- '-j KUBE-\|^:KUBE-' && left+=("$p: KUBE-* chains")
+    "$p" 2>/dev/null | grep -q -- "--comment $NET " && left+=("$p: the FORWARD rule for $BRIDGE")
   done
   compgen -G "/var/lib/cni/results/$NET-*" >/dev/null && left+=("/var/lib/cni/results/$NET-*")
   [ -e /var/lib/kubelet/device-plugins/kubelet.sock ] && left+=("/var/lib/kubelet/device-plugins/kubelet.sock")
@@ -743,7 +776,7 @@ verify_clean() {
     printf '  %s\n' "${left[@]}" >&2
     return 1
   fi
-  log "stopped; nothing left: no process, mount, kubepods cgroup, bridge $BRIDGE, KUBE-* iptables chain or kubelet host path"
+  log "stopped; nothing left: no process, mount, kubepods cgroup, bridge $BRIDGE, iptables rule or KUBE-* chain, kubelet host path"
 }
 
 lock() { # one start/stop at a time

@@ -38,6 +38,13 @@ func agentUnavailable(t *testing.T, code int, stderr string) {
 // shell tool, answers, and what it wrote comes back with --download.
 func TestIntegrationCLIAgentAsk(t *testing.T) {
 	info := testenv.Engine(t)
+	checkAgentAsk(t, info.Name, cliEnv())
+}
+
+// checkAgentAsk runs that turn with env (and extra flags) on the engine
+// called engine.
+func checkAgentAsk(t *testing.T, engine string, env map[string]string, extra ...string) {
+	t.Helper()
 	dir := t.TempDir()
 	script := filepath.Join(dir, "script.json")
 	const command = "mkdir -p /tmp/agent && echo made-by-the-agent > /tmp/agent/out.txt"
@@ -50,12 +57,12 @@ func TestIntegrationCLIAgentAsk(t *testing.T) {
 	}
 	audit := filepath.Join(dir, "audit")
 	dest := filepath.Join(dir, "result")
-	code, stdout, stderr := runCLI(t, cliEnv(), "ask", "--driver", agentDriver, "--fake-model", script,
-		"--json", "--timeout", "4m", "--audit-root", audit, "--download", "/tmp/agent:"+dest,
-		"Create /tmp/agent/out.txt, then answer DONE.")
+	args := append([]string{"ask", "--driver", agentDriver, "--fake-model", script,
+		"--json", "--timeout", "4m", "--audit-root", audit, "--download", "/tmp/agent:" + dest}, extra...)
+	code, stdout, stderr := runCLI(t, env, append(args, "Create /tmp/agent/out.txt, then answer DONE.")...)
 	agentUnavailable(t, code, stderr)
 	if code != exitOK {
-		t.Fatalf("%s on %s: exit %d\nstdout:\n%s\nstderr:\n%s", agentDriver, info.Name, code, stdout, stderr)
+		t.Fatalf("%s on %s: exit %d\nstdout:\n%s\nstderr:\n%s", agentDriver, engine, code, stdout, stderr)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	var result resultLine
@@ -89,7 +96,7 @@ func TestIntegrationCLIAgentAsk(t *testing.T) {
 	} else if _, err := os.Stat(filepath.Join(result.AuditDir, "session.jsonl")); err != nil {
 		t.Errorf("audit: %v", err)
 	}
-	t.Logf("%s turn on %s %s passed", agentDriver, info.Name, info.Version)
+	t.Logf("%s turn on %s passed", agentDriver, engine)
 }
 
 // The smoke command for one driver: every step of the seed's behaviours
@@ -97,9 +104,15 @@ func TestIntegrationCLIAgentAsk(t *testing.T) {
 // engine under test.
 func TestIntegrationCLIAgentSmoke(t *testing.T) {
 	info := testenv.Engine(t)
-	env := cliEnv()
+	checkAgentSmoke(t, info.Name, cliEnv())
+}
+
+// checkAgentSmoke runs smoke for agentDriver with env (and extra flags)
+// on the engine called engine.
+func checkAgentSmoke(t *testing.T, engine string, env map[string]string, extra ...string) {
+	t.Helper()
 	env["SANDBOX_AGENT_TIMEOUT_ASK"] = "4m"
-	code, stdout, stderr := runCLI(t, env, "smoke", agentDriver, "--fake-model", "--json")
+	code, stdout, stderr := runCLI(t, env, append([]string{"smoke", agentDriver, "--fake-model", "--json"}, extra...)...)
 	var results []smoke.StepResult
 	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
 		if line == "" {
@@ -115,7 +128,7 @@ func TestIntegrationCLIAgentSmoke(t *testing.T) {
 		}
 		t.Logf("%-9s %-15s %-4s %6.1fs %s", r.Driver, r.Step, r.Status, r.Seconds, r.Detail)
 		if r.Status == smoke.Fail {
-			t.Errorf("%s/%s on %s: %s", r.Driver, r.Step, info.Name, r.Detail)
+			t.Errorf("%s/%s on %s: %s", r.Driver, r.Step, engine, r.Detail)
 		}
 	}
 	if len(results) != len(smoke.Steps) {

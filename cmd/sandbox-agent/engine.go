@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/images"
@@ -30,6 +32,11 @@ type engine struct {
 func connect(ctx context.Context, s settings, policy sandboxagent.ImagePolicy) (*engine, error) {
 	switch s.runtime {
 	case "kubernetes":
+		// client-go logs a hung-up exec stream (an exec detached on
+		// timeout) through klog to stderr; the command's errors say
+		// what matters.
+		klog.LogToStderr(false)
+		klog.SetOutput(io.Discard)
 		pull := corev1.PullIfNotPresent
 		if policy == sandboxagent.ImageNever {
 			pull = corev1.PullNever

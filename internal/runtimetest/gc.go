@@ -94,7 +94,7 @@ func (s *suite) create(t *testing.T, ctx context.Context, labels map[string]stri
 	id, err := s.Runtime.Create(ctx, sandboxagent.ContainerSpec{
 		Name: "runtimetest-leftover-" + randHex(6), Image: s.Image, Cmd: cmd, Labels: all, AutoRemove: autoRemove,
 		CapDrop: []string{"ALL"}, CapAdd: sandboxagent.DefaultCaps, NoNewPrivileges: true, Init: true,
-		PidsLimit: 64, MemoryBytes: 128 << 20, MemorySwap: 128 << 20, NanoCPUs: 5e8, NetworkMode: "none",
+		PidsLimit: 64, MemoryBytes: 128 << 20, MemorySwap: 128 << 20, NanoCPUs: 5e8, NetworkMode: s.networkMode(),
 	})
 	if err != nil {
 		t.Fatalf("Create: %v", err)

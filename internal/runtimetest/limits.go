@@ -20,6 +20,37 @@ import (
 func (s *suite) limits(t *testing.T) {
 	t.Run("memory hog", s.memoryHog)
 	t.Run("fork bomb", s.forkBomb)
+	if !s.features.PidsLimit {
+		// The node's limit is the only one: asking a stricter one than
+		// it enforces is refused before the sandbox runs anything.
+		t.Run("pids limit refused", func(t *testing.T) {
+			s.refused(t, sandboxagent.SandboxOptions{PidsLimit: 8}, "pids_limit")
+		})
+	}
+}
+
+// refused checks that NewSandbox fails with a *HardeningError on setting
+// and leaves no container of this run behind.
+func (s *suite) refused(t *testing.T, opts sandboxagent.SandboxOptions, setting string) {
+	t.Helper()
+	run := randHex(6)
+	opts.Image, opts.Config = s.Image, s.Config
+	opts.Labels = map[string]string{"runtimetest.refused": run}
+	ctx := ctxT(t, 3*time.Minute)
+	sb, err := sandboxagent.NewSandbox(ctx, s.Runtime, opts)
+	if err == nil {
+		sb.Close()
+		t.Fatalf("NewSandbox succeeded; want a HardeningError on %s", setting)
+	}
+	var he *sandboxagent.HardeningError
+	if !errors.As(err, &he) || he.Setting != setting {
+		t.Fatalf("NewSandbox: %v; want a HardeningError on %s", err, setting)
+	}
+	t.Logf("refused: %v", err)
+	left, err := s.Runtime.List(ctx, map[string]string{"runtimetest.refused": run})
+	if err != nil || len(left) != 0 {
+		t.Errorf("left behind: %+v %v", left, err)
+	}
 }
 
 func (s *suite) memoryHog(t *testing.T) {
@@ -45,7 +76,7 @@ func (s *suite) memoryHog(t *testing.T) {
 }
 
 func (s *suite) forkBomb(t *testing.T) {
-	const limit = 256
+	const ask = 256
 	for _, tc := range []struct {
 		name string
 		cmd  string
@@ -62,9 +93,10 @@ func (s *suite) forkBomb(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// Half a CPU: the bomb must not starve the engine's execs of
 			// the whole (2-core) machine.
-			sb := s.start(t, sandboxagent.SandboxOptions{PidsLimit: limit, CPUs: 0.5})
+			sb := s.start(t, sandboxagent.SandboxOptions{PidsLimit: ask, CPUs: 0.5})
 			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 			defer cancel()
+			limit := s.enforcedPids(t, ctx, sb, ask)
 			res, err := sb.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", tc.cmd}, Timeout: 5 * time.Second})
 			for i := 0; err == nil && i < 10; i++ {
 				// The bomb's first process exited early; it is noticed by

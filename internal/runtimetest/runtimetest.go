@@ -57,7 +57,27 @@ type Backend struct {
 	// Unreachable returns a Runtime of the same kind whose engine cannot
 	// be reached (a socket or address nothing listens on).
 	Unreachable func(t *testing.T) sandboxagent.Runtime
+	// Isolation says what the backend does with egress none (see the
+	// constants).
+	Isolation Isolation
 }
+
+// Isolation is how a backend's sandboxes are cut off the network under
+// egress none.
+type Isolation int
+
+const (
+	// IsolationNoInterface: the sandbox has no network interface but lo
+	// (Docker's and Podman's "none" network). The suite's sandboxes run
+	// under egress none and the hardening subtest checks the interfaces.
+	IsolationNoInterface Isolation = iota
+	// IsolationUnenforced: the backend isolates by a policy that this
+	// engine does not enforce (a Kubernetes cluster whose network plugin
+	// ignores NetworkPolicy), which it detects: a sandbox under egress
+	// none must fail to start with a *HardeningError naming "network",
+	// leaving nothing behind; the other subtests run under egress open.
+	IsolationUnenforced
+)
 
 // Run runs the contract suite against b. The subtests that drive a
 // sandbox into its limits (a fork bomb, a memory hog) run first and alone;
@@ -111,6 +131,33 @@ type suite struct {
 	features sandboxagent.RuntimeFeatures
 }
 
+// enforcedPids is the pids limit the sandbox got, from Inspect: what it
+// asked for (ask) where the backend sets one per sandbox, else the node's,
+// which must be as strict or stricter.
+func (s *suite) enforcedPids(t *testing.T, ctx context.Context, sb *sandboxagent.Sandbox, ask int64) int64 {
+	t.Helper()
+	st, err := sb.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case s.features.PidsLimit && st.PidsLimit != ask:
+		t.Fatalf("Inspect: pids limit %d, asked %d", st.PidsLimit, ask)
+	case st.PidsLimit <= 0 || st.PidsLimit > ask:
+		t.Fatalf("Inspect: pids limit %d, want at most the %d asked", st.PidsLimit, ask)
+	}
+	return st.PidsLimit
+}
+
+// networkMode is what Inspect must report for a sandbox under the
+// suite's egress.
+func (s *suite) networkMode() string {
+	if s.Isolation == IsolationUnenforced {
+		return "bridge"
+	}
+	return "none"
+}
+
 // start starts a sandbox on the backend's image with its Config (changed
 // by mod) and closes it at cleanup.
 func (s *suite) start(t *testing.T, opts sandboxagent.SandboxOptions, mod ...func(*sandboxagent.Config)) *sandboxagent.Sandbox {
@@ -119,6 +166,9 @@ func (s *suite) start(t *testing.T, opts sandboxagent.SandboxOptions, mod ...fun
 		opts.Image = s.Image
 	}
 	opts.Config = s.Config
+	if opts.Egress == "" && s.Isolation == IsolationUnenforced {
+		opts.Egress = sandboxagent.EgressOpen
+	}
 	for _, m := range mod {
 		m(&opts.Config)
 	}

@@ -92,8 +92,10 @@ type Options struct {
 	// behind the keepalive watchdog (default 24h).
 	MaxLifetime time.Duration
 	// ScheduleTimeout is how long a pod may stay unschedulable before
-	// Create fails with ErrUnschedulable (default 0: at the scheduler's
-	// first "no"; raise it for clusters that add nodes on demand).
+	// Create fails with ErrUnschedulable. 0 (the default): as long as
+	// Create's context allows (timeout_start), as a pod waits for room on
+	// a busy node; the error then is ErrUnschedulable with the
+	// scheduler's message, and the context's.
 	ScheduleTimeout time.Duration
 	// PodPidsLimit is the kubelet's podPidsLimit where the API server does
 	// not let this client read the kubelet's configuration (nodes/proxy);
@@ -268,16 +270,18 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 }
 
 // Start verifies what can only be verified on a running pod: that the
-// network policy "none" is enforced by the cluster's network plugin.
+// network policy "none" is enforced by the cluster's network plugin. (The
+// pod started when Create made it; a main process that already exited is
+// not an error, as on every engine.)
 func (r *Runtime) Start(ctx context.Context, id string) error {
 	pod, err := r.cs.CoreV1().Pods(r.ns).Get(ctx, id, metav1.GetOptions{})
 	if err != nil {
 		return classify("start pod", err, sandboxagent.ErrContainerNotFound)
 	}
-	if perr := podFailure(pod); perr != nil {
+	if perr := startFailure(pod); perr != nil {
 		return perr
 	}
-	if pod.Labels[labelNetwork] == networkIsolated {
+	if cs := mainStatus(pod); pod.Labels[labelNetwork] == networkIsolated && cs != nil && cs.State.Running != nil {
 		return r.checkIsolation(ctx, pod)
 	}
 	return nil

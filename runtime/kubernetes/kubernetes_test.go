@@ -66,6 +66,21 @@ func TestPodForRoundTrip(t *testing.T) {
 	if got := c.Env[1]; got.Name != "B" || got.Value != "x=y" {
 		t.Errorf("env %v", c.Env)
 	}
+	// The kubelet expands $(VAR) and reads "$$" as "$" in commands and
+	// environment values: everything arrives escaped.
+	spec2 := hardenedSpec()
+	spec2.Cmd = []string{"sh", "-c", `echo $$ $(HOME) $x`}
+	spec2.Env = []string{"V=$(PATH)$$"}
+	p2, _, err := r.podFor(spec2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p2.Spec.Containers[0].Command[2]; got != `echo $$$$ $$(HOME) $$x` {
+		t.Errorf("command %q", got)
+	}
+	if got := p2.Spec.Containers[0].Env[0].Value; got != `$$(PATH)$$$$` {
+		t.Errorf("env value %q", got)
+	}
 	if q := c.Resources.Requests[corev1.ResourceCPU]; q.String() != "100m" {
 		t.Errorf("cpu request %s", q.String())
 	}
@@ -198,6 +213,7 @@ func TestCreateFailsTyped(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			r, cs := fakeRuntime(t)
+			r.opts.ScheduleTimeout = time.Millisecond
 			spec := hardenedSpec()
 			runAfterCreate(t, cs, spec.Name, tc.status)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -58,7 +58,11 @@ func (r *Runtime) podFor(spec sandboxagent.ContainerSpec) (*corev1.Pod, *corev1.
 	env := make([]corev1.EnvVar, 0, len(spec.Env))
 	for _, kv := range spec.Env {
 		k, v, _ := strings.Cut(kv, "=")
-		env = append(env, corev1.EnvVar{Name: k, Value: v})
+		env = append(env, corev1.EnvVar{Name: k, Value: literal(v)})
+	}
+	cmd := make([]string, len(spec.Cmd))
+	for i, a := range spec.Cmd {
+		cmd[i] = literal(a)
 	}
 	sc := &corev1.SecurityContext{
 		Privileged:               ptr(spec.Privileged),
@@ -108,7 +112,7 @@ func (r *Runtime) podFor(spec sandboxagent.ContainerSpec) (*corev1.Pod, *corev1.
 	ctr := corev1.Container{
 		Name:            containerName,
 		Image:           spec.Image,
-		Command:         spec.Cmd,
+		Command:         cmd,
 		Env:             env,
 		WorkingDir:      spec.WorkDir,
 		SecurityContext: sc,
@@ -259,6 +263,12 @@ func sortedKeys(m map[string]string) []string {
 
 func ptr[T any](v T) *T { return &v }
 
+// literal escapes s from the kubelet's $(VAR) expansion of a container's
+// command and environment, where "$$" stands for "$": without it the
+// keepalive script's "$$" (its own pid) arrived as "$", and the watchdog
+// counted itself as a running command forever.
+func literal(s string) string { return strings.ReplaceAll(s, "$", "$$") }
+
 // ownSecret makes the pod the owner of its files' secret, so the cluster
 // deletes the secret with the pod (also when gc or a person deletes it).
 func (r *Runtime) ownSecret(ctx context.Context, name string, pod *corev1.Pod) error {
@@ -278,30 +288,39 @@ func (r *Runtime) ownSecret(ctx context.Context, name string, pod *corev1.Pod) e
 // cluster's reason (a *PodError).
 func (r *Runtime) waitRunning(ctx context.Context, name string) error {
 	var unschedulableSince time.Time
+	var unschedulable *PodError
 	for delay := 20 * time.Millisecond; ; delay = min(delay*2, 250*time.Millisecond) {
 		pod, err := r.cs.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			if apierrors.IsNotFound(err) {
 				return fmt.Errorf("pod %s: %w: deleted while starting", name, sandboxagent.ErrContainerNotFound)
 			}
+			if ctx.Err() != nil && unschedulable != nil {
+				return fmt.Errorf("%w: %w", unschedulable, ctx.Err())
+			}
 			return classify("wait for pod", err, sandboxagent.ErrContainerNotFound)
 		}
-		if perr := podFailure(pod); perr != nil {
+		if perr := startFailure(pod); perr != nil {
 			return perr
 		}
+		unschedulable = nil
 		if c := condition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 			if unschedulableSince.IsZero() {
 				unschedulableSince = time.Now()
 			}
-			if time.Since(unschedulableSince) >= r.opts.ScheduleTimeout {
-				return &PodError{Pod: name, Reason: c.Reason, Message: c.Message, Err: ErrUnschedulable}
+			unschedulable = &PodError{Pod: name, Reason: c.Reason, Message: c.Message, Err: ErrUnschedulable}
+			if r.opts.ScheduleTimeout > 0 && time.Since(unschedulableSince) >= r.opts.ScheduleTimeout {
+				return unschedulable
 			}
 		}
-		if cs := mainStatus(pod); cs != nil && cs.State.Running != nil {
-			return nil
+		if cs := mainStatus(pod); cs != nil && (cs.State.Running != nil || cs.State.Terminated != nil) {
+			return nil // it runs, or ran (a main process that exited at once, as on every engine)
 		}
 		select {
 		case <-ctx.Done():
+			if unschedulable != nil {
+				return fmt.Errorf("%w: %w", unschedulable, ctx.Err())
+			}
 			return fmt.Errorf("wait for pod %s to run: %w", name, ctx.Err())
 		case <-time.After(delay):
 		}
@@ -313,6 +332,26 @@ func (r *Runtime) waitRunning(ctx context.Context, name string) error {
 var imageReasons = map[string]bool{
 	"ErrImageNeverPull": true, "ImagePullBackOff": true, "ErrImagePull": true,
 	"InvalidImageName": true, "ImageInspectError": true,
+}
+
+// startFailure is what keeps the pod from ever running (its image, an
+// eviction, a config error) as a *PodError, or nil; a main process that
+// ran and exited is not one.
+func startFailure(pod *corev1.Pod) error {
+	if pod.Status.Reason == "Evicted" {
+		return &PodError{Pod: pod.Name, Reason: "Evicted", Message: pod.Status.Message, Err: ErrEvicted}
+	}
+	cs := mainStatus(pod)
+	if cs != nil && cs.State.Waiting != nil && imageReasons[cs.State.Waiting.Reason] {
+		return &PodError{Pod: pod.Name, Reason: cs.State.Waiting.Reason, Message: cs.State.Waiting.Message, Err: sandboxagent.ErrImageNotFound}
+	}
+	if cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason == "CreateContainerConfigError" {
+		return &PodError{Pod: pod.Name, Reason: cs.State.Waiting.Reason, Message: cs.State.Waiting.Message, Err: sandboxagent.ErrInvalidArgument}
+	}
+	if cs != nil && cs.State.Terminated != nil && cs.State.Terminated.Reason == "OOMKilled" {
+		return &PodError{Pod: pod.Name, Reason: "OOMKilled", Message: cs.State.Terminated.Message, Err: sandboxagent.ErrOutOfMemory}
+	}
+	return nil
 }
 
 // podFailure is the pod's fatal state as a *PodError, or nil.
