@@ -46,3 +46,6 @@ func (l *limitedRuntime) Start(ctx context.Context, id string) error {
 	defer func() { <-l.slots }()
 	return l.Runtime.Start(ctx, id)
 }
+
+// Features passes the wrapped runtime's on (the Sandbox adapts to them).
+func (l *limitedRuntime) Features() RuntimeFeatures { return FeaturesOf(l.Runtime) }

@@ -54,3 +54,14 @@ func TestLimitStarts(t *testing.T) {
 		t.Errorf("queued create: %v", err)
 	}
 }
+
+// The wrapper reports what the wrapped runtime lacks: without it a
+// Kubernetes runtime behind LimitStarts was asked for bind mounts.
+func TestLimitStartsKeepsFeatures(t *testing.T) {
+	if got := FeaturesOf(LimitStarts(tunnelRuntime{&fakeRuntime{}}, 2)); got != (RuntimeFeatures{}) {
+		t.Errorf("features through LimitStarts: %+v, want none", got)
+	}
+	if got := FeaturesOf(LimitStarts(&fakeRuntime{}, 2)); !got.BindMounts || !got.ExecUser {
+		t.Errorf("features of a full runtime through LimitStarts: %+v", got)
+	}
+}

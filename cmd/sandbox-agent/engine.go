@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
@@ -35,8 +35,7 @@ func connect(ctx context.Context, s settings, policy sandboxagent.ImagePolicy) (
 		// client-go logs a hung-up exec stream (an exec detached on
 		// timeout) through klog to stderr; the command's errors say
 		// what matters.
-		klog.LogToStderr(false)
-		klog.SetOutput(io.Discard)
+		klog.SetLogger(logr.Discard())
 		pull := corev1.PullIfNotPresent
 		if policy == sandboxagent.ImageNever {
 			pull = corev1.PullNever
