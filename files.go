@@ -54,7 +54,17 @@ func (s *Sandbox) copyCtx(ctx context.Context) (context.Context, context.CancelF
 // the parent directory when it is missing.
 func (s *Sandbox) copyIn(ctx context.Context, dst string, body func() io.Reader) error {
 	dir := path.Dir(dst)
-	err := s.rt.CopyTo(ctx, s.id, dir, body())
+	copyTo := func() error {
+		r := body()
+		err := s.rt.CopyTo(ctx, s.id, dir, r)
+		// A runtime that stopped reading early (the folder was missing)
+		// must not leave the packer blocked on its pipe.
+		if c, ok := r.(io.Closer); ok {
+			c.Close()
+		}
+		return err
+	}
+	err := copyTo()
 	if errors.Is(err, ErrPathNotFound) {
 		res, xerr := s.Run(ctx, ExecRequest{Cmd: []string{"mkdir", "-p", "--", dir}})
 		if xerr != nil {
@@ -63,7 +73,7 @@ func (s *Sandbox) copyIn(ctx context.Context, dst string, body func() io.Reader)
 		if res.ExitCode != 0 {
 			return fmt.Errorf("create %s in sandbox: %s", dir, bytes.TrimSpace(res.Stderr))
 		}
-		err = s.rt.CopyTo(ctx, s.id, dir, body())
+		err = copyTo()
 	}
 	return err
 }
@@ -96,7 +106,7 @@ func (s *Sandbox) Upload(ctx context.Context, src, dst string) error {
 		pr, pw := io.Pipe()
 		go func() {
 			err := safetar.Pack(ctx, pw, src, path.Base(dst), owner)
-			if err != nil {
+			if err != nil && !errors.Is(err, io.ErrClosedPipe) { // closed: the runtime stopped reading
 				mu.Lock()
 				packErr = err
 				mu.Unlock()

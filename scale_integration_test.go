@@ -55,6 +55,15 @@ const (
 //	go test -tags integration -run '^$' -bench '^BenchmarkScale$' -benchtime 1x -timeout 30m .
 //
 // (.ci/bench does, with the other benchmarks and the machine's description).
+// scaleRuntime is the runtime of the round: Docker (DOCKER_HOST), or a
+// Kubernetes cluster when the build tag kubernetes is set
+// (scale_kubernetes_integration_test.go), whose egress is then open (the
+// test cluster's network plugin enforces no NetworkPolicy).
+var (
+	scaleRuntime = func(b *testing.B) sandboxagent.Runtime { return testenv.Runtime(b) }
+	scaleEgress  sandboxagent.Egress
+)
+
 func BenchmarkScale(b *testing.B) {
 	if scaleDone != nil {
 		b.Logf("one round per process: reporting the round already run (b.N=%d)", b.N)
@@ -89,7 +98,7 @@ func BenchmarkScale(b *testing.B) {
 	cfg.Timeouts.Exec = 2 * time.Minute
 	cfg.Timeouts.Ask = 10 * time.Minute
 
-	base := testenv.Runtime(b)
+	base := scaleRuntime(b)
 	key := "sk-scale-" + randHex(12)
 	// An empty script: every turn gets the text DONE in one model call, so
 	// one shared server answers all N CLIs alike.
@@ -120,6 +129,7 @@ func BenchmarkScale(b *testing.B) {
 			sandboxagent.WithConfig(cfg), // through the model proxy
 			sandboxagent.WithSandbox(func(o *sandboxagent.SandboxOptions) {
 				o.Labels = map[string]string{scaleLabel: run}
+				o.Egress = scaleEgress
 			}),
 		}
 	}

@@ -31,22 +31,30 @@ const (
 )
 
 // maxFrame bounds a frame's payload: tunnel.pl reads 64 KiB at most, and
-// a larger length is a hostile (or broken) sandbox.
-const maxFrame = 1 << 20
+// a larger length is a hostile (or broken) sandbox, which loses its tunnel.
+const maxFrame = 64 << 10
 
-// tunnelQueue bounds what the host holds for one connection whose
-// proxy does not read (frames of up to 64 KiB): the connection is reset
-// past it, and the others go on.
-const tunnelQueue = 256
+// What the host holds for one sandbox is bounded: frames queued per
+// connection toward its proxy (serve waits while a queue is full, so a
+// proxy that reads slowly slows this sandbox's tunnel, never grows the
+// host's memory) and connections open at once (more are reset).
+const (
+	tunnelQueue    = 8
+	tunnelMaxConns = 64
+)
 
 type tunnel struct {
 	h      *hostSide
-	wmu    sync.Mutex
-	w      io.WriteCloser // the exec's stdin
+	out    chan []byte   // frames to the sandbox, written by one goroutine
+	ctl    chan []byte   // resets and closes from serve, which must never wait on out
+	quit   chan struct{} // closed by close(): every goroutine of the tunnel returns
+	w      io.WriteCloser
 	cancel context.CancelFunc
-	done   chan struct{}
+	done   chan struct{} // the exec ended
+	served chan struct{} // serve returned
 	errMu  sync.Mutex
 	err    error // why the exec ended
+	once   sync.Once
 
 	mu    sync.Mutex
 	conns map[uint32]*tunnelConn
@@ -57,6 +65,9 @@ type tunnelConn struct {
 	queue chan []byte // nil entry: the sandbox closed its side
 	gone  chan struct{}
 	once  sync.Once
+
+	mu           sync.Mutex
+	rdone, wdone bool // proxy → sandbox ended; sandbox → proxy ended
 }
 
 // startTunnel starts tunnel.pl in the sandbox, reads the ports it
@@ -66,12 +77,15 @@ func (h *hostSide) startTunnel(ctx context.Context, s *Sandbox) error {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	t := &tunnel{h: h, w: inW, cancel: cancel, done: make(chan struct{}), conns: map[uint32]*tunnelConn{}}
-	var stderr cappedBuffer
-	stderr.max = 4096
+	t := &tunnel{
+		h: h, w: inW, cancel: cancel, conns: map[uint32]*tunnelConn{},
+		out: make(chan []byte, 16), ctl: make(chan []byte, tunnelMaxConns*2+8),
+		quit: make(chan struct{}), done: make(chan struct{}), served: make(chan struct{}),
+	}
+	stderr := &cappedBuffer{max: 4096}
 	go func() {
 		defer close(t.done)
-		code, err := s.rt.Exec(ectx, s.id, RuntimeExec{Cmd: args, Stdin: inR, Stdout: outW, Stderr: &stderr})
+		code, err := s.rt.Exec(ectx, s.id, RuntimeExec{Cmd: args, Stdin: inR, Stdout: outW, Stderr: stderr})
 		if err == nil && code != 0 {
 			err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(stderr.buf.String()))
 		}
@@ -81,22 +95,30 @@ func (h *hostSide) startTunnel(ctx context.Context, s *Sandbox) error {
 		outW.CloseWithError(io.EOF)
 		inR.Close()
 	}()
+	go t.write()
 	br := bufio.NewReaderSize(outR, 64<<10)
 	ports := make(chan error, 1)
 	go func() {
+		defer close(t.served)
 		for range h.names {
-			line, err := br.ReadString('\n')
+			line, err := br.ReadSlice('\n') // at most the buffer: a sandbox printing no newline fails here
 			if err != nil {
 				ports <- t.failure(err)
 				return
 			}
-			name, port, ok := strings.Cut(strings.TrimSpace(line), " ")
+			name, port, ok := strings.Cut(strings.TrimSpace(string(line)), " ")
 			n, perr := strconv.Atoi(port)
-			if !ok || perr != nil || n <= 0 || n > 65535 {
+			if !ok || perr != nil || n <= 0 || n > 65535 || !h.serves(name) {
 				ports <- fmt.Errorf("%w: tunnel printed %q", ErrNetwork, line)
 				return
 			}
 			h.ports[name] = n
+		}
+		for _, n := range h.names {
+			if h.ports[n] == 0 {
+				ports <- fmt.Errorf("%w: tunnel reported no port for %s", ErrNetwork, n)
+				return
+			}
 		}
 		ports <- nil
 		t.serve(br)
@@ -117,7 +139,11 @@ func (h *hostSide) startTunnel(ctx context.Context, s *Sandbox) error {
 
 // failure explains the tunnel's end: the exec's error when it has one.
 func (t *tunnel) failure(read error) error {
-	<-t.done
+	select {
+	case <-t.done:
+	case <-time.After(5 * time.Second):
+		return read
+	}
 	t.errMu.Lock()
 	defer t.errMu.Unlock()
 	if t.err != nil {
@@ -127,6 +153,59 @@ func (t *tunnel) failure(read error) error {
 		return fmt.Errorf("%w (the image needs perl)", t.err)
 	}
 	return read
+}
+
+// write is the one writer of the exec's stdin: control frames first.
+func (t *tunnel) write() {
+	for {
+		var f []byte
+		select {
+		case f = <-t.ctl:
+		default:
+			select {
+			case f = <-t.ctl:
+			case f = <-t.out:
+			case <-t.quit:
+				return
+			}
+		}
+		if _, err := t.w.Write(f); err != nil {
+			return
+		}
+	}
+}
+
+func frame(typ byte, id uint32, data []byte) []byte {
+	f := make([]byte, 9+len(data))
+	f[0] = typ
+	binary.BigEndian.PutUint32(f[1:5], id)
+	binary.BigEndian.PutUint32(f[5:9], uint32(len(data)))
+	copy(f[9:], data)
+	return f
+}
+
+// send queues a data or close frame toward the sandbox, waiting for room
+// (backpressure on that connection's proxy); false once the tunnel or the
+// connection is gone.
+func (t *tunnel) send(tc *tunnelConn, typ byte, id uint32, data []byte) bool {
+	select {
+	case t.out <- frame(typ, id, data):
+		return true
+	case <-tc.gone:
+	case <-t.quit:
+	}
+	return false
+}
+
+// control queues a reset from serve's side without ever waiting: the
+// queue holds two frames per possible connection; past that the tunnel
+// is being flooded and the frame is dropped (the connection is gone on
+// the host either way).
+func (t *tunnel) control(typ byte, id uint32) {
+	select {
+	case t.ctl <- frame(typ, id, nil):
+	default:
+	}
 }
 
 // serve reads the sandbox's frames until the exec ends.
@@ -162,14 +241,15 @@ func (t *tunnel) serve(br *bufio.Reader) {
 func (t *tunnel) open(id uint32, name string) {
 	t.mu.Lock()
 	_, dup := t.conns[id]
+	full := len(t.conns) >= tunnelMaxConns
 	t.mu.Unlock()
-	if dup || !t.h.serves(name) {
-		t.send(frameReset, id, nil)
+	if dup || full || !t.h.serves(name) {
+		t.control(frameReset, id)
 		return
 	}
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(t.h.dir, name+".sock"), Net: "unix"})
 	if err != nil {
-		t.send(frameReset, id, nil)
+		t.control(frameReset, id)
 		return
 	}
 	tc := &tunnelConn{c: c, queue: make(chan []byte, tunnelQueue), gone: make(chan struct{})}
@@ -186,29 +266,31 @@ func (t *tunnel) open(id uint32, name string) {
 			}
 			if b == nil {
 				_ = c.CloseWrite()
-				continue
+				t.half(id, tc, false)
+				return
 			}
 			if _, err := c.Write(b); err != nil {
 				t.drop(id)
-				t.send(frameReset, id, nil)
+				t.control(frameReset, id)
 				return
 			}
 		}
 	}()
 	go func() { // proxy → sandbox
-		buf := make([]byte, 64<<10)
+		buf := make([]byte, 32<<10)
 		for {
 			n, err := c.Read(buf)
-			if n > 0 {
-				if !t.send(frameData, id, buf[:n]) {
-					return
-				}
+			if n > 0 && !t.send(tc, frameData, id, buf[:n]) {
+				return
 			}
 			if err != nil {
 				if errors.Is(err, io.EOF) {
-					t.send(frameClose, id, nil)
+					if t.send(tc, frameClose, id, nil) {
+						t.half(id, tc, true)
+					}
 				} else {
-					t.send(frameReset, id, nil)
+					t.drop(id)
+					t.control(frameReset, id)
 				}
 				return
 			}
@@ -216,6 +298,26 @@ func (t *tunnel) open(id uint32, name string) {
 	}()
 }
 
+// half records one direction's end; with both ended the connection is
+// closed and forgotten (tunnel.pl forgets it then too).
+func (t *tunnel) half(id uint32, tc *tunnelConn, read bool) {
+	tc.mu.Lock()
+	if read {
+		tc.rdone = true
+	} else {
+		tc.wdone = true
+	}
+	both := tc.rdone && tc.wdone
+	tc.mu.Unlock()
+	if both {
+		t.drop(id)
+	}
+}
+
+// toProxy hands a frame's data (nil: the sandbox's side closed) to the
+// connection's writer, waiting while its queue is full — the sandbox's
+// other connections wait meanwhile — up to stuckProxy, after which that
+// connection is reset and the others go on.
 func (t *tunnel) toProxy(id uint32, b []byte) {
 	t.mu.Lock()
 	tc := t.conns[id]
@@ -225,14 +327,26 @@ func (t *tunnel) toProxy(id uint32, b []byte) {
 	}
 	select {
 	case tc.queue <- b:
+		return
+	default:
+	}
+	timer := time.NewTimer(stuckProxy)
+	defer timer.Stop()
+	select {
+	case tc.queue <- b:
 	case <-tc.gone:
-	default: // the proxy does not read: give up on this connection only
+	case <-t.quit:
+	case <-timer.C:
 		t.drop(id)
-		t.send(frameReset, id, nil)
+		t.control(frameReset, id)
 	}
 }
 
-// drop closes one connection (both ways).
+// stuckProxy is how long a proxy may not read before its connection is
+// reset (a variable for tests).
+var stuckProxy = 30 * time.Second
+
+// drop closes one connection (both ways) and forgets it.
 func (t *tunnel) drop(id uint32) {
 	t.mu.Lock()
 	tc := t.conns[id]
@@ -258,36 +372,27 @@ func (t *tunnel) resetAll() {
 	}
 }
 
-// send writes one frame to the sandbox; false once the tunnel is gone.
-func (t *tunnel) send(typ byte, id uint32, data []byte) bool {
-	var hdr [9]byte
-	hdr[0] = typ
-	binary.BigEndian.PutUint32(hdr[1:5], id)
-	binary.BigEndian.PutUint32(hdr[5:9], uint32(len(data)))
-	t.wmu.Lock()
-	defer t.wmu.Unlock()
-	if _, err := t.w.Write(hdr[:]); err != nil {
-		return false
-	}
-	if len(data) > 0 {
-		if _, err := t.w.Write(data); err != nil {
-			return false
-		}
-	}
-	return true
+// openConns counts the open connections (tests).
+func (t *tunnel) openConns() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.conns)
 }
 
-// close ends the tunnel: stdin closes (tunnel.pl exits), then the exec
-// is hung up if it has not ended within a moment.
+// close ends the tunnel: stdin closes (tunnel.pl exits; a pending write
+// returns at once), then the exec is hung up if it has not ended within
+// a moment; every goroutine of the tunnel returns.
 func (t *tunnel) close() {
-	t.wmu.Lock()
-	t.w.Close()
-	t.wmu.Unlock()
-	select {
-	case <-t.done:
-	case <-time.After(2 * time.Second):
-	}
-	t.cancel()
-	<-t.done
-	t.resetAll()
+	t.once.Do(func() {
+		close(t.quit)
+		t.w.Close()
+		select {
+		case <-t.done:
+		case <-time.After(2 * time.Second):
+		}
+		t.cancel()
+		<-t.done
+		<-t.served
+		t.resetAll()
+	})
 }

@@ -125,6 +125,26 @@ func TestTunnelCarriesHTTP(t *testing.T) {
 		t.Error(err)
 	}
 
+	// Every connection that ended is forgotten on the host (no fd, no
+	// goroutine per past connection).
+	noKeepAlive := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for range 50 {
+		res, err := noKeepAlive.Get(base + "/stream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	client.CloseIdleConnections()
+	deadline := time.Now().Add(10 * time.Second)
+	for sb.host.tunnel.openConns() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := sb.host.tunnel.openConns(); n > 0 {
+		t.Errorf("%d connections still open on the host after every client closed", n)
+	}
+
 	if err := sb.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +159,8 @@ func TestTunnelCarriesHTTP(t *testing.T) {
 func TestTunnelRefusesOversizeFrame(t *testing.T) {
 	h := &hostSide{names: []string{serviceModel}, ports: map[string]int{}}
 	pr, pw := io.Pipe()
-	tn := &tunnel{h: h, w: pw, conns: map[uint32]*tunnelConn{}, done: make(chan struct{}), cancel: func() {}}
+	tn := &tunnel{h: h, w: pw, conns: map[uint32]*tunnelConn{}, done: make(chan struct{}), cancel: func() {},
+		out: make(chan []byte, 1), ctl: make(chan []byte, 1), quit: make(chan struct{}), served: make(chan struct{})}
 	go io.Copy(io.Discard, pr)
 	frame := []byte{frameData, 0, 0, 0, 1, 0x7f, 0xff, 0xff, 0xff}
 	done := make(chan struct{})
@@ -152,4 +173,66 @@ func TestTunnelRefusesOversizeFrame(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve kept reading an oversize frame")
 	}
+}
+
+// A proxy that never reads holds a bounded amount of data on the host,
+// its connection is reset after stuckProxy and the sandbox's other
+// connections go on; Close returns at once even while it is stuck.
+func TestTunnelStuckProxy(t *testing.T) {
+	old := stuckProxy
+	stuckProxy = time.Second
+	defer func() { stuckProxy = old }()
+	rt := newTunnelRuntime(t)
+	release := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/stuck", func(w http.ResponseWriter, r *http.Request) { <-release })
+	mux.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	sb, err := NewSandbox(context.Background(), rt, SandboxOptions{Image: "img", Config: DefaultConfig(),
+		services: map[string]http.Handler{serviceModel: mux}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer close(release)
+	base := sb.host.url(serviceModel)
+	go func() { // 64 MiB toward a handler that never reads its body
+		c := &http.Client{Timeout: 30 * time.Second}
+		res, err := c.Post(base+"/stuck", "application/octet-stream", io.LimitReader(zeros{}, 64<<20))
+		if err == nil {
+			res.Body.Close()
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	c := &http.Client{Timeout: 20 * time.Second}
+	res, err := c.Get(base + "/ok")
+	if err != nil {
+		t.Fatalf("another connection behind the stuck one: %v", err)
+	}
+	if b, _ := io.ReadAll(res.Body); string(b) != "ok" {
+		t.Fatalf("other connection read %q", b)
+	}
+	res.Body.Close()
+	go func() { // stuck again, then Close
+		res, err := c.Post(base+"/stuck", "application/octet-stream", io.LimitReader(zeros{}, 64<<20))
+		if err == nil {
+			res.Body.Close()
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- sb.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close hung behind a proxy that does not read")
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }

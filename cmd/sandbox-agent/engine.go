@@ -40,7 +40,7 @@ func connect(ctx context.Context, s settings, policy sandboxagent.ImagePolicy) (
 		if policy == sandboxagent.ImageNever {
 			pull = corev1.PullNever
 		}
-		rt, err := kubernetes.New(ctx, kubernetes.Options{Kubeconfig: s.kubeconfig, Namespace: s.namespace, PullPolicy: pull})
+		rt, err := kubernetes.New(ctx, kubernetes.Options{Kubeconfig: s.kubeconfig, Namespace: s.namespace, PullPolicy: pull, PodPidsLimit: s.podPidsLimit})
 		if err != nil {
 			return nil, err
 		}

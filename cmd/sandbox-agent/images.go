@@ -149,6 +149,11 @@ func (a *app) imageSource(ctx context.Context) (sandboxagent.ImageSource, error)
 		return nil, err
 	}
 	if eng.images == nil {
+		if a.cfg.ImageVerify == sandboxagent.ImageVerifyStrict {
+			// Never a silent downgrade: pinning pods to the recorded
+			// digests is not built yet (TODO.md).
+			return nil, fmt.Errorf("%w: image_verify strict needs a Docker engine to check digests; runtime kubernetes cannot verify them yet", sandboxagent.ErrUnsupportedByRuntime)
+		}
 		return nil, nil // the cluster pulls by imagePullPolicy (image_policy)
 	}
 	tty := false

@@ -36,7 +36,9 @@ func Runtime(t testing.TB) *kubernetes.Runtime {
 	if ns == "" {
 		ns = Namespace
 	}
-	rt, err := kubernetes.New(context.Background(), kubernetes.Options{Namespace: ns, PullPolicy: corev1.PullIfNotPresent})
+	// 50m a sandbox: the 2-core test node holds ~35 sandboxes at once
+	// (the scale round); their limits are the library's defaults.
+	rt, err := kubernetes.New(context.Background(), kubernetes.Options{Namespace: ns, PullPolicy: corev1.PullIfNotPresent, CPURequest: "50m"})
 	if err != nil {
 		testenv.Unavailable(t, "no cluster: %v", err)
 	}

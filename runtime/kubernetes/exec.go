@@ -125,7 +125,7 @@ func (r *Runtime) checkUser(ctx context.Context, id, want string) error {
 	r.usersMu.Unlock()
 	if !ok {
 		var out bytes.Buffer
-		code, err := r.stream(ctx, id, []string{"/bin/sh", "-c", `id -u; id -un 2>/dev/null || echo`}, nil, &out, io.Discard)
+		code, err := r.stream(ctx, id, []string{"/bin/sh", "-c", `id -u; id -un 2>/dev/null || echo`}, nil, &limited{w: &out, n: 4096}, io.Discard)
 		if err != nil {
 			return err
 		}
@@ -152,7 +152,7 @@ const exitNoPath = 90
 // pod's user (owners in the archive apply only when that is root).
 func (r *Runtime) CopyTo(ctx context.Context, id, dir string, tr io.Reader) error {
 	var errb bytes.Buffer
-	code, err := r.stream(ctx, id, []string{"/bin/sh", "-c", `cd -- "$1" 2>/dev/null || exit 90; exec tar -x -f - -p`, "sandbox-agent-copy", dir}, tr, io.Discard, &errb)
+	code, err := r.stream(ctx, id, []string{"/bin/sh", "-c", `cd -- "$1" 2>/dev/null || exit 90; exec tar -x -f - -p`, "sandbox-agent-copy", dir}, tr, io.Discard, &limited{w: &errb, n: 4096})
 	switch {
 	case err != nil:
 		return fmt.Errorf("copy to pod %s: %w", dir, err)

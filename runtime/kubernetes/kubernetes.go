@@ -254,7 +254,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 		return "", classify("create pod", err, nil)
 	}
 	fail := func(err error) (string, error) {
-		_ = r.Remove(context.WithoutCancel(ctx), created.Name)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = r.Remove(rctx, created.Name)
 		return "", err
 	}
 	if secret != nil {
@@ -295,28 +297,33 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (sandboxagent.Containe
 	}
 	st := stateOf(pod)
 	st.PidsLimit = r.podPidsLimit(ctx, pod.Spec.NodeName)
-	if st.NetworkMode == networkIsolated && !r.policyIntact(ctx) {
-		st.NetworkMode = "pod network (policy " + policyName + " missing or changed)"
+	if st.NetworkMode == networkIsolated {
+		if why := r.isolation(ctx, pod.Labels); why != "" {
+			st.NetworkMode = why
+		}
 	}
 	return st, nil
 }
 
-// Kill ends the sandbox at once. A pod's main process cannot be killed
-// from outside (and inside, init ignores SIGKILL from its own
-// namespace), so Kill deletes the pod without a grace period.
+// Kill ends the sandbox. A pod's main process cannot be signalled from
+// outside (and inside, init ignores SIGKILL from its own namespace), so
+// Kill deletes the pod, as Remove does.
 func (r *Runtime) Kill(ctx context.Context, id string) error {
 	return r.Remove(ctx, id)
 }
 
-// Remove deletes the pod (grace period 0) and returns once the API server
-// no longer has it. A missing pod is not an error.
+// Remove deletes the pod and returns once the API server no longer has
+// it, which, with a grace period (of one second: the keepalive watchdog
+// dies at SIGTERM), is once the kubelet reported its containers stopped.
+// A grace period of 0 would be a force deletion: the object goes at once
+// while the containers may still run. A missing pod is not an error.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
 	r.usersMu.Lock()
 	delete(r.users, id)
 	r.usersMu.Unlock()
-	zero := int64(0)
+	grace := int64(podGrace)
 	bg := metav1.DeletePropagationBackground
-	err := r.cs.CoreV1().Pods(r.ns).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &zero, PropagationPolicy: &bg})
+	err := r.cs.CoreV1().Pods(r.ns).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &grace, PropagationPolicy: &bg})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return classify("remove pod", err, nil)
 	}

@@ -181,6 +181,23 @@ func TestCreateWaitsForRunning(t *testing.T) {
 	if st, _ := r.Inspect(ctx, id); st.NetworkMode == "none" {
 		t.Fatal("a loosened policy still reads as network none")
 	}
+	p.Spec.Egress = nil
+	if _, err := cs.NetworkingV1().NetworkPolicies("sb").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := r.Inspect(ctx, id); st.NetworkMode != "none" {
+		t.Fatalf("restored policy reads %q", st.NetworkMode)
+	}
+	// Policies add up: another one selecting every pod and allowing DNS
+	// egress opens the sandbox too.
+	other := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "allow-dns"}, Spec: networkingv1.NetworkPolicySpec{
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}, Egress: []networkingv1.NetworkPolicyEgressRule{{}}}}
+	if _, err := cs.NetworkingV1().NetworkPolicies("sb").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := r.Inspect(ctx, id); !strings.Contains(st.NetworkMode, "allow-dns") {
+		t.Fatalf("another policy opening the sandbox reads %q", st.NetworkMode)
+	}
 	if err := r.Remove(ctx, id); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 )
@@ -74,10 +75,34 @@ func (r *Runtime) ensurePolicy(ctx context.Context) error {
 	return nil
 }
 
-// policyIntact re-reads the policy (someone may have changed it since).
-func (r *Runtime) policyIntact(ctx context.Context) bool {
-	p, err := r.cs.NetworkingV1().NetworkPolicies(r.ns).Get(ctx, policyName, metav1.GetOptions{})
-	return err == nil && intact(p)
+// isolation re-reads the namespace's policies (someone may have changed
+// them since): "" when ours is intact and no other one selecting a pod
+// with these labels lets traffic in or out (policies add up), else what
+// is wrong.
+func (r *Runtime) isolation(ctx context.Context, podLabels map[string]string) string {
+	list, err := r.cs.NetworkingV1().NetworkPolicies(r.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "pod network (the namespace's NetworkPolicies cannot be read: " + err.Error() + ")"
+	}
+	ours := false
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Name == policyName {
+			ours = intact(p)
+			continue
+		}
+		if len(p.Spec.Ingress) == 0 && len(p.Spec.Egress) == 0 {
+			continue // denies only
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+		if err != nil || sel.Matches(labels.Set(podLabels)) {
+			return "pod network (NetworkPolicy " + p.Name + " also selects the sandbox and lets traffic through)"
+		}
+	}
+	if !ours {
+		return "pod network (policy " + policyName + " missing or changed)"
+	}
+	return ""
 }
 
 // probeTimeout is how long the probe's connection may take before it
@@ -103,7 +128,7 @@ func (r *Runtime) checkIsolation(ctx context.Context, pod *corev1.Pod) error {
 	var out, errb bytes.Buffer
 	code, err := r.Exec(ctx, pod.Name, sandboxagent.RuntimeExec{
 		Cmd:    []string{"perl", "-MIO::Socket::INET", "-e", probeScript, target, "10250", strconv.FormatFloat(probeTimeout.Seconds(), 'f', 1, 64)},
-		Stdout: &out, Stderr: &errb,
+		Stdout: &limited{w: &out, n: 256}, Stderr: &limited{w: &errb, n: 4096},
 	})
 	if err != nil {
 		return fmt.Errorf("kubernetes: probe the network policy: %w", err)

@@ -22,6 +22,10 @@ import (
 // containerName is the one container of a sandbox's pod.
 const containerName = "sandbox"
 
+// podGrace is the pods' termination grace period in seconds: not 0, which
+// makes a deletion a force deletion (see Remove).
+const podGrace = 1
+
 // labelNetwork marks pods under the network policy "none"; the
 // namespace's isolation policy selects them.
 const (
@@ -187,7 +191,7 @@ func (r *Runtime) podFor(spec sandboxagent.ContainerSpec) (*corev1.Pod, *corev1.
 		Spec: corev1.PodSpec{
 			Containers:                    []corev1.Container{ctr},
 			RestartPolicy:                 corev1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: ptr(int64(0)),
+			TerminationGracePeriodSeconds: ptr(int64(podGrace)),
 			ActiveDeadlineSeconds:         &deadline,
 			// Init: the pause process is PID 1 and reaps orphans.
 			ShareProcessNamespace:        ptr(spec.Init),
@@ -350,6 +354,10 @@ func startFailure(pod *corev1.Pod) error {
 	}
 	if cs != nil && cs.State.Terminated != nil && cs.State.Terminated.Reason == "OOMKilled" {
 		return &PodError{Pod: pod.Name, Reason: "OOMKilled", Message: cs.State.Terminated.Message, Err: sandboxagent.ErrOutOfMemory}
+	}
+	if pod.Status.Phase == corev1.PodFailed && (cs == nil || cs.State.Terminated == nil) {
+		// Refused by the kubelet (admission, the deadline) before it ran.
+		return &PodError{Pod: pod.Name, Reason: pod.Status.Reason, Message: pod.Status.Message, Err: sandboxagent.ErrContainerNotFound}
 	}
 	return nil
 }
