@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -35,7 +36,7 @@ func connect(ctx context.Context, s settings, policy sandboxagent.ImagePolicy) (
 		// client-go logs a hung-up exec stream (an exec detached on
 		// timeout) through klog to stderr; the command's errors say
 		// what matters.
-		klog.SetLogger(logr.Discard())
+		quietKlog.Do(func() { klog.SetLogger(logr.Discard()) }) // klog's setter is not safe once client-go runs
 		pull := corev1.PullIfNotPresent
 		if policy == sandboxagent.ImageNever {
 			pull = corev1.PullNever
@@ -66,6 +67,8 @@ func dockerEngine(ctx context.Context, host string) (*engine, error) {
 	}
 	return &engine{rt: rt, images: images.NewEngine(rt.Client()), close: rt.Close}, nil
 }
+
+var quietKlog sync.Once
 
 // errNoImageEngine: the images commands build and push with a Docker (or
 // Podman) engine, which the kubernetes runtime does not have.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,6 +85,12 @@ func (r *Runtime) stream(ctx context.Context, id string, argv []string, stdin io
 	})
 	if err != nil {
 		return -1, fmt.Errorf("exec: %w", err)
+	}
+	if stdout != nil && stderr != nil {
+		// client-go copies the two streams from two goroutines; callers
+		// (as with every engine) may pass one writer for both.
+		var mu sync.Mutex
+		stdout, stderr = &lockedWriter{mu: &mu, w: stdout}, &lockedWriter{mu: &mu, w: stderr}
 	}
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	if err == nil {
@@ -200,6 +207,18 @@ func (r *Runtime) CopyFrom(ctx context.Context, id, p string) (io.ReadCloser, er
 		return nil, err
 	}
 	return &readCloser{Reader: br, close: func() error { cancel(); return pr.Close() }}, nil
+}
+
+// lockedWriter serialises writes of two streams that may share a writer.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 type readCloser struct {
