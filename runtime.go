@@ -172,6 +172,8 @@ type RuntimeFeatures struct {
 }
 
 // FeatureReporter is implemented by a Runtime that lacks some features.
+// A wrapper around a Runtime must pass them on (as LimitStarts does:
+// Features() { return FeaturesOf(inner) }), or it claims them all.
 type FeatureReporter interface {
 	Features() RuntimeFeatures
 }

@@ -154,6 +154,12 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		ns = "default"
 	}
 	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		// client-go's default (5 requests/s, bursts of 10) queued a
+		// 30-sandbox round behind itself; the API server has its own
+		// priority and fairness.
+		cfg.QPS, cfg.Burst = 100, 200
+	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w: %w", sandboxagent.ErrEngineUnavailable, err)
