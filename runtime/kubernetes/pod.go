@@ -362,23 +362,14 @@ func startFailure(pod *corev1.Pod) error {
 	return nil
 }
 
-// podFailure is the pod's fatal state as a *PodError, or nil.
+// podFailure is the pod's fatal state as a *PodError, or nil: what
+// keeps it from running, or a main process that ended.
 func podFailure(pod *corev1.Pod) error {
-	if pod.Status.Reason == "Evicted" {
-		return &PodError{Pod: pod.Name, Reason: "Evicted", Message: pod.Status.Message, Err: ErrEvicted}
+	if err := startFailure(pod); err != nil {
+		return err
 	}
-	cs := mainStatus(pod)
-	if cs != nil && cs.State.Waiting != nil && imageReasons[cs.State.Waiting.Reason] {
-		return &PodError{Pod: pod.Name, Reason: cs.State.Waiting.Reason, Message: cs.State.Waiting.Message, Err: sandboxagent.ErrImageNotFound}
-	}
-	if cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason == "CreateContainerConfigError" {
-		return &PodError{Pod: pod.Name, Reason: cs.State.Waiting.Reason, Message: cs.State.Waiting.Message, Err: sandboxagent.ErrInvalidArgument}
-	}
-	if cs != nil && cs.State.Terminated != nil {
+	if cs := mainStatus(pod); cs != nil && cs.State.Terminated != nil {
 		t := cs.State.Terminated
-		if t.Reason == "OOMKilled" {
-			return &PodError{Pod: pod.Name, Reason: t.Reason, Message: t.Message, Err: sandboxagent.ErrOutOfMemory}
-		}
 		return &PodError{Pod: pod.Name, Reason: t.Reason, Message: fmt.Sprintf("main process exited %d", t.ExitCode), Err: sandboxagent.ErrContainerNotFound}
 	}
 	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
