@@ -536,7 +536,9 @@ type execSpan struct {
 
 // Features passes the wrapped runtime's on (a wrapper that does not
 // would make the Sandbox ask a Kubernetes runtime for bind mounts).
-func (t *timedRuntime) Features() sandboxagent.RuntimeFeatures { return sandboxagent.FeaturesOf(t.Runtime) }
+func (t *timedRuntime) Features() sandboxagent.RuntimeFeatures {
+	return sandboxagent.FeaturesOf(t.Runtime)
+}
 
 func newTimedRuntime(rt sandboxagent.Runtime) *timedRuntime {
 	return &timedRuntime{Runtime: rt, create: map[string]time.Time{}, sbs: map[string]*sandboxSpans{}}
