@@ -155,11 +155,19 @@ func (r *Runtime) checkUser(ctx context.Context, id, want string) error {
 // exitNoPath is what the copy scripts exit with when the path is missing.
 const exitNoPath = 90
 
+// copyInScript extracts stdin into $1. Whatever happens it reads stdin to
+// the end before it exits: a command that exits while the client still
+// sends (a missing folder, a tar that failed) left client-go's exec
+// stream waiting until the copy's timeout.
+const copyInScript = `if cd -- "$1" 2>/dev/null; then tar -x -f - -p; rc=$?; else rc=90; fi
+cat >/dev/null
+exit "$rc"`
+
 // CopyTo extracts a tar stream into dir with the image's tar, as the
 // pod's user (owners in the archive apply only when that is root).
 func (r *Runtime) CopyTo(ctx context.Context, id, dir string, tr io.Reader) error {
 	var errb bytes.Buffer
-	code, err := r.stream(ctx, id, []string{"/bin/sh", "-c", `cd -- "$1" 2>/dev/null || exit 90; exec tar -x -f - -p`, "sandbox-agent-copy", dir}, tr, io.Discard, &limited{w: &errb, n: 4096})
+	code, err := r.stream(ctx, id, []string{"/bin/sh", "-c", copyInScript, "sandbox-agent-copy", dir}, tr, io.Discard, &limited{w: &errb, n: 4096})
 	switch {
 	case err != nil:
 		return fmt.Errorf("copy to pod %s: %w", dir, err)
