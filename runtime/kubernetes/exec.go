@@ -86,12 +86,18 @@ func (r *Runtime) stream(ctx context.Context, id string, argv []string, stdin io
 	if err != nil {
 		return -1, fmt.Errorf("exec: %w", err)
 	}
-	if stdout != nil && stderr != nil {
-		// client-go copies the two streams from two goroutines; callers
-		// (as with every engine) may pass one writer for both.
-		var mu sync.Mutex
-		stdout, stderr = &lockedWriter{mu: &mu, w: stdout}, &lockedWriter{mu: &mu, w: stderr}
+	// client-go copies the two streams from two goroutines, which callers
+	// (as with every engine) may give one writer; and on a cancelled
+	// context it returns before they stop. One lock serialises them, and
+	// nothing is written once stream has returned.
+	gate := &writeGate{}
+	if stdout != nil {
+		stdout = &lockedWriter{g: gate, w: stdout}
 	}
+	if stderr != nil {
+		stderr = &lockedWriter{g: gate, w: stderr}
+	}
+	defer gate.close()
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	if err == nil {
 		return 0, nil
@@ -217,15 +223,32 @@ func (r *Runtime) CopyFrom(ctx context.Context, id, p string) (io.ReadCloser, er
 	return &readCloser{Reader: br, close: func() error { cancel(); return pr.Close() }}, nil
 }
 
-// lockedWriter serialises writes of two streams that may share a writer.
+// writeGate is the lock of one exec's output writers, closed when the
+// exec returns.
+type writeGate struct {
+	mu     sync.Mutex
+	closed bool
+}
+
+func (g *writeGate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+}
+
+// lockedWriter writes under its gate, and drops what comes after it
+// closed.
 type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
+	g *writeGate
+	w io.Writer
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.g.mu.Lock()
+	defer l.g.mu.Unlock()
+	if l.g.closed {
+		return 0, io.ErrClosedPipe
+	}
 	return l.w.Write(p)
 }
 
