@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -353,12 +354,11 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 func (r *Runtime) List(ctx context.Context, want map[string]string) ([]sandboxagent.ContainerState, error) {
 	sel := labels.NewSelector()
 	for k, v := range want {
-		op := "="
-		vals := []string{v}
+		op, vals := selection.Equals, []string{v}
 		if v == "" {
-			op, vals = "exists", nil
+			op, vals = selection.Exists, nil
 		}
-		req, err := labels.NewRequirement(k, selectionOp(op), vals)
+		req, err := labels.NewRequirement(k, op, vals)
 		if err != nil {
 			return nil, fmt.Errorf("list pods: %w: label %q: %w", sandboxagent.ErrInvalidArgument, k, err)
 		}

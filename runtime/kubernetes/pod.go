@@ -3,8 +3,10 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/selection"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 )
@@ -32,13 +33,6 @@ const (
 	labelNetwork    = "sandbox-agent.network"
 	networkIsolated = "none"
 )
-
-func selectionOp(op string) selection.Operator {
-	if op == "exists" {
-		return selection.Exists
-	}
-	return selection.Equals
-}
 
 // dnsLabel is what a pod name must be (RFC 1123 label).
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
@@ -152,7 +146,7 @@ func (r *Runtime) podFor(spec sandboxagent.ContainerSpec) (*corev1.Pod, *corev1.
 		aliases = append(aliases, corev1.HostAlias{IP: ip, Hostnames: []string{name}})
 	}
 	var volumes []corev1.Volume
-	for i, mnt := range sortedKeys(spec.Tmpfs) {
+	for i, mnt := range slices.Sorted(maps.Keys(spec.Tmpfs)) {
 		size, err := tmpfsSize(spec.Tmpfs[mnt])
 		if err != nil {
 			return unsupported("tmpfs "+mnt, err.Error())
@@ -250,19 +244,6 @@ func tmpfsSize(opts string) (*resource.Quantity, error) {
 		}
 	}
 	return size, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j] < out[j-1]; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	return out
 }
 
 func ptr[T any](v T) *T { return &v }
