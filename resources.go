@@ -115,8 +115,14 @@ func (s *Sandbox) died(ctx context.Context, cmd string) error {
 	for range 10 {
 		st, err := s.rt.Inspect(ctx, s.id)
 		switch {
-		case errors.Is(err, ErrContainerNotFound) || (err == nil && !st.Running):
-			return fmt.Errorf("%s: the sandbox's container died while the command ran: %w", cmd, ErrContainerNotFound)
+		case errors.Is(err, ErrContainerNotFound):
+			return fmt.Errorf("%s: the sandbox's container died while the command ran: %w", cmd, err)
+		case err == nil && !st.Running:
+			how := fmt.Sprintf("status %s, exit code %d", st.Status, st.ExitCode)
+			if st.OOMKilled {
+				how += ", killed for memory"
+			}
+			return fmt.Errorf("%s: the sandbox's container died while the command ran (%s): %w", cmd, how, ErrContainerNotFound)
 		case errors.Is(err, ErrEngineUnavailable):
 			return fmt.Errorf("%s: the container engine went away while the command ran: %w", cmd, err)
 		case err != nil:

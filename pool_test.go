@@ -1,0 +1,210 @@
+package sandboxagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// poolRuntime is a fakeRuntime whose containers have ids of their own and
+// can be made to vanish.
+type poolRuntime struct {
+	*fakeRuntime
+	mu    sync.Mutex
+	n     int
+	specs map[string]ContainerSpec
+	gone  map[string]bool
+}
+
+func newPoolRuntime() *poolRuntime {
+	return &poolRuntime{fakeRuntime: cliRuntime(func(string) (string, string, int) { return `{"text":"pong"}` + "\n", "", 0 }),
+		specs: map[string]ContainerSpec{}, gone: map[string]bool{}}
+}
+
+func (p *poolRuntime) Create(ctx context.Context, spec ContainerSpec) (string, error) {
+	if _, err := p.fakeRuntime.Create(ctx, spec); err != nil {
+		return "", err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n++
+	id := fmt.Sprintf("c%d", p.n)
+	p.specs[id] = spec
+	return id, nil
+}
+
+func (p *poolRuntime) Inspect(_ context.Context, id string) (ContainerState, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gone[id] {
+		return ContainerState{}, fmt.Errorf("inspect %s: %w", id, ErrContainerNotFound)
+	}
+	return recorded(p.specs[id]), nil
+}
+
+func (p *poolRuntime) Remove(ctx context.Context, id string) error {
+	p.mu.Lock()
+	p.gone[id] = true
+	p.mu.Unlock()
+	return p.fakeRuntime.Remove(ctx, id)
+}
+
+func (p *poolRuntime) removedIDs() []string {
+	p.fakeRuntime.mu.Lock()
+	defer p.fakeRuntime.mu.Unlock()
+	return slices.Clone(p.fakeRuntime.removed)
+}
+
+var quiet = WithLogger(slog.New(slog.DiscardHandler))
+
+func poolConfig(t *testing.T) Config {
+	cfg := DefaultConfig()
+	cfg.AuditRoot = filepath.Join(t.TempDir(), "audit")
+	cfg.Egress = EgressOpen // fakeDriver is not a ModelRouter
+	return cfg
+}
+
+func waitReady(t *testing.T, p *Pool, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Wait(ctx, n); err != nil {
+		t.Fatalf("pool never had %d ready: %v (stats %+v, last error %v)", n, err, p.Stats(), p.Err())
+	}
+}
+
+func TestPoolHandsOutFreshAgentsAndRefills(t *testing.T) {
+	rt := newPoolRuntime()
+	p, err := NewPool(rt, &fakeDriver{key: "k"}, 2, WithConfig(poolConfig(t)), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, p, 2)
+	ctx := context.Background()
+	seen := map[string]bool{}
+	var out []*Agent
+	for range 5 {
+		waitReady(t, p, 1)
+		a, err := p.Start(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[a.sb.id] {
+			t.Fatalf("sandbox %s handed out twice", a.sb.id)
+		}
+		seen[a.sb.id] = true
+		out = append(out, a)
+	}
+	if s := p.Stats(); s.Hits != 5 || s.Misses != 0 {
+		t.Errorf("stats %+v: want 5 hits, no miss", s)
+	}
+	// A handed-out agent works as any other.
+	if reply, err := out[0].Ask(ctx, "hi"); err != nil || reply != "pong" {
+		t.Errorf("Ask on a pooled agent: %q %v", reply, err)
+	}
+	waitReady(t, p, 2)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	removed := rt.removedIDs()
+	for _, a := range out {
+		if slices.Contains(removed, a.sb.id) {
+			t.Errorf("Close removed %s, an agent handed out", a.sb.id)
+		}
+	}
+	if len(removed) != 2 {
+		t.Errorf("Close removed %v; want the 2 ready ones", removed)
+	}
+	if _, err := p.Start(ctx); !errors.Is(err, ErrPoolClosed) {
+		t.Errorf("Start after Close: %v, want ErrPoolClosed", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	for _, a := range out {
+		a.Close()
+	}
+}
+
+func TestPoolRetiresGoneSandboxes(t *testing.T) {
+	rt := newPoolRuntime()
+	p, err := NewPool(rt, &fakeDriver{key: "k"}, 2, WithConfig(poolConfig(t)), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	waitReady(t, p, 2)
+	p.mu.Lock()
+	fresh := p.ready[len(p.ready)-1].a.sb.id
+	other := p.ready[0].a.sb.id
+	p.mu.Unlock()
+	rt.mu.Lock()
+	rt.gone[fresh] = true // removed behind the pool's back
+	rt.mu.Unlock()
+	a, err := p.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if a.sb.id != other {
+		t.Errorf("handed out %s; want %s (the one still running)", a.sb.id, other)
+	}
+	if s := p.Stats(); s.Retired != 1 || s.Hits != 1 {
+		t.Errorf("stats %+v: want one retired, one hit", s)
+	}
+}
+
+func TestPoolBackgroundFailure(t *testing.T) {
+	rt := newPoolRuntime()
+	boom := fmt.Errorf("create: %w", ErrImageNotFound)
+	var creates int
+	rt.createErr = func(ContainerSpec) error { creates++; return boom }
+	p, err := NewPool(rt, &fakeDriver{key: "k"}, 3, WithConfig(poolConfig(t)), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An empty pool starts in the caller: the caller sees the error.
+	if _, err := p.Start(context.Background()); !errors.Is(err, ErrImageNotFound) {
+		t.Errorf("Start on a failing pool: %v, want ErrImageNotFound", err)
+	}
+	time.Sleep(time.Second)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := p.Stats()
+	if s.Misses != 1 || s.Failed < 3 || !errors.Is(p.Err(), ErrImageNotFound) {
+		t.Errorf("stats %+v, last error %v: want one miss, the failures counted and kept", s, p.Err())
+	}
+	// Backoff: 3 slots retrying for a second at 250 ms, 500 ms, ... is a
+	// handful of creates, not a loop.
+	rt.fakeRuntime.mu.Lock()
+	n := creates
+	rt.fakeRuntime.mu.Unlock()
+	if n > 3*3+1 {
+		t.Errorf("%d creates in a second of failures: no backoff", n)
+	}
+}
+
+func TestPoolInvalid(t *testing.T) {
+	rt := newPoolRuntime()
+	for name, tc := range map[string]struct {
+		size int
+		opts []AgentOption
+	}{
+		"size 0":     {0, nil},
+		"fixed name": {2, []AgentOption{WithSandbox(func(o *SandboxOptions) { o.Name = "mine" })}},
+	} {
+		if _, err := NewPool(rt, &fakeDriver{}, tc.size, tc.opts...); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if _, err := NewPool(nil, &fakeDriver{}, 1); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("nil runtime: %v", err)
+	}
+}
