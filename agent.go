@@ -5,12 +5,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/audit"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 )
+
+// unknownSessionPrefix starts the session id of a turn whose CLI never
+// named its session.
+const unknownSessionPrefix = "unknown-"
 
 // Agent is one agent CLI living in one sandbox, driven turn by turn.
 // Methods may be called from several goroutines; turns run one at a time.
@@ -289,7 +294,9 @@ func (a *Agent) Stream(ctx context.Context, prompt string, fn func(Event)) (Turn
 	a.setInTurn(true)
 	defer a.setInTurn(false)
 	res, err := t.run(ctx)
-	if res.SessionID != "" {
+	// A made-up id (the CLI died before naming its session) names only the
+	// audit folder: the next turn must not ask the CLI to resume it.
+	if res.SessionID != "" && !strings.HasPrefix(res.SessionID, unknownSessionPrefix) {
 		a.session = res.SessionID
 	}
 	t.finish(res, err)

@@ -51,7 +51,24 @@ type Traits struct {
 	Usage    bool // reports token usage
 	// Deltas: text arrives in fragments while the model writes.
 	Deltas bool
+	// Abort is how a turn whose context is cancelled is stopped.
+	Abort AbortMode
 }
+
+// AbortMode says how a cancelled turn stops (Traits.Abort). Either way the
+// turn returns the context's error with the events so far, and the next
+// turn continues the session.
+type AbortMode string
+
+const (
+	// AbortKill: the CLI's process tree is killed; the next turn resumes
+	// the session from what the CLI had saved (the aborted turn's prompt
+	// and the model's answers so far).
+	AbortKill AbortMode = "kill"
+	// AbortInterrupt: the CLI's own protocol interrupts the turn and its
+	// process lives on.
+	AbortInterrupt AbortMode = "interrupt"
+)
 
 // Forker is a Driver that can copy a session.
 type Forker interface {
@@ -95,6 +112,8 @@ type Capabilities struct {
 	Usage    bool // reports token usage
 	// Deltas: text arrives in fragments while the model writes.
 	Deltas bool
+	// Abort is how a turn whose context is cancelled is stopped.
+	Abort AbortMode
 }
 
 // CapabilitiesOf says which optional behaviours d supports: its Traits,
@@ -108,7 +127,7 @@ func CapabilitiesOf(d Driver) Capabilities {
 	_, sessions := d.(SessionStore)
 	return Capabilities{
 		Continue: t.Continue, Fork: fork, Skills: skills, Rules: rules, Sessions: sessions,
-		Thinking: t.Thinking, Usage: t.Usage, Deltas: t.Deltas,
+		Thinking: t.Thinking, Usage: t.Usage, Deltas: t.Deltas, Abort: t.Abort,
 	}
 }
 

@@ -137,7 +137,7 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 	if t.session == "" && t.lines > 0 {
 		// The CLI never named its session (it crashed early, say): keep
 		// its output under the container's name.
-		t.setSession("unknown-" + a.sb.Name())
+		t.setSession(unknownSessionPrefix + a.sb.Name())
 	}
 	res.SessionID = t.session
 	done := Payload{Text: res.Reply}

@@ -59,7 +59,7 @@ var _ sandboxagent.Driver = (*Driver)(nil)
 // ~/.claude/CLAUDE.md, skills ~/.claude/skills/<name>/.
 func New(o Options) *Driver {
 	return &Driver{
-		Identity:     kit.NewIdentity("claude", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true}),
+		Identity:     kit.NewIdentity("claude", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortKill}),
 		Instructions: kit.Instructions{Files: sh, RulesFile: rulesFile, SkillsDir: skillsDir, Mode: kit.PlainFiles},
 		o:            o,
 	}

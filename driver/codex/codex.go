@@ -83,7 +83,7 @@ var _ sandboxagent.Driver = (*Driver)(nil)
 // executable.
 func New(o Options) *Driver {
 	d := &Driver{
-		Identity: kit.NewIdentity("codex", o.Image, sandboxagent.Traits{Continue: true, Thinking: true, Usage: true}),
+		Identity: kit.NewIdentity("codex", o.Image, sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortKill}),
 		o:        o,
 	}
 	d.Instructions = kit.Instructions{Files: d.sh(), RulesFile: "AGENTS.md", SkillsDir: "skills", Mode: kit.ExecScripts}

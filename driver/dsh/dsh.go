@@ -101,7 +101,7 @@ var _ sandboxagent.Driver = (*Driver)(nil)
 // $DSH_HOME/skills/<name>/.
 func New(o Options) *Driver {
 	return &Driver{
-		Identity:     kit.NewIdentity("dsh", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Deltas: true}),
+		Identity:     kit.NewIdentity("dsh", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Deltas: true, Abort: sandboxagent.AbortKill}),
 		Instructions: kit.Instructions{Files: sh, RulesFile: rulesFile, SkillsDir: skillsDir, Mode: kit.PlainFiles},
 		o:            o,
 	}

@@ -62,7 +62,7 @@ func New(o Options) *Driver {
 	}
 	// The tag from versions.json; everything but deltas (opencode's JSON
 	// output prints only finished parts).
-	return &Driver{Identity: kit.NewIdentity("opencode", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true}), o: o}
+	return &Driver{Identity: kit.NewIdentity("opencode", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortKill}), o: o}
 }
 
 // Secrets returns the API key.

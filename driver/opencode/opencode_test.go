@@ -87,7 +87,7 @@ func TestCommand(t *testing.T) {
 func TestCapabilitiesAndSecrets(t *testing.T) {
 	d := New(Options{BaseURL: "http://x", APIKey: "sk-1"})
 	drivertest.CheckBasics(t, d, New(Options{Provider: "p"}), "opencode", "sk-1")
-	want := sandboxagent.Capabilities{Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true, Thinking: true, Usage: true}
+	want := sandboxagent.Capabilities{Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortKill}
 	if sandboxagent.CapabilitiesOf(d) != want {
 		t.Errorf("%+v", sandboxagent.CapabilitiesOf(d))
 	}

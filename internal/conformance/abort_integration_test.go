@@ -1,0 +1,97 @@
+//go:build integration
+
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
+	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+)
+
+const abortPrompt = "ABORT-PROMPT-4b8 run the long command"
+
+// TestConformanceAbort: cancelling a turn's context while the CLI runs a
+// long tool call ends the turn at once with the context's error and the
+// events so far; the next turn continues the same session (its request
+// carries the aborted turn's prompt) and answers.
+func TestConformanceAbort(t *testing.T) {
+	for _, name := range drivers.Names() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := drivertest.FakeModel(t, fakemodel.Script{Responses: []fakemodel.Step{
+				// Not sleep: claude refuses a long sleep in its shell tool.
+				{Tool: "shell", Command: "tail -f /dev/null"},
+				{Text: "AFTER-ABORT"},
+			}})
+			drv := drivers.All()[name](drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
+			cfg := testenv.Config()
+			cfg.AuditRoot = drivertest.AuditRoot(t)
+			cfg.Timeouts.Ask = 5 * time.Minute
+			a := drivertest.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
+			if tr := drv.Traits(); tr.Abort == "" {
+				t.Errorf("Traits.Abort is empty")
+			}
+
+			// /proc, not ps: not every image has procps.
+			scan := `for p in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$p"; echo; done 2>/dev/null | grep -c '^tail -f /dev/null' || true`
+			running := func() string {
+				out, err := a.Container().Exec(context.Background(), []string{"sh", "-c", scan})
+				if err != nil {
+					return err.Error()
+				}
+				return strings.TrimSpace(string(out.Stdout))
+			}
+			// Cancel while the CLI runs the tool (seen in the sandbox:
+			// also the proof that the scan below sees it).
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var cancelled time.Time
+			var seen string
+			go func() {
+				deadline := time.Now().Add(3 * time.Minute)
+				for seen = running(); seen != "1" && time.Now().Before(deadline); seen = running() {
+					time.Sleep(200 * time.Millisecond)
+				}
+				cancelled = time.Now()
+				cancel()
+			}()
+			r1, err := a.Stream(ctx, abortPrompt, nil)
+			took := time.Since(cancelled)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("aborted turn: %v, want context.Canceled (reply %q)", err, r1.Reply)
+			}
+			if seen != "1" {
+				t.Fatalf("the tool never ran in the sandbox (scan: %q)", seen)
+			}
+			t.Logf("abort latency (cancel → Stream returned): %v", took.Round(time.Millisecond))
+			if len(r1.Events) == 0 || r1.Events[len(r1.Events)-1].Kind != sandboxagent.KindDone {
+				t.Errorf("aborted turn's events %+v: want those so far and a done", r1.Events)
+			}
+			if n := running(); n != "0" {
+				t.Errorf("after the abort, processes of the tool: %q; want 0", n)
+			}
+
+			n := len(srv.Requests())
+			ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel2()
+			r2, err := a.Stream(ctx2, "CONTINUE-PROMPT go on", nil)
+			if err != nil || r2.Reply != "AFTER-ABORT" {
+				t.Fatalf("turn after the abort: %q, %v", r2.Reply, err)
+			}
+			if r1.SessionID != "" && !strings.HasPrefix(r1.SessionID, "unknown-") && r2.SessionID != r1.SessionID {
+				t.Errorf("sessions %q then %q: the aborted session was not continued", r1.SessionID, r2.SessionID)
+			}
+			if body := drivertest.RequestText(t, srv, n); !strings.Contains(body, "ABORT-PROMPT-4b8") {
+				t.Errorf("the request after the abort lacks the aborted turn's prompt: the session was not continued")
+			}
+		})
+	}
+}

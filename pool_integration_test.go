@@ -1,0 +1,148 @@
+//go:build integration
+
+package sandboxagent_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
+	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+)
+
+// poolAgent is what the pool tests and benchmarks start: a real CLI
+// (codex: the least CPU per turn) through the model proxy to a fake model.
+func poolAgent(tb testing.TB) (sandboxagent.Driver, []sandboxagent.AgentOption) {
+	tb.Helper()
+	key := "sk-pool-" + randHex(8)
+	srv, err := fakemodel.New(fakemodel.Script{ExpectKey: key}, fakemodel.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := srv.Start("127.0.0.1:0"); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { srv.Close() })
+	drv, err := drivers.New("codex", drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: key, Provider: "sandbox"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg := testenv.Config()
+	cfg.AuditRoot = filepath.Join(tb.TempDir(), "audit")
+	return drv, []sandboxagent.AgentOption{sandboxagent.WithConfig(cfg)}
+}
+
+// The pool hands out started agents that answer, never the same sandbox
+// twice, and Close removes the ready ones from the engine but not those
+// handed out.
+func TestIntegrationPool(t *testing.T) {
+	rt := testenv.Runtime(t)
+	drv, opts := poolAgent(t)
+	p, err := sandboxagent.NewPool(rt, drv, 2, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := p.Wait(ctx, 2); err != nil {
+		if errors.Is(p.Err(), sandboxagent.ErrImageNotFound) {
+			testenv.Unavailable(t, "codex image missing (bash .ci/setup): %v", p.Err())
+		}
+		t.Fatalf("pool not ready: %v (last start: %v)", err, p.Err())
+	}
+	a, err := p.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := p.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if a.Container().ID() == b.Container().ID() {
+		t.Fatalf("one sandbox handed out twice: %s", a.Container().ID())
+	}
+	for _, ag := range []*sandboxagent.Agent{a, b} {
+		if reply, err := ag.Ask(ctx, "reply DONE"); err != nil || reply != fakemodel.DoneText {
+			t.Errorf("pooled agent %s: %q %v", ag.Container().Name(), reply, err)
+		}
+	}
+	if err := p.Wait(ctx, 2); err != nil {
+		t.Fatalf("not refilled: %v (last start: %v)", err, p.Err())
+	}
+	if s := p.Stats(); s.Hits != 2 || s.Misses != 0 || s.Ready != 2 {
+		t.Errorf("stats %+v: want 2 hits, 2 ready", s)
+	}
+	before, err := rt.List(ctx, map[string]string{sandboxagent.LabelManaged: "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := rt.List(ctx, map[string]string{sandboxagent.LabelManaged: "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before)-len(after) != 2 {
+		t.Errorf("Close removed %d sandboxes, want the 2 ready ones", len(before)-len(after))
+	}
+	for _, ag := range []*sandboxagent.Agent{a, b} {
+		if st, err := ag.Container().Inspect(ctx); err != nil || !st.Running {
+			t.Errorf("handed-out sandbox %s after the pool closed: %+v %v", ag.Container().Name(), st, err)
+		}
+	}
+}
+
+// Agent start, cold (sandboxagent.Start: create, verify, start, the CLI's
+// setup) against from a warm pool (Pool.Start with an agent ready: one
+// engine round trip). The wait for the refill and the Close are outside
+// the timer. Run with
+//
+//	go test -tags integration -run '^$' -bench '^BenchmarkAgentStart$' -benchtime 20x .
+func BenchmarkAgentStart(b *testing.B) {
+	rt := testenv.Runtime(b)
+	drv, opts := poolAgent(b)
+	ctx := context.Background()
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			a, err := sandboxagent.Start(ctx, rt, drv, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			a.Close()
+			b.StartTimer()
+		}
+	})
+	b.Run("pool", func(b *testing.B) {
+		p, err := sandboxagent.NewPool(rt, drv, 1, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		for b.Loop() {
+			b.StopTimer()
+			if err := p.Wait(ctx, 1); err != nil {
+				b.Fatal(err, p.Err())
+			}
+			b.StartTimer()
+			a, err := p.Start(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			a.Close()
+			b.StartTimer()
+		}
+		if s := p.Stats(); s.Misses != 0 {
+			b.Errorf("%d starts missed the pool", s.Misses)
+		}
+	})
+}
