@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/audit"
@@ -27,6 +28,8 @@ type Agent struct {
 	cfg   Config
 	audit bool
 	log   *slog.Logger
+
+	srv atomic.Pointer[cliServer] // the long-lived CLI process (LongLived drivers)
 
 	proxy *modelproxy.Proxy // nil when the CLI holds its own key (EgressOpen, unroutable driver)
 	net   *networkLog
@@ -211,6 +214,13 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	return a, nil
 }
 
+// longLived is the driver's long-lived mode, unless the configuration
+// asks for a CLI per turn.
+func (a *Agent) longLived() (LongLived, bool) {
+	ll, ok := a.drv.(LongLived)
+	return ll, ok && !a.cfg.PerTurn
+}
+
 // Container is the sandbox the agent runs in (exec, files, downloads).
 func (a *Agent) Container() *Sandbox { return a.sb }
 
@@ -242,6 +252,10 @@ func (a *Agent) SetSession(id string) {
 func (a *Agent) Close() error {
 	if a.proxy != nil {
 		a.proxy.Revoke()
+	}
+	// Not under mu: Close must not wait for a running turn.
+	if s := a.srv.Swap(nil); s != nil {
+		s.closeForRemoval()
 	}
 	err := a.sb.Close()
 	if a.net != nil {
@@ -298,6 +312,9 @@ func (a *Agent) Stream(ctx context.Context, prompt string, fn func(Event)) (Turn
 	// audit folder: the next turn must not ask the CLI to resume it.
 	if res.SessionID != "" && !strings.HasPrefix(res.SessionID, unknownSessionPrefix) {
 		a.session = res.SessionID
+		if s := a.srv.Load(); s != nil {
+			s.session = a.session // the session the long-lived process is on now
+		}
 	}
 	t.finish(res, err)
 	return res, err

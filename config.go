@@ -49,6 +49,10 @@ type Config struct {
 	// AllowHosts are reachable through the egress proxy (SandboxOptions).
 	AllowHosts []string
 
+	// PerTurn starts the agent CLI afresh for every turn even when its
+	// driver has a long-lived mode (LongLived), which agents use by default.
+	PerTurn bool
+
 	// Audit trail of agent sessions.
 	AuditEnabled       bool
 	AuditRoot          string
@@ -115,6 +119,7 @@ var configKeys = []configfile.Key[Config]{
 		return err
 	}},
 	configfile.List("allow_hosts", "SANDBOX_AGENT_ALLOW_HOSTS", func(c *Config) *[]string { return &c.AllowHosts }, CheckAllowHosts),
+	configfile.Bool("per_turn", "SANDBOX_AGENT_PER_TURN", func(c *Config) *bool { return &c.PerTurn }),
 	configfile.Bool("audit", "SANDBOX_AGENT_AUDIT", func(c *Config) *bool { return &c.AuditEnabled }),
 	configfile.String("audit_root", "SANDBOX_AGENT_AUDIT_ROOT", func(c *Config) *string { return &c.AuditRoot }),
 	configfile.Int("audit_retention_days", 0, func(c *Config, n int64) { c.AuditRetentionDays = int(n) }),

@@ -92,7 +92,13 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 	if inv.Stdin != nil {
 		req.Stdin = bytes.NewReader(inv.Stdin)
 	}
-	xres, xerr := a.sb.Run(ctx, req)
+	var xres ExecResult
+	var xerr error
+	if ll, ok := a.longLived(); ok {
+		xres, xerr = a.serveTurn(ctx, ll, t)
+	} else {
+		xres, xerr = a.sb.Run(ctx, req)
+	}
 	lines.flush()
 	a.setInTurn(false) // no egress denial joins the turn after this
 	t.emitDenied()
@@ -106,7 +112,7 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 		if xerr != nil { // a limit hit on the way, say
 			err = fmt.Errorf("%w; %w", err, xerr)
 		}
-	case xerr != nil:
+	case xerr != nil && !errors.Is(xerr, ErrCLIExited):
 		err = fmt.Errorf("%s turn: %w", a.drv.Name(), xerr)
 	case (xres.ExitCode == 126 || xres.ExitCode == 127) && t.lines < t.firstLine:
 		err = fmt.Errorf("%s: %w (image %s): %s", a.drv.Name(), ErrCLIMissing, a.image, strings.TrimSpace(stderr))
@@ -127,9 +133,16 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 				de.Stderr = stderr
 			}
 			de.Message = t.redact(de.Message)
+			if de.Err == nil && errors.Is(xerr, ErrCLIExited) {
+				de.Err = ErrCLIExited
+			}
 			err = de
 		case ferr != nil:
 			err = ferr
+		case xerr != nil:
+			// A long-lived CLI that died before the turn's end, which its
+			// output did not explain.
+			err = fmt.Errorf("%s turn: %w", a.drv.Name(), xerr)
 		case t.lines < t.firstLine && out.Reply == "":
 			err = &DriverError{Driver: a.drv.Name(), Message: ErrNoOutput.Error(), ExitCode: xres.ExitCode, Stderr: stderr, Err: ErrNoOutput}
 		}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
@@ -41,6 +42,12 @@ type line struct {
 	Success      *bool  `json:"success"`
 	FinalError   string `json:"finalError"`
 	Error        string `json:"error"`
+
+	// --mode rpc command responses
+	Command string `json:"command"`
+	Data    *struct {
+		SessionID string `json:"sessionId"`
+	} `json:"data"`
 }
 
 type message struct {
@@ -91,12 +98,36 @@ type parser struct {
 	retryFail  string // auto_retry_end success:false finalError
 	usage      usage  // summed over the assistant messages of the current agent run
 	extraLines []string
+
+	// --mode rpc: what tells the end of a turn (Ended)
+	agentEnded bool // an agent run ended and no retry started since
+	final      bool // nothing follows: the prompt was refused, or retries are over
+}
+
+// retrySettle is how long an agent run that ended in an error waits for
+// pi's auto_retry_start before the turn is taken as over: pi decides on a
+// retry right after it printed agent_end.
+const retrySettle = 1500 * time.Millisecond
+
+// Ended tells the end of a --mode rpc turn: an agent run that ended
+// (after an API error, unless a retry starts within retrySettle), a
+// refused prompt, or retries exhausted.
+func (p *parser) Ended() (bool, time.Duration) {
+	switch {
+	case p.final:
+		return true, 0
+	case !p.agentEnded:
+		return false, 0
+	case p.lastStop == "error":
+		return true, retrySettle
+	}
+	return true, 0
 }
 
 // Events that need no event of their own: lifecycle frames, and messages
 // whose content is reported elsewhere.
 var quiet = map[string]bool{
-	"agent_start": true, "turn_start": true, "turn_end": true,
+	"turn_start": true, "turn_end": true,
 	"message_start": true, "tool_execution_start": true, "tool_execution_update": true,
 	"queue_update": true, "compaction_start": true,
 }
@@ -121,6 +152,11 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 	var evs []sandboxagent.Event
 	var err error
 	switch l.Type {
+	case "response":
+		return p.response(b, &l)
+	case "agent_start":
+		p.agentEnded = false
+		return nil
 	case "session":
 		if l.ID == "" {
 			return kit.Raw(b)
@@ -134,6 +170,7 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 	case "agent_end":
 		// The end of one agent run (pi makes one per prompt, and one more
 		// per retry): its usage, summed over its model calls.
+		p.agentEnded = true
 		u := p.usage
 		p.usage = usage{}
 		if u.Input == 0 && u.Output == 0 && u.CacheRead == 0 && u.CacheWrite == 0 && u.Cost.Total == 0 {
@@ -147,6 +184,7 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 	case "tool_execution_end":
 		evs, err = p.toolEnd(&l)
 	case "auto_retry_start":
+		p.agentEnded = false // another agent run follows
 		msg := fmt.Sprintf("retrying (attempt %d of %d, in %d ms): %s", l.Attempt, l.MaxAttempts, l.DelayMs, oneLine(l.ErrorMessage))
 		evs = []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: msg}}}
 	case "auto_retry_end":
@@ -157,6 +195,7 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 			return nil
 		}
 		p.retryFail = l.FinalError
+		p.final = true
 		if p.retryFail == "" {
 			p.retryFail = "retries exhausted"
 		}
@@ -180,6 +219,24 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 		return kit.Raw(b)
 	}
 	return evs
+}
+
+// response handles a --mode rpc command response: get_state names the
+// session, a refused prompt ends the turn with pi's reason.
+func (p *parser) response(b []byte, l *line) []sandboxagent.Event {
+	ok := l.Success != nil && *l.Success
+	switch {
+	case l.Command == "get_state" && ok && l.Data != nil && l.Data.SessionID != "":
+		p.session = l.Data.SessionID
+		return []sandboxagent.Event{{Kind: sandboxagent.KindSession, SessionID: l.Data.SessionID}}
+	case l.Command == "prompt" && !ok:
+		p.final = true
+		p.retryFail = "pi refused the prompt: " + oneLine(l.Error)
+		return []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: p.retryFail, IsError: true}}}
+	case !ok:
+		return kit.Raw(b)
+	}
+	return nil
 }
 
 func (p *parser) update(l *line) ([]sandboxagent.Event, error) {

@@ -2,6 +2,7 @@ package pi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -131,7 +132,7 @@ var _ sandboxagent.Driver = (*Driver)(nil)
 // ~/.pi/agent/skills/<name>/.
 func New(o Options) *Driver {
 	return &Driver{
-		Identity:     kit.NewIdentity("pi", o.Image, sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Deltas: true, Abort: sandboxagent.AbortKill}),
+		Identity:     kit.NewIdentity("pi", o.Image, sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Deltas: true, Abort: sandboxagent.AbortInterrupt}),
 		Instructions: kit.Instructions{Files: sh, RulesFile: rulesFile, SkillsDir: skillsDir, Mode: kit.PlainFiles},
 		o:            o,
 	}
@@ -337,6 +338,40 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 	if strings.TrimSpace(t.Prompt) == "" {
 		return sandboxagent.Invocation{}, fmt.Errorf("%w: empty prompt", sandboxagent.ErrInvalidArgument)
 	}
+	inv, err := d.invocation("json", t)
+	if err != nil {
+		return inv, err
+	}
+	inv.Stdin = []byte(t.Prompt)
+	return inv, nil
+}
+
+// ServeCommand is pi's long-lived mode: `pi --mode rpc` with the same
+// options as a turn's, serving t's session (a new one when it has none).
+// It reads JSON commands on stdin and exits when stdin closes.
+func (d *Driver) ServeCommand(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
+	return d.invocation("rpc", t)
+}
+
+// TurnInput is a prompt command, then get_state (whose answer names the
+// session: rpc mode prints no session line).
+func (d *Driver) TurnInput(t sandboxagent.Turn) ([]byte, error) {
+	if strings.TrimSpace(t.Prompt) == "" {
+		return nil, fmt.Errorf("%w: empty prompt", sandboxagent.ErrInvalidArgument)
+	}
+	prompt, err := json.Marshal(map[string]string{"id": "sandbox-agent-prompt", "type": "prompt", "message": t.Prompt})
+	if err != nil {
+		return nil, err
+	}
+	return append(append(prompt, '\n'), `{"id":"sandbox-agent-state","type":"get_state"}`+"\n"...), nil
+}
+
+// AbortInput is rpc mode's abort: the agent run ends (stopReason
+// "aborted") and pi lives on.
+func (d *Driver) AbortInput() []byte { return []byte(`{"type":"abort"}` + "\n") }
+
+// invocation is pi in mode (json: one turn; rpc: long-lived) for t.
+func (d *Driver) invocation(mode string, t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 	if err := d.check(); err != nil {
 		return sandboxagent.Invocation{}, err
 	}
@@ -344,7 +379,7 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 	if err != nil {
 		return sandboxagent.Invocation{}, err
 	}
-	cmd := []string{"pi", "--mode", "json", "--offline", "--provider", d.provider(), "--model", model}
+	cmd := []string{"pi", "--mode", mode, "--offline", "--provider", d.provider(), "--model", model}
 	if d.o.Thinking != "" {
 		cmd = append(cmd, "--thinking", d.o.Thinking)
 	}
@@ -363,7 +398,7 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 		k, _ := d.keyEnv() // checked above
 		env[k] = d.o.APIKey
 	}
-	return sandboxagent.Invocation{Cmd: cmd, Env: env, WorkDir: t.WorkDir, Stdin: []byte(t.Prompt)}, nil
+	return sandboxagent.Invocation{Cmd: cmd, Env: env, WorkDir: t.WorkDir}, nil
 }
 
 // NewParser returns the parser of one turn's --mode json output.

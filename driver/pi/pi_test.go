@@ -27,7 +27,7 @@ func installFakePi(t *testing.T, f *drivertest.HostOps) {
 func TestDriverBasics(t *testing.T) {
 	d := New(Options{APIKey: "sk-secret-1234"})
 	drivertest.CheckBasics(t, d, New(Options{}), "pi", "sk-secret-1234")
-	want := sandboxagent.Capabilities{Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true, Thinking: true, Usage: true, Deltas: true, Abort: sandboxagent.AbortKill}
+	want := sandboxagent.Capabilities{Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true, Thinking: true, Usage: true, Deltas: true, Abort: sandboxagent.AbortInterrupt}
 	if sandboxagent.CapabilitiesOf(d) != want {
 		t.Errorf("capabilities %+v", sandboxagent.CapabilitiesOf(d))
 	}

@@ -23,8 +23,24 @@ const abortPrompt = "ABORT-PROMPT-4b8 run the long command"
 // events so far; the next turn continues the same session (its request
 // carries the aborted turn's prompt) and answers.
 func TestConformanceAbort(t *testing.T) {
+	type mode struct {
+		driver  string
+		perTurn bool
+	}
+	var modes []mode
 	for _, name := range drivers.Names() {
-		t.Run(name, func(t *testing.T) {
+		modes = append(modes, mode{name, false})
+		drv := drivers.All()[name](drivers.Endpoint{BaseURL: "http://x/v1", APIKey: "k", Provider: "sandbox"})
+		if _, ok := drv.(sandboxagent.LongLived); ok {
+			modes = append(modes, mode{name, true}) // its per-turn mode too
+		}
+	}
+	for _, m := range modes {
+		name, label := m.driver, m.driver
+		if m.perTurn {
+			label += "/per_turn"
+		}
+		t.Run(label, func(t *testing.T) {
 			t.Parallel()
 			srv := drivertest.FakeModel(t, fakemodel.Script{Responses: []fakemodel.Step{
 				// Not sleep: claude refuses a long sleep in its shell tool.
@@ -35,9 +51,11 @@ func TestConformanceAbort(t *testing.T) {
 			cfg := testenv.Config()
 			cfg.AuditRoot = drivertest.AuditRoot(t)
 			cfg.Timeouts.Ask = 5 * time.Minute
+			cfg.PerTurn = m.perTurn
 			a := drivertest.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
-			if tr := drv.Traits(); tr.Abort == "" {
-				t.Errorf("Traits.Abort is empty")
+			_, longLived := drv.(sandboxagent.LongLived)
+			if want := sandboxagent.AbortKill; longLived && drv.Traits().Abort != sandboxagent.AbortInterrupt || !longLived && drv.Traits().Abort != want {
+				t.Errorf("Traits.Abort = %q (long-lived mode %v)", drv.Traits().Abort, longLived)
 			}
 
 			// /proc, not ps: not every image has procps.

@@ -35,10 +35,27 @@ func TestConformance(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	runSmoke(t, bin, []string{"all"}, len(drivers.Names()))
+	// Drivers with a long-lived mode use it by default: their per-turn
+	// mode passes the same steps.
+	for _, name := range drivers.Names() {
+		drv := drivers.All()[name](drivers.Endpoint{BaseURL: "http://x/v1", APIKey: "k", Provider: "sandbox"})
+		if _, ok := drv.(sandboxagent.LongLived); !ok {
+			continue
+		}
+		t.Run(name+"/per_turn", func(t *testing.T) {
+			runSmoke(t, bin, []string{name}, 1, "SANDBOX_AGENT_PER_TURN=true")
+		})
+	}
+}
+
+// runSmoke runs `sandbox-agent smoke TARGETS --fake-model --json` and
+// checks every step of each of the n drivers.
+func runSmoke(t *testing.T, bin string, targets []string, n int, env ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "smoke", "all", "--fake-model", "--json")
-	cmd.Env = append(os.Environ(), "SANDBOX_AGENT_TIMEOUT_ASK=4m", "SANDBOX_AGENT_CONFIG=/nonexistent/config.json")
+	cmd := exec.CommandContext(ctx, bin, append(append([]string{"smoke"}, targets...), "--fake-model", "--json")...)
+	cmd.Env = append(append(os.Environ(), "SANDBOX_AGENT_TIMEOUT_ASK=4m", "SANDBOX_AGENT_CONFIG=/nonexistent/config.json"), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -54,7 +71,7 @@ func TestConformance(t *testing.T) {
 			t.Errorf("%s/%s: %s", r.Driver, r.Step, r.Detail)
 		}
 	}
-	if want := len(drivers.Names()) * len(smoke.Steps); len(results) != want {
+	if want := n * len(smoke.Steps); len(results) != want {
 		t.Errorf("%d step results, want %d", len(results), want)
 	}
 	failed := t.Failed()

@@ -1,0 +1,290 @@
+package sandboxagent
+
+// Long-lived mode: one CLI process serves many turns of a session over its
+// stdin and stdout, so a turn no longer pays the CLI's start-up. The
+// process is one exec that stays open; its stdout lines go through the
+// same parser, events and audit trail as a per-turn CLI's.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// LongLived is a Driver whose CLI can serve many turns of one session from
+// one process (its persistent mode), reading requests on stdin and
+// printing JSON lines on stdout. The Parser NewParser returns for it must
+// implement TurnEnder.
+type LongLived interface {
+	// ServeCommand is the process serving the session of t (a new session
+	// when t.SessionID is empty) with t's model. The agent starts it before
+	// the session's first turn and again after it exited or when the turn
+	// wants another session or model.
+	ServeCommand(t Turn) (Invocation, error)
+	// TurnInput is what the agent writes to the process's stdin to run t.
+	TurnInput(t Turn) ([]byte, error)
+	// AbortInput interrupts the running turn; the process answers with the
+	// turn's end and lives on.
+	AbortInput() []byte
+}
+
+// TurnEnder is the Parser of a long-lived CLI: a process that lives on
+// cannot say by exiting that a turn is over.
+type TurnEnder interface {
+	// Ended reports whether the lines parsed so far end the turn: at once,
+	// or, with settle > 0, unless another line arrives within settle (a
+	// CLI that may retry after an error says so only a moment later).
+	Ended() (ended bool, settle time.Duration)
+}
+
+// ErrCLIExited: the CLI's long-lived process exited during a turn. The
+// next turn starts it again on the same session (from the CLI's files).
+var ErrCLIExited = errors.New("the agent CLI's long-lived process exited")
+
+// abortGrace is how long an interrupted turn may take to end through the
+// CLI's protocol before its process is killed.
+var abortGrace = 5 * time.Second
+
+// cliServer is one running long-lived CLI process.
+type cliServer struct {
+	session, model string // what it serves ("" session: a new one, until named)
+	used           bool   // it ran a turn
+
+	stdin  *io.PipeWriter
+	cancel context.CancelFunc
+	exited chan struct{} // closed when the exec returned
+	res    ExecResult    // valid after exited
+	err    error
+
+	mu     sync.Mutex
+	active bool // a turn reads lines
+	lines  chan serverLine
+	stderr cappedBuffer // this turn's stderr
+}
+
+type serverLine struct {
+	raw []byte
+	cut bool
+}
+
+// startServer starts the long-lived CLI for t.
+func (a *Agent) startServer(ll LongLived, t Turn) (*cliServer, error) {
+	inv, err := ll.ServeCommand(t)
+	if err != nil {
+		return nil, fmt.Errorf("%s: build long-lived command: %w", a.drv.Name(), err)
+	}
+	pr, pw := io.Pipe()
+	s := &cliServer{
+		session: t.SessionID, model: t.Model, stdin: pw,
+		exited: make(chan struct{}), lines: make(chan serverLine, 256),
+		stderr: cappedBuffer{max: maxStderrBytes},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	out := &lineSplitter{max: maxLineBytes, fn: s.deliver}
+	go func() {
+		defer close(s.exited)
+		res, err := a.sb.Run(ctx, ExecRequest{
+			Cmd: inv.Cmd, Env: inv.Env, WorkDir: inv.WorkDir, Stdin: pr,
+			Stdout: out, Stderr: &lockedWriter{mu: &s.mu, w: &s.stderr},
+			// It lives as long as the agent; a hung turn is bounded by
+			// timeout_ask, not by this exec.
+			Timeout: 100 * 365 * 24 * time.Hour, MaxOutputBytes: 64 << 10,
+		})
+		out.flush()
+		_ = pr.Close()
+		s.res, s.err = res, err
+	}()
+	return s, nil
+}
+
+// deliver hands a stdout line to the running turn; lines between turns
+// are dropped (the CLI has nothing to say then).
+func (s *cliServer) deliver(raw []byte, cut bool) {
+	l := serverLine{raw: append([]byte(nil), raw...), cut: cut}
+	for {
+		s.mu.Lock()
+		active := s.active
+		s.mu.Unlock()
+		if !active {
+			return
+		}
+		select {
+		case s.lines <- l:
+			return
+		case <-time.After(100 * time.Millisecond): // the turn may have ended meanwhile
+		}
+	}
+}
+
+func (s *cliServer) alive() bool {
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop ends the process: stdin closed (a CLI that exits on EOF exits),
+// then its process tree killed, and waits for the exec to return.
+func (s *cliServer) stop() {
+	_ = s.stdin.Close()
+	s.cancel()
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+	}
+}
+
+// closeForRemoval closes stdin only: the sandbox is being removed, which
+// ends the exec without a kill of its own.
+func (s *cliServer) closeForRemoval() {
+	_ = s.stdin.Close()
+	go func() {
+		select {
+		case <-s.exited:
+		case <-time.After(time.Minute):
+		}
+		s.cancel()
+	}()
+}
+
+// serveTurn runs turn t on the agent's long-lived CLI process, starting it
+// when there is none for t's session and model. Its result reads as a
+// per-turn exec's: ExitCode 0 when the turn ended, TimedOut when it was
+// cut (timeout or ctx), an error wrapping ErrCLIExited when the process
+// died.
+func (a *Agent) serveTurn(ctx context.Context, ll LongLived, t *turn) (ExecResult, error) {
+	start := time.Now()
+	s := a.srv.Load()
+	if s != nil && (!s.alive() || s.model != t.spec.Model || (s.session != t.spec.SessionID && (s.used || s.session != ""))) {
+		s.stop()
+		s = nil
+		a.srv.Store(nil)
+	}
+	if s == nil {
+		var err error
+		if s, err = a.startServer(ll, t.spec); err != nil {
+			return ExecResult{}, err
+		}
+		a.srv.Store(s)
+	}
+	input, err := ll.TurnInput(t.spec)
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("%s: build turn input: %w", a.drv.Name(), err)
+	}
+	ender, _ := t.parser.(TurnEnder)
+	if ender == nil {
+		return ExecResult{}, fmt.Errorf("%s: %w: its long-lived parser cannot tell a turn's end", a.drv.Name(), ErrInvalidArgument)
+	}
+	s.used = true
+	s.mu.Lock()
+	s.active = true
+	s.stderr.buf.Reset()
+	s.stderr.truncated = false
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.active = false
+		s.mu.Unlock()
+	}()
+	written := make(chan error, 1)
+	go func() { _, err := s.stdin.Write(input); written <- err }()
+
+	result := func(code int) ExecResult {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return ExecResult{ExitCode: code, Stderr: append([]byte(nil), s.stderr.buf.Bytes()...), Duration: time.Since(start)}
+	}
+	// A turn that ends after an abort was interrupted: the caller's ctx
+	// decides the error, as for a killed per-turn CLI.
+	var abortBy <-chan time.Time
+	ended := func() ExecResult {
+		if abortBy == nil {
+			return result(0)
+		}
+		res := result(ExitCodeTimeout)
+		res.TimedOut = true
+		return res
+	}
+	timeout := time.NewTimer(a.cfg.Timeouts.Ask)
+	defer timeout.Stop()
+	var settle <-chan time.Time
+	aborting := ctx.Done()
+	for {
+		select {
+		case l := <-s.lines:
+			settle = nil
+			t.line(l.raw, l.cut)
+			if done, wait := ender.Ended(); done && (wait <= 0 || abortBy != nil) {
+				return ended(), nil
+			} else if done {
+				settle = time.After(wait)
+			}
+		case <-settle:
+			return ended(), nil
+		case err := <-written:
+			written = nil
+			if err != nil && s.alive() {
+				s.stop()
+				a.srv.Store(nil)
+				return result(-1), fmt.Errorf("%w: writing the turn: %w", ErrCLIExited, err)
+			}
+		case <-s.exited:
+			for drained := false; !drained; { // what it printed before it died
+				select {
+				case l := <-s.lines:
+					t.line(l.raw, l.cut)
+				default:
+					drained = true
+				}
+			}
+			a.srv.Store(nil)
+			res := result(s.res.ExitCode)
+			if s.err != nil {
+				return res, fmt.Errorf("%w: %w", ErrCLIExited, s.err)
+			}
+			return res, fmt.Errorf("%w (exit code %d)", ErrCLIExited, s.res.ExitCode)
+		case <-aborting:
+			aborting = nil
+			if in := ll.AbortInput(); len(in) > 0 {
+				go func() { _, _ = s.stdin.Write(in) }()
+				abortBy = time.After(abortGrace)
+				continue
+			}
+			s.stop()
+			a.srv.Store(nil)
+			res := result(ExitCodeTimeout)
+			res.TimedOut = true
+			return res, nil
+		case <-abortBy:
+			s.stop()
+			a.srv.Store(nil)
+			res := result(ExitCodeTimeout)
+			res.TimedOut = true
+			return res, nil
+		case <-timeout.C:
+			s.stop()
+			a.srv.Store(nil)
+			res := result(ExitCodeTimeout)
+			res.TimedOut = true
+			return res, nil
+		}
+	}
+}
+
+// lockedWriter serialises writes to w under mu.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

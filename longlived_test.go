@@ -1,0 +1,199 @@
+package sandboxagent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// llDriver is fakeDriver with a long-lived mode: "fakeserver" reads one
+// prompt per line and answers each with a text line and an end line.
+type llDriver struct {
+	fakeDriver
+	abort string // AbortInput ("" = none: the process is killed)
+}
+
+func (d *llDriver) ServeCommand(t Turn) (Invocation, error) {
+	return Invocation{Cmd: []string{"fakeserver", t.SessionID}}, nil
+}
+func (d *llDriver) TurnInput(t Turn) ([]byte, error) { return []byte(t.Prompt + "\n"), nil }
+func (d *llDriver) AbortInput() []byte {
+	if d.abort == "" {
+		return nil
+	}
+	return []byte(d.abort + "\n")
+}
+func (d *llDriver) NewParser(Turn) Parser { return &llParser{} }
+
+type llParser struct {
+	fakeParser
+	ended bool
+}
+
+func (p *llParser) Parse(line []byte) []Event {
+	var m map[string]string
+	if json.Unmarshal(line, &m) == nil && m["end"] != "" {
+		p.ended = true
+		return nil
+	}
+	return p.fakeParser.Parse(line)
+}
+func (p *llParser) Ended() (bool, time.Duration) { return p.ended, 0 }
+
+// llRuntime runs fakeserver: "hang" answers nothing (until "abort"),
+// "crash" exits 3, anything else gets "reply to PROMPT".
+func llRuntime(t *testing.T) (*fakeRuntime, func() int) {
+	var mu sync.Mutex
+	servers := 0
+	f := &fakeRuntime{}
+	f.exec = func(ctx context.Context, req RuntimeExec) (int, error) {
+		if req.Cmd[0] == "sh" && strings.Contains(req.Cmd[2], "id -u") {
+			io.WriteString(req.Stdout, "1000\n1000\n")
+			return 0, nil
+		}
+		if req.Cmd[0] != "fakeserver" {
+			return 0, nil
+		}
+		mu.Lock()
+		servers++
+		n := servers
+		mu.Unlock()
+		session := "s1"
+		if req.Cmd[1] != "" {
+			session = req.Cmd[1]
+		}
+		sc := bufio.NewScanner(req.Stdin)
+		for sc.Scan() {
+			switch p := sc.Text(); p {
+			case "hang":
+			case "abort":
+				io.WriteString(req.Stdout, `{"text":"aborted"}`+"\n"+`{"end":"1"}`+"\n")
+			case "crash":
+				io.WriteString(req.Stdout, `{"text":"dying"}`+"\n")
+				io.WriteString(req.Stderr, "boom\n")
+				return 3, nil
+			default:
+				io.WriteString(req.Stdout, `{"session":"`+session+`"}`+"\n"+`{"text":"reply to `+p+` from server `+itoa(n)+`"}`+"\n"+`{"end":"1"}`+"\n")
+			}
+		}
+		return 0, nil
+	}
+	return f, func() int { mu.Lock(); defer mu.Unlock(); return servers }
+}
+
+func TestLongLivedTurnsShareOneProcess(t *testing.T) {
+	rt, servers := llRuntime(t)
+	a, _ := startFake(t, rt, &llDriver{fakeDriver: fakeDriver{key: "k"}}, nil)
+	ctx := context.Background()
+	for i, p := range []string{"one", "two", "three"} {
+		res, err := a.Stream(ctx, p, nil)
+		if err != nil || res.Reply != "reply to "+p+" from server 1" || res.SessionID != "s1" {
+			t.Fatalf("turn %d: %+v %v", i+1, res, err)
+		}
+		if last := res.Events[len(res.Events)-1]; last.Kind != KindDone {
+			t.Errorf("turn %d ends with %+v", i+1, last)
+		}
+	}
+	if n := servers(); n != 1 {
+		t.Errorf("%d server processes for three turns, want 1", n)
+	}
+	// Another session: another process, started on that session.
+	a.SetSession("s9")
+	if res, err := a.Stream(ctx, "four", nil); err != nil || res.Reply != "reply to four from server 2" || res.SessionID != "s9" {
+		t.Fatalf("after SetSession: %+v %v", res, err)
+	}
+}
+
+func TestLongLivedCrashRestartsOnTheSession(t *testing.T) {
+	rt, servers := llRuntime(t)
+	a, _ := startFake(t, rt, &llDriver{fakeDriver: fakeDriver{key: "k"}}, nil)
+	ctx := context.Background()
+	if _, err := a.Ask(ctx, "one"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.Stream(ctx, "crash", nil)
+	if !errors.Is(err, ErrCLIExited) {
+		t.Fatalf("crash: %v, want ErrCLIExited", err)
+	}
+	if !strings.Contains(err.Error(), "exit 3") || len(res.Events) < 2 || res.Events[0].Payload.Text != "dying" {
+		t.Errorf("crash: %v, events %+v: want the exit code and what it printed", err, res.Events)
+	}
+	res, err = a.Stream(ctx, "two", nil)
+	if err != nil || res.Reply != "reply to two from server 2" || res.SessionID != "s1" {
+		t.Fatalf("after the crash: %+v %v", res, err)
+	}
+	var restart []string
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for _, x := range rt.execs {
+		if x.Cmd[0] == "fakeserver" {
+			restart = x.Cmd
+		}
+	}
+	if restart[1] != "s1" || servers() != 2 {
+		t.Errorf("%d server processes, the last as %v; want 2, restarted on session s1", servers(), restart)
+	}
+}
+
+func TestLongLivedAbort(t *testing.T) {
+	for name, tc := range map[string]struct {
+		abort       string
+		wantServers int // after the abort and one more turn
+	}{
+		"protocol interrupt": {"abort", 1},
+		"kill":               {"", 2},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rt, servers := llRuntime(t)
+			a, _ := startFake(t, rt, &llDriver{fakeDriver: fakeDriver{key: "k"}, abort: tc.abort}, nil)
+			if _, err := a.Ask(context.Background(), "one"); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			res, err := a.Stream(ctx, "hang", nil)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("aborted turn: %v", err)
+			}
+			if last := res.Events[len(res.Events)-1]; last.Kind != KindDone {
+				t.Errorf("aborted turn ends with %+v", last)
+			}
+			res, err = a.Stream(context.Background(), "two", nil)
+			if err != nil || res.SessionID != "s1" {
+				t.Fatalf("after the abort: %+v %v", res, err)
+			}
+			if n := servers(); n != tc.wantServers {
+				t.Errorf("%d server processes, want %d", n, tc.wantServers)
+			}
+		})
+	}
+}
+
+func TestLongLivedTimeoutKills(t *testing.T) {
+	rt, servers := llRuntime(t)
+	a, _ := startFake(t, rt, &llDriver{fakeDriver: fakeDriver{key: "k"}, abort: "abort"}, func(c *Config) { c.Timeouts.Ask = 200 * time.Millisecond })
+	_, err := a.Stream(context.Background(), "hang", nil)
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("hung turn: %v, want ErrTimeout", err)
+	}
+	if _, err := a.Ask(context.Background(), "two"); err != nil {
+		t.Fatal(err)
+	}
+	if n := servers(); n != 2 {
+		t.Errorf("%d server processes, want 2 (the hung one killed)", n)
+	}
+}
+
+func TestPerTurnConfigBypassesLongLived(t *testing.T) {
+	rt := cliRuntime(func(prompt string) (string, string, int) { return `{"text":"per turn ` + prompt + `"}` + "\n", "", 0 })
+	a, _ := startFake(t, rt, &llDriver{fakeDriver: fakeDriver{key: "k"}}, func(c *Config) { c.PerTurn = true })
+	if reply, err := a.Ask(context.Background(), "x"); err != nil || reply != "per turn x" {
+		t.Fatalf("%q %v", reply, err)
+	}
+}
