@@ -83,11 +83,20 @@ func suspectLimits(res ExecResult) bool {
 // error wraps ErrContainerNotFound (the command died with its sandbox), or
 // ErrEngineUnavailable when the engine itself went away.
 func (s *Sandbox) checkLimits(cmd, user string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Under a fork bomb one exec may take many seconds, or fail to start
+	// at all while the container runs: that is not "nothing happened".
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ev, err := s.ResourceEvents(ctx)
-	if err != nil {
-		return s.died(ctx, cmd)
+	var ev ResourceEvents
+	for {
+		var err error
+		if ev, err = s.ResourceEvents(ctx); err == nil {
+			break
+		}
+		if derr := s.died(ctx, cmd); derr != nil || ctx.Err() != nil {
+			return derr
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	s.limitsMu.Lock()
 	oom := ev.OOMKills - s.seen.OOMKills
@@ -145,22 +154,49 @@ func (s *Sandbox) killBomb(user string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	run := func(cmd ...string) (string, int, error) {
-		var out, errb bytes.Buffer
-		code, err := s.rt.Exec(ctx, s.id, RuntimeExec{Cmd: cmd, User: user, Stdout: &out, Stderr: &errb})
-		return out.String(), code, err
+		for {
+			var out, errb bytes.Buffer
+			code, err := s.rt.Exec(ctx, s.id, RuntimeExec{Cmd: cmd, User: user, Stdout: &out, Stderr: &errb})
+			if err == nil || ctx.Err() != nil || errors.Is(err, ErrContainerNotFound) || errors.Is(err, ErrEngineUnavailable) {
+				return out.String(), code, err
+			}
+			// At the limit the engine may fail to start an exec at all
+			// (runc's own processes need pids in the container's
+			// cgroup): that passes as the bomb's processes churn.
+			select {
+			case <-ctx.Done():
+				return "", -1, fmt.Errorf("%w (after: %w)", ctx.Err(), err)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
 	}
-	var current, refused int64 = -1, -1
-	groups := func() (map[int]int, error) {
-		out, _, err := run("/bin/sh", "-c", scanScript)
+	// Whether pid 1 is an init with the keepalive behind it; when
+	// Inspect cannot tell, the keepalive is spared all the same.
+	behindInit := true
+	if st, err := s.rt.Inspect(ctx, s.id); err == nil {
+		behindInit = st.Init
+	}
+	var current, refused, killed int64 = -1, -1, -1
+	// groups scans, after killing the group kill ("-PGID") when set: under
+	// the bomb every exec takes seconds, and the scan that follows a kill
+	// is one the kill needs anyway.
+	groups := func(kill ...string) (map[int]int, error) {
+		out, _, err := run(append([]string{"/bin/sh", "-c", scanScript, "sandbox-agent-scan"}, kill...)...)
 		if err != nil {
 			return nil, err
 		}
-		current, refused = parseValue(out, "current"), parseValue(out, "refused")
+		current, refused, killed = parseValue(out, "current"), parseValue(out, "refused"), parseValue(out, "kill")
 		g := parseGroups(out)
 		// The scanning shell leads its exec's own group: when the bomb's
 		// processes die faster than a throttled scan reads them, it may
 		// be all the scan sees, and it is never the bomb.
 		delete(g, int(parseValue(out, "self")))
+		if behindInit {
+			// The keepalive, session and group leader, may share no
+			// session with init (Kubernetes): killing it ends the
+			// sandbox. (Without an init it is pid 1, left out above.)
+			delete(g, firstSession(out))
+		}
 		return g, nil
 	}
 	g, err := groups()
@@ -196,14 +232,22 @@ func (s *Sandbox) killBomb(user string) (bool, error) {
 			return false, err
 		}
 	}
-	for range 10 {
-		arg := "-" + strconv.Itoa(pgid)
-		// procps kill, else bash's builtin (dash's cannot signal groups).
-		if _, code, err := run("kill", "-s", "KILL", "--", arg); err != nil || code >= 126 {
-			_, _, _ = run("bash", "-c", killGroupScript, "sandbox-agent-kill", arg)
+	arg := "-" + strconv.Itoa(pgid)
+	for i := range 10 {
+		if i > 0 {
+			// Killed processes linger until init reaps them.
+			time.Sleep(100 * time.Millisecond)
+		}
+		if i > 0 && killed != 0 {
+			// The shell's builtin kill did not signal the group: procps
+			// kill, else bash's builtin. (When it did, the group is still
+			// dying, or a straggler forked meanwhile: it goes again.)
+			if _, code, err := run("kill", "-s", "KILL", "--", arg); err != nil || code >= 126 {
+				_, _, _ = run("bash", "-c", killGroupScript, "sandbox-agent-kill", arg)
+			}
 		}
 		before := refused
-		g, err := groups()
+		g, err := groups(arg)
 		if err != nil {
 			return true, err
 		}
@@ -254,4 +298,32 @@ func parseGroups(out string) map[int]int {
 		g[pgrp]++
 	}
 	return g
+}
+
+// firstSession is the session of the earliest started process but pid 1
+// in /proc/PID/stat lines (-1 when none says when it started). Behind an
+// init that is the keepalive, which started before any exec: under
+// Kubernetes' pause process it leads a session (and group) of its own,
+// not init's.
+func firstSession(out string) int {
+	sid, first := -1, uint64(0)
+	for _, line := range strings.Split(out, "\n") {
+		head, _, _ := strings.Cut(line, " (")
+		i := strings.LastIndexByte(line, ')')
+		pid, err := strconv.Atoi(head)
+		if i < 0 || err != nil || pid <= 1 {
+			continue
+		}
+		// starttime is field 22 of the line, the 20th after comm.
+		f := strings.Fields(line[i+1:])
+		if len(f) < 20 {
+			continue
+		}
+		n, err1 := strconv.Atoi(f[3])
+		st, err2 := strconv.ParseUint(f[19], 10, 64)
+		if err1 == nil && err2 == nil && (sid < 0 || st < first) {
+			sid, first = n, st
+		}
+	}
+	return sid
 }

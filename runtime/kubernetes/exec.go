@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path"
 	"strings"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,25 +66,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandboxagent.RuntimeE
 
 // stream is one exec over the API server: WebSocket, SPDY where the
 // server or a proxy in between refuses the upgrade.
-func (r *Runtime) stream(ctx context.Context, id string, argv []string, stdin io.Reader, stdout, stderr io.Writer) (code int, err error) {
-	if os.Getenv("SA_TRACE_EXEC") != "" {
-		t0 := time.Now()
-		name := argv[len(argv)-1]
-		for i, a := range argv {
-			if a == "--" && i+1 < len(argv) {
-				name = strings.Join(argv[i+1:], " ")
-				break
-			}
-		}
-		if len(name) > 60 {
-			name = name[:60]
-		}
-		name = strings.ReplaceAll(name, "\n", " ")
-		fmt.Fprintf(os.Stderr, "TRACE %s exec start %q\n", t0.Format("15:04:05.000"), name)
-		defer func() {
-			fmt.Fprintf(os.Stderr, "TRACE %s exec end %q after %v: code %d err %v\n", time.Now().Format("15:04:05.000"), name, time.Since(t0).Round(time.Millisecond), code, err)
-		}()
-	}
+func (r *Runtime) stream(ctx context.Context, id string, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	u := r.cs.CoreV1().RESTClient().Post().Resource("pods").Name(id).Namespace(r.ns).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: containerName, Command: argv,
