@@ -131,6 +131,9 @@ func (s *Sandbox) died(ctx context.Context, cmd string) error {
 			if st.OOMKilled {
 				how += ", killed for memory"
 			}
+			if st.Reason != "" {
+				how += ", " + st.Reason
+			}
 			return fmt.Errorf("%s: the sandbox's container died while the command ran (%s): %w", cmd, how, ErrContainerNotFound)
 		case errors.Is(err, ErrEngineUnavailable):
 			return fmt.Errorf("%s: the container engine went away while the command ran: %w", cmd, err)

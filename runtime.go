@@ -115,7 +115,10 @@ type ContainerState struct {
 	Status    Status // in the library's words; each Runtime maps its engine's
 	ExitCode  int
 	OOMKilled bool
-	Created   time.Time
+	// Reason is the engine's word for why a stopped container stopped
+	// ("Evicted", "Error", ...), when it gives one.
+	Reason  string
+	Created time.Time
 
 	// Hardening as the engine recorded it, so the Sandbox can check that
 	// every setting stuck (old engines silently drop unknown fields).

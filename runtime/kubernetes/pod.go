@@ -408,6 +408,13 @@ func stateOf(pod *corev1.Pod) sandboxagent.ContainerState {
 			st.Status = sandboxagent.StatusExited
 			st.ExitCode = int(cs.State.Terminated.ExitCode)
 			st.OOMKilled = cs.State.Terminated.Reason == "OOMKilled"
+			st.Reason = cs.State.Terminated.Reason
+		}
+	}
+	if pod.Status.Reason != "" { // the pod's own (Evicted, DeadlineExceeded) says more
+		st.Reason = pod.Status.Reason
+		if pod.Status.Message != "" {
+			st.Reason += ": " + pod.Status.Message
 		}
 	}
 	if !st.Running && st.Status == sandboxagent.StatusRunning {
