@@ -17,7 +17,7 @@ import (
 
 // poolAgent is what the pool tests and benchmarks start: a real CLI
 // (codex: the least CPU per turn) through the model proxy to a fake model.
-func poolAgent(tb testing.TB) (sandboxagent.Driver, []sandboxagent.AgentOption) {
+func poolAgent(tb testing.TB) (sandboxagent.Driver, []sandboxagent.AgentOption, map[string]string) {
 	tb.Helper()
 	key := "sk-pool-" + randHex(8)
 	srv, err := fakemodel.New(fakemodel.Script{ExpectKey: key}, fakemodel.Options{})
@@ -34,15 +34,19 @@ func poolAgent(tb testing.TB) (sandboxagent.Driver, []sandboxagent.AgentOption) 
 	}
 	cfg := testenv.Config()
 	cfg.AuditRoot = filepath.Join(tb.TempDir(), "audit")
-	return drv, []sandboxagent.AgentOption{sandboxagent.WithConfig(cfg)}
+	label := map[string]string{poolLabel: randHex(6)} // this test's sandboxes, none else
+	return drv, []sandboxagent.AgentOption{sandboxagent.WithConfig(cfg),
+		sandboxagent.WithSandbox(func(o *sandboxagent.SandboxOptions) { o.Labels = label })}, label
 }
+
+const poolLabel = "sandbox-agent.test-pool"
 
 // The pool hands out started agents that answer, never the same sandbox
 // twice, and Close removes the ready ones from the engine but not those
 // handed out.
 func TestIntegrationPool(t *testing.T) {
 	rt := testenv.Runtime(t)
-	drv, opts := poolAgent(t)
+	drv, opts, mine := poolAgent(t)
 	p, err := sandboxagent.NewPool(rt, drv, 2, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -79,19 +83,19 @@ func TestIntegrationPool(t *testing.T) {
 	if s := p.Stats(); s.Hits != 2 || s.Misses != 0 || s.Ready != 2 {
 		t.Errorf("stats %+v: want 2 hits, 2 ready", s)
 	}
-	before, err := rt.List(ctx, map[string]string{sandboxagent.LabelManaged: "true"})
+	before, err := rt.List(ctx, mine)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	after, err := rt.List(ctx, map[string]string{sandboxagent.LabelManaged: "true"})
+	after, err := rt.List(ctx, mine)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(before)-len(after) != 2 {
-		t.Errorf("Close removed %d sandboxes, want the 2 ready ones", len(before)-len(after))
+	if len(before) != 4 || len(after) != 2 {
+		t.Errorf("the pool's sandboxes: %d before Close, %d after; want 4 (2 handed out, 2 ready), then the 2 handed out", len(before), len(after))
 	}
 	for _, ag := range []*sandboxagent.Agent{a, b} {
 		if st, err := ag.Container().Inspect(ctx); err != nil || !st.Running {
@@ -108,7 +112,7 @@ func TestIntegrationPool(t *testing.T) {
 //	go test -tags integration -run '^$' -bench '^BenchmarkAgentStart$' -benchtime 20x .
 func BenchmarkAgentStart(b *testing.B) {
 	rt := testenv.Runtime(b)
-	drv, opts := poolAgent(b)
+	drv, opts, _ := poolAgent(b)
 	ctx := context.Background()
 	b.Run("cold", func(b *testing.B) {
 		for b.Loop() {
