@@ -246,7 +246,10 @@ func (a *Agent) serveTurn(ctx context.Context, ll LongLived, t *turn) (ExecResul
 			a.srv.Store(nil)
 			res := result(s.res.ExitCode)
 			if s.err != nil {
-				return res, fmt.Errorf("%w: %w", ErrCLIExited, s.err)
+				// The exec failed, not the CLI: the container died, the
+				// engine went away, a limit was hit — as for a per-turn
+				// CLI's exec.
+				return res, fmt.Errorf("its long-lived process: %w", s.err)
 			}
 			return res, fmt.Errorf("%w (exit code %d)", ErrCLIExited, s.res.ExitCode)
 		case <-aborting:
