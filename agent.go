@@ -98,12 +98,9 @@ func WithSandbox(f func(*SandboxOptions)) AgentOption {
 	return func(o *agentOptions) { o.sandbox = f }
 }
 
-// Start starts a sandbox for drv's CLI on rt and installs the CLI's
-// configuration. Close destroys it.
-func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*Agent, error) {
-	if drv == nil {
-		return nil, fmt.Errorf("%w: nil driver", ErrInvalidArgument)
-	}
+// applyOptions collects the options and the configuration they name
+// (defaults filled in).
+func applyOptions(opts []AgentOption) (agentOptions, Config) {
 	var o agentOptions
 	for _, f := range opts {
 		f(&o)
@@ -112,6 +109,16 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	if o.cfg != nil {
 		cfg = o.cfg.withDefaults()
 	}
+	return o, cfg
+}
+
+// Start starts a sandbox for drv's CLI on rt and installs the CLI's
+// configuration. Close destroys it.
+func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*Agent, error) {
+	if drv == nil {
+		return nil, fmt.Errorf("%w: nil driver", ErrInvalidArgument)
+	}
+	o, cfg := applyOptions(opts)
 	image, err := ResolveImage(drv.Name(), o.image, cfg.ImageName, drv.Image())
 	if err != nil {
 		return nil, err

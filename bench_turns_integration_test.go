@@ -44,22 +44,12 @@ func BenchmarkTurns(b *testing.B) {
 	}
 	for _, name := range names {
 		for _, perTurn := range []bool{true, false} {
-			key := "sk-turns-" + randHex(8)
-			srv, err := fakemodel.New(fakemodel.Script{ExpectKey: key}, fakemodel.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := srv.Start("127.0.0.1:0"); err != nil {
-				b.Fatal(err)
-			}
-			newDrv, ok := drivers.All()[name]
-			if !ok {
+			if _, ok := drivers.All()[name]; !ok {
 				b.Fatalf("unknown driver %q", name)
 			}
-			drv := newDrv(drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: key, Provider: "sandbox"})
+			drv := doneDriver(b, name)
 			_, longLived := drv.(sandboxagent.LongLived)
 			if !perTurn && !longLived {
-				srv.Close()
 				continue
 			}
 			mode := "per-turn"
@@ -67,7 +57,6 @@ func BenchmarkTurns(b *testing.B) {
 				mode = "long-lived"
 			}
 			b.Run(name+"/"+mode, func(b *testing.B) {
-				defer srv.Close()
 				cfg := testenv.Config()
 				cfg.AuditRoot = filepath.Join(b.TempDir(), "audit")
 				cfg.PerTurn = perTurn

@@ -71,14 +71,7 @@ func NewPool(rt Runtime, drv Driver, size int, opts ...AgentOption) (*Pool, erro
 	if size < 1 {
 		return nil, fmt.Errorf("%w: pool size %d (want 1 or more)", ErrInvalidArgument, size)
 	}
-	var o agentOptions
-	for _, f := range opts {
-		f(&o)
-	}
-	cfg := DefaultConfig()
-	if o.cfg != nil {
-		cfg = o.cfg.withDefaults()
-	}
+	o, cfg := applyOptions(opts)
 	ka := cfg.Keepalive
 	var probe SandboxOptions
 	if o.sandbox != nil {

@@ -15,11 +15,12 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
-// poolAgent is what the pool tests and benchmarks start: a real CLI
-// (codex: the least CPU per turn) through the model proxy to a fake model.
-func poolAgent(tb testing.TB) (sandboxagent.Driver, []sandboxagent.AgentOption, map[string]string) {
+// doneDriver is driver name against a fake model of its own whose empty
+// script answers every turn with the text DONE in one model call (so one
+// server answers any number of CLIs alike), closed at cleanup.
+func doneDriver(tb testing.TB, name string) sandboxagent.Driver {
 	tb.Helper()
-	key := "sk-pool-" + randHex(8)
+	key := "sk-done-" + randHex(8)
 	srv, err := fakemodel.New(fakemodel.Script{ExpectKey: key}, fakemodel.Options{})
 	if err != nil {
 		tb.Fatal(err)
@@ -28,10 +29,19 @@ func poolAgent(tb testing.TB) (sandboxagent.Driver, []sandboxagent.AgentOption, 
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { srv.Close() })
-	drv, err := drivers.New("codex", drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: key, Provider: "sandbox"})
+	drv, err := drivers.New(name, drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: key, Provider: "sandbox"})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return drv
+}
+
+// poolAgent is what the pool tests and benchmarks start: a real CLI
+// (codex: the least CPU per turn) through the model proxy to a fake model,
+// and the label its sandboxes carry.
+func poolAgent(tb testing.TB) (sandboxagent.Driver, []sandboxagent.AgentOption, map[string]string) {
+	tb.Helper()
+	drv := doneDriver(tb, "codex")
 	cfg := testenv.Config()
 	cfg.AuditRoot = filepath.Join(tb.TempDir(), "audit")
 	label := map[string]string{poolLabel: randHex(6)} // this test's sandboxes, none else

@@ -21,7 +21,6 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -97,23 +96,15 @@ func BenchmarkScale(b *testing.B) {
 	cfg.Timeouts.Start = 5 * time.Minute
 	cfg.Timeouts.Exec = 2 * time.Minute
 	cfg.Timeouts.Ask = 10 * time.Minute
+	// SANDBOX_AGENT_PER_TURN=true runs a long-lived driver (pi) per turn.
+	cfg.PerTurn = os.Getenv("SANDBOX_AGENT_PER_TURN") == "true"
 
 	base := scaleRuntime(b)
-	key := "sk-scale-" + randHex(12)
-	// An empty script: every turn gets the text DONE in one model call, so
-	// one shared server answers all N CLIs alike.
-	srv, err := fakemodel.New(fakemodel.Script{ExpectKey: key}, fakemodel.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := srv.Start("127.0.0.1:0"); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { srv.Close() })
-	drv, err := drivers.New(driverName, drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: key, Provider: "sandbox"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	drv := doneDriver(b, driverName) // one shared server answers all N CLIs alike
+	// A long-lived CLI runs no exec of its own per turn: no "CLI exec" to
+	// subtract from the ask.
+	_, longLived := drv.(sandboxagent.LongLived)
+	longLived = longLived && !cfg.PerTurn
 	const prompt = "reply DONE"
 	inv, err := drv.Command(sandboxagent.Turn{Prompt: prompt})
 	if err != nil {
@@ -200,7 +191,7 @@ func BenchmarkScale(b *testing.B) {
 			}
 			barrier(&execd)
 			if r.err == nil {
-				r.askOnce(ctx, tr, prompt, cli)
+				r.askOnce(ctx, tr, prompt, cli, longLived)
 			}
 		}()
 	}
@@ -322,16 +313,22 @@ func BenchmarkScale(b *testing.B) {
 		execOvh = append(execOvh, r.execOverhead...)
 		if r.askDone {
 			ask = append(ask, r.ask)
-			cli2 = append(cli2, r.cliExec)
-			overhead = append(overhead, r.ask-r.cliExec)
+			if !longLived {
+				cli2 = append(cli2, r.cliExec)
+				overhead = append(overhead, r.ask-r.cliExec)
+			}
 			cpu = append(cpu, r.cpu)
 			cpuOK = cpuOK && r.cpuOK
 		}
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	var tbl strings.Builder
-	fmt.Fprintf(&tbl, "scale: %d sandboxes, driver %s (CLI %s), max_concurrent_starts %d, %d execs of `true` each, 1 ask each\n",
-		n, driverName, cli, width, scaleExecs)
+	mode := "per turn"
+	if longLived {
+		mode = "long-lived"
+	}
+	fmt.Fprintf(&tbl, "scale: %d sandboxes, driver %s (CLI %s, %s), max_concurrent_starts %d, %d execs of `true` each, 1 ask each\n",
+		n, driverName, cli, mode, width, scaleExecs)
 	fmt.Fprintf(&tbl, "round %.1fs; load average %s before, %s after\n", roundTime.Seconds(), loadBefore, loadAvg())
 	if !asksEnd.IsZero() && !execsEnd.IsZero() && !startsEnd.IsZero() {
 		execPhase := execsEnd.Sub(startsEnd)
@@ -355,8 +352,10 @@ func BenchmarkScale(b *testing.B) {
 	row("exec `true`", execs)
 	row("  exec overhead (wall - Runtime.Exec)", execOvh)
 	row("ask (wall)", ask)
-	row("  CLI exec (Runtime.Exec)", cli2)
-	row("  ask overhead (wall - CLI exec)", overhead)
+	if !longLived {
+		row("  CLI exec (Runtime.Exec)", cli2)
+		row("  ask overhead (wall - CLI exec)", overhead)
+	}
 	row("close", closeLat)
 	if cpuOK && len(cpu) > 0 {
 		row("CPU per ask (container cgroup)", cpu)
@@ -401,9 +400,11 @@ func BenchmarkScale(b *testing.B) {
 		report(pct(ask, 50).Seconds(), "ask-p50-s")
 		report(pct(ask, 95).Seconds(), "ask-p95-s")
 		report(pct(ask, 99).Seconds(), "ask-p99-s")
-		report(ms(pct(overhead, 50)), "askovh-p50-ms")
-		report(ms(pct(overhead, 95)), "askovh-p95-ms")
-		report(ms(pct(overhead, 99)), "askovh-p99-ms")
+		if len(overhead) > 0 {
+			report(ms(pct(overhead, 50)), "askovh-p50-ms")
+			report(ms(pct(overhead, 95)), "askovh-p95-ms")
+			report(ms(pct(overhead, 99)), "askovh-p99-ms")
+		}
 		if cpuOK {
 			report(pct(cpu, 50).Seconds(), "cpu-p50-s/ask")
 		}
@@ -488,7 +489,7 @@ func (r *scaleRec) execLoop(ctx context.Context, tr *timedRuntime) {
 	}
 }
 
-func (r *scaleRec) askOnce(ctx context.Context, tr *timedRuntime, prompt, cli string) {
+func (r *scaleRec) askOnce(ctx context.Context, tr *timedRuntime, prompt, cli string, longLived bool) {
 	id := r.agent.Container().ID()
 	cpu0, ok0 := containerCPU(id)
 	t := time.Now()
@@ -503,6 +504,10 @@ func (r *scaleRec) askOnce(ctx context.Context, tr *timedRuntime, prompt, cli st
 	}
 	if reply != fakemodel.DoneText {
 		r.err = fmt.Errorf("ask: reply %q, want %q", reply, fakemodel.DoneText)
+		return
+	}
+	if longLived {
+		r.askDone = true
 		return
 	}
 	var n int
