@@ -211,6 +211,15 @@ func (a *Agent) serveTurn(ctx context.Context, ll LongLived, t *turn) (ExecResul
 		res.TimedOut = true
 		return res
 	}
+	// kill cuts the turn by killing the process (the next turn starts
+	// another); the caller's ctx or the timeout decides the error.
+	kill := func() ExecResult {
+		s.stop()
+		a.srv.Store(nil)
+		res := result(ExitCodeTimeout)
+		res.TimedOut = true
+		return res
+	}
 	timeout := time.NewTimer(a.cfg.Timeouts.Ask)
 	defer timeout.Stop()
 	var settle <-chan time.Time
@@ -259,23 +268,11 @@ func (a *Agent) serveTurn(ctx context.Context, ll LongLived, t *turn) (ExecResul
 				abortBy = time.After(abortGrace)
 				continue
 			}
-			s.stop()
-			a.srv.Store(nil)
-			res := result(ExitCodeTimeout)
-			res.TimedOut = true
-			return res, nil
+			return kill(), nil
 		case <-abortBy:
-			s.stop()
-			a.srv.Store(nil)
-			res := result(ExitCodeTimeout)
-			res.TimedOut = true
-			return res, nil
+			return kill(), nil
 		case <-timeout.C:
-			s.stop()
-			a.srv.Store(nil)
-			res := result(ExitCodeTimeout)
-			res.TimedOut = true
-			return res, nil
+			return kill(), nil
 		}
 	}
 }

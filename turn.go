@@ -76,30 +76,34 @@ type turn struct {
 
 func (t *turn) run(ctx context.Context) (TurnResult, error) {
 	a := t.a
-	inv, err := a.drv.Command(t.spec)
-	if err != nil {
-		return TurnResult{}, fmt.Errorf("%s: build command: %w", a.drv.Name(), err)
+	ll, longLived := a.longLived()
+	var inv Invocation
+	var err error
+	if !longLived {
+		if inv, err = a.drv.Command(t.spec); err != nil {
+			return TurnResult{}, fmt.Errorf("%s: build command: %w", a.drv.Name(), err)
+		}
 	}
 	t.parser = a.drv.NewParser(t.spec)
 	if t.spec.SessionID != "" {
 		t.setSession(t.spec.SessionID)
 	}
-	lines := &lineSplitter{max: maxLineBytes, fn: t.line}
-	req := ExecRequest{
-		Cmd: inv.Cmd, Env: inv.Env, WorkDir: inv.WorkDir, Stdout: lines,
-		Timeout: a.cfg.Timeouts.Ask, MaxOutputBytes: maxStderrBytes,
-	}
-	if inv.Stdin != nil {
-		req.Stdin = bytes.NewReader(inv.Stdin)
-	}
 	var xres ExecResult
 	var xerr error
-	if ll, ok := a.longLived(); ok {
+	if longLived {
 		xres, xerr = a.serveTurn(ctx, ll, t)
 	} else {
+		lines := &lineSplitter{max: maxLineBytes, fn: t.line}
+		req := ExecRequest{
+			Cmd: inv.Cmd, Env: inv.Env, WorkDir: inv.WorkDir, Stdout: lines,
+			Timeout: a.cfg.Timeouts.Ask, MaxOutputBytes: maxStderrBytes,
+		}
+		if inv.Stdin != nil {
+			req.Stdin = bytes.NewReader(inv.Stdin)
+		}
 		xres, xerr = a.sb.Run(ctx, req)
+		lines.flush()
 	}
-	lines.flush()
 	a.setInTurn(false) // no egress denial joins the turn after this
 	t.emitDenied()
 	res := TurnResult{ExitCode: xres.ExitCode, Duration: time.Since(t.started)}
