@@ -159,6 +159,20 @@ func (s *cliServer) closeForRemoval() {
 // cut (timeout or ctx), an error wrapping ErrCLIExited when the process
 // died.
 func (a *Agent) serveTurn(ctx context.Context, ll LongLived, t *turn) (ExecResult, error) {
+	res, stale, err := a.serveTurnOnce(ctx, ll, t)
+	if stale {
+		// The process it kept from an earlier turn had died (or was
+		// dying) before it printed a line of this one: start another
+		// and run the turn there, once.
+		res, _, err = a.serveTurnOnce(ctx, ll, t)
+	}
+	return res, err
+}
+
+// serveTurnOnce is one try of serveTurn; stale reports that the turn
+// found a process of an earlier turn that exited before it printed
+// anything for this one.
+func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ ExecResult, stale bool, _ error) {
 	start := time.Now()
 	s := a.srv.Load()
 	if s != nil && (!s.alive() || s.model != t.spec.Model || (s.session != t.spec.SessionID && (s.used || s.session != ""))) {
@@ -166,20 +180,21 @@ func (a *Agent) serveTurn(ctx context.Context, ll LongLived, t *turn) (ExecResul
 		s = nil
 		a.srv.Store(nil)
 	}
+	reused := s != nil
 	if s == nil {
 		var err error
 		if s, err = a.startServer(ll, t.spec); err != nil {
-			return ExecResult{}, err
+			return ExecResult{}, false, err
 		}
 		a.srv.Store(s)
 	}
 	input, err := ll.TurnInput(t.spec)
 	if err != nil {
-		return ExecResult{}, fmt.Errorf("%s: build turn input: %w", a.drv.Name(), err)
+		return ExecResult{}, false, fmt.Errorf("%s: build turn input: %w", a.drv.Name(), err)
 	}
 	ender, _ := t.parser.(TurnEnder)
 	if ender == nil {
-		return ExecResult{}, fmt.Errorf("%s: %w: its long-lived parser cannot tell a turn's end", a.drv.Name(), ErrInvalidArgument)
+		return ExecResult{}, false, fmt.Errorf("%s: %w: its long-lived parser cannot tell a turn's end", a.drv.Name(), ErrInvalidArgument)
 	}
 	s.used = true
 	s.mu.Lock()
@@ -224,43 +239,51 @@ func (a *Agent) serveTurn(ctx context.Context, ll LongLived, t *turn) (ExecResul
 	defer timeout.Stop()
 	var settle <-chan time.Time
 	aborting := ctx.Done()
+	lines := 0 // of this turn
 	for {
 		select {
 		case l := <-s.lines:
+			lines++
 			settle = nil
 			t.line(l.raw, l.cut)
 			if done, wait := ender.Ended(); done && (wait <= 0 || abortBy != nil) {
-				return ended(), nil
+				return ended(), false, nil
 			} else if done {
 				settle = time.After(wait)
 			}
 		case <-settle:
-			return ended(), nil
+			return ended(), false, nil
 		case err := <-written:
 			written = nil
 			if err != nil && s.alive() {
 				s.stop()
 				a.srv.Store(nil)
-				return result(-1), fmt.Errorf("%w: writing the turn: %w", ErrCLIExited, err)
+				return result(-1), reused && lines == 0, fmt.Errorf("%w: writing the turn: %w", ErrCLIExited, err)
 			}
 		case <-s.exited:
 			for drained := false; !drained; { // what it printed before it died
 				select {
 				case l := <-s.lines:
+					lines++
 					t.line(l.raw, l.cut)
 				default:
 					drained = true
 				}
 			}
 			a.srv.Store(nil)
+			if done, _ := ender.Ended(); done {
+				// It ended the turn, then exited (a CLI that restarts
+				// itself between turns).
+				return ended(), false, nil
+			}
 			res := result(s.res.ExitCode)
 			if s.err != nil {
 				// The exec failed, not the CLI: the container died, the
 				// engine went away, a limit was hit — as for a per-turn
 				// CLI's exec.
-				return res, fmt.Errorf("its long-lived process: %w", s.err)
+				return res, false, fmt.Errorf("its long-lived process: %w", s.err)
 			}
-			return res, fmt.Errorf("%w (exit code %d)", ErrCLIExited, s.res.ExitCode)
+			return res, reused && lines == 0, fmt.Errorf("%w (exit code %d)", ErrCLIExited, s.res.ExitCode)
 		case <-aborting:
 			aborting = nil
 			if in := ll.AbortInput(); len(in) > 0 {
@@ -268,11 +291,11 @@ func (a *Agent) serveTurn(ctx context.Context, ll LongLived, t *turn) (ExecResul
 				abortBy = time.After(abortGrace)
 				continue
 			}
-			return kill(), nil
+			return kill(), false, nil
 		case <-abortBy:
-			return kill(), nil
+			return kill(), false, nil
 		case <-timeout.C:
-			return kill(), nil
+			return kill(), false, nil
 		}
 	}
 }

@@ -74,6 +74,16 @@ func llRuntime(t *testing.T) (*fakeRuntime, func() int) {
 			case "hang":
 			case "abort":
 				io.WriteString(req.Stdout, `{"text":"aborted"}`+"\n"+`{"end":"1"}`+"\n")
+			case "silentcrash": // dies before it prints anything
+				return 4, nil
+			case "staleonce": // the first server had died meanwhile
+				if n == 1 {
+					return 4, nil
+				}
+				io.WriteString(req.Stdout, `{"session":"`+session+`"}`+"\n"+`{"text":"reply to `+p+` from server `+itoa(n)+`"}`+"\n"+`{"end":"1"}`+"\n")
+			case "replyexit": // ends the turn, then exits
+				io.WriteString(req.Stdout, `{"session":"`+session+`"}`+"\n"+`{"text":"bye"}`+"\n"+`{"end":"1"}`+"\n")
+				return 0, nil
 			case "crash":
 				io.WriteString(req.Stdout, `{"text":"dying"}`+"\n")
 				io.WriteString(req.Stderr, "boom\n")
@@ -138,6 +148,38 @@ func TestLongLivedCrashRestartsOnTheSession(t *testing.T) {
 	}
 	if restart[1] != "s1" || servers() != 2 {
 		t.Errorf("%d server processes, the last as %v; want 2, restarted on session s1", servers(), restart)
+	}
+}
+
+// A process kept from an earlier turn that dies before it prints a line
+// of the next one (it had died meanwhile) is replaced and the turn runs
+// on the new one, once; one that dies so on a fresh start is an error.
+func TestLongLivedStaleProcessRetriedOnce(t *testing.T) {
+	rt, servers := llRuntime(t)
+	a, _ := startFake(t, rt, &llDriver{fakeDriver: fakeDriver{key: "k"}}, nil)
+	ctx := context.Background()
+	if _, err := a.Ask(ctx, "one"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.Stream(ctx, "staleonce", nil)
+	if err != nil || res.Reply != "reply to staleonce from server 2" || res.SessionID != "s1" {
+		t.Fatalf("stale process: %+v %v", res, err)
+	}
+	if _, err := a.Stream(ctx, "silentcrash", nil); !errors.Is(err, ErrCLIExited) {
+		t.Fatalf("silent crash: %v, want ErrCLIExited", err)
+	}
+	if n := servers(); n != 3 {
+		t.Errorf("%d server processes, want 3 (one retry of the silent crash, not more)", n)
+	}
+	if res, err := a.Stream(ctx, "two", nil); err != nil || res.Reply != "reply to two from server 4" {
+		t.Fatalf("after: %+v %v", res, err)
+	}
+	// A process that ends its turn and then exits served the turn; the
+	// next turn gets a new one.
+	for i := range 10 { // the exit and the last line race
+		if res, err := a.Stream(ctx, "replyexit", nil); err != nil || res.Reply != "bye" {
+			t.Fatalf("replyexit %d: %+v %v", i, res, err)
+		}
 	}
 }
 

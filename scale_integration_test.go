@@ -43,7 +43,9 @@ const (
 // BenchmarkScale starts N agents (default 50) at once from N goroutines,
 // through one LimitStarts(rt, max_concurrent_starts) runtime (the queue).
 // Each runs scaleExecs execs of `true`, then one Ask through a real agent
-// CLI against one shared fake model. It reports p50/p95/p99 of start (with
+// CLI against one shared fake model, then a follow-up Ask of the session
+// (wall and CPU reported apart: a long-lived CLI serves it without a
+// start). It reports p50/p95/p99 of start (with
 // its queue wait and the driver's setup), exec, ask and ask overhead (ask
 // wall time minus the CLI's own Runtime.Exec: what sandbox-agent adds),
 // the host memory per idle sandbox, and fails on any error, on a name
@@ -193,6 +195,9 @@ func BenchmarkScale(b *testing.B) {
 			if r.err == nil {
 				r.askOnce(ctx, tr, prompt, cli, longLived)
 			}
+			if r.err == nil {
+				r.followUp(ctx, prompt)
+			}
 		}()
 	}
 	close(gate)
@@ -295,9 +300,9 @@ func BenchmarkScale(b *testing.B) {
 	}
 
 	// Figures.
-	var start, queue, engine, setup, execs, execOvh, ask, cli2, overhead, cpu []time.Duration
+	var start, queue, engine, setup, execs, execOvh, ask, cli2, overhead, cpu, ask2, cpu2 []time.Duration
 	var startsEnd, execsEnd, asksEnd time.Time // when the last of each phase ended
-	cpuOK := true
+	cpuOK, cpu2OK := true, true
 	for _, r := range recs {
 		startsEnd = later(startsEnd, r.startEnd)
 		execsEnd = later(execsEnd, r.execEnd)
@@ -320,6 +325,11 @@ func BenchmarkScale(b *testing.B) {
 			cpu = append(cpu, r.cpu)
 			cpuOK = cpuOK && r.cpuOK
 		}
+		if r.ask2Done {
+			ask2 = append(ask2, r.ask2)
+			cpu2 = append(cpu2, r.cpu2)
+			cpu2OK = cpu2OK && r.cpu2OK
+		}
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	var tbl strings.Builder
@@ -327,7 +337,7 @@ func BenchmarkScale(b *testing.B) {
 	if longLived {
 		mode = "long-lived"
 	}
-	fmt.Fprintf(&tbl, "scale: %d sandboxes, driver %s (CLI %s, %s), max_concurrent_starts %d, %d execs of `true` each, 1 ask each\n",
+	fmt.Fprintf(&tbl, "scale: %d sandboxes, driver %s (CLI %s, %s), max_concurrent_starts %d, %d execs of `true` each, 2 asks each (a turn, then a follow-up)\n",
 		n, driverName, cli, mode, width, scaleExecs)
 	fmt.Fprintf(&tbl, "round %.1fs; load average %s before, %s after\n", roundTime.Seconds(), loadBefore, loadAvg())
 	if !asksEnd.IsZero() && !execsEnd.IsZero() && !startsEnd.IsZero() {
@@ -356,9 +366,13 @@ func BenchmarkScale(b *testing.B) {
 		row("  CLI exec (Runtime.Exec)", cli2)
 		row("  ask overhead (wall - CLI exec)", overhead)
 	}
+	row("follow-up ask (wall)", ask2)
 	row("close", closeLat)
 	if cpuOK && len(cpu) > 0 {
 		row("CPU per ask (container cgroup)", cpu)
+	}
+	if cpu2OK && len(cpu2) > 0 {
+		row("CPU per follow-up ask", cpu2)
 	}
 	mib := func(v int64) float64 { return float64(v) / (1 << 20) }
 	if memErr == nil && memErr2 == nil {
@@ -409,6 +423,13 @@ func BenchmarkScale(b *testing.B) {
 			report(pct(cpu, 50).Seconds(), "cpu-p50-s/ask")
 		}
 	}
+	if len(ask2) > 0 {
+		report(pct(ask2, 50).Seconds(), "ask2-p50-s")
+		report(pct(ask2, 95).Seconds(), "ask2-p95-s")
+		if cpu2OK {
+			report(pct(cpu2, 50).Seconds(), "cpu2-p50-s/ask")
+		}
+	}
 	if memErr == nil && memErr2 == nil && up > 0 {
 		report(mib(memBefore-memIdle)/float64(up), "host-MiB/sandbox")
 	}
@@ -447,6 +468,11 @@ type scaleRec struct {
 	ask, cliExec                time.Duration
 	cpu                         time.Duration
 	cpuOK                       bool
+	// The follow-up turn (the session's second): a long-lived CLI's runs
+	// on the process of the first.
+	ask2, cpu2 time.Duration
+	ask2Done   bool
+	cpu2OK     bool
 	// When each phase ended for this sandbox.
 	startEnd, execEnd, askEnd time.Time
 }
@@ -517,6 +543,26 @@ func (r *scaleRec) askOnce(ctx context.Context, tr *timedRuntime, prompt, cli st
 		return
 	}
 	r.askDone = true
+}
+
+// followUp asks a second turn of the session.
+func (r *scaleRec) followUp(ctx context.Context, prompt string) {
+	id := r.agent.Container().ID()
+	cpu0, ok0 := containerCPU(id)
+	t := time.Now()
+	reply, err := r.agent.Ask(ctx, prompt)
+	r.ask2 = time.Since(t)
+	cpu1, ok1 := containerCPU(id)
+	r.cpu2, r.cpu2OK = cpu1-cpu0, ok0 && ok1
+	if err != nil {
+		r.err = fmt.Errorf("follow-up ask: %w", err)
+		return
+	}
+	if reply != fakemodel.DoneText {
+		r.err = fmt.Errorf("follow-up ask: reply %q, want %q", reply, fakemodel.DoneText)
+		return
+	}
+	r.ask2Done = true
 }
 
 // timedRuntime records when the engine calls of each sandbox begin and

@@ -49,6 +49,33 @@
 // about 10 CPU-seconds per turn (and 2 for `opencode --version`); on a
 // loaded machine a turn takes tens of seconds, so give timeout_ask room.
 //
+// # Long-lived mode (ServeCommand, TurnInput, AbortInput)
+//
+// By default (sandboxagent.LongLived; config per_turn goes back to Command)
+// one process serves the turns: `node ~/.config/sandbox-agent/opencode-serve.mjs`,
+// a bridge Setup installs, which starts `opencode serve --hostname 127.0.0.1
+// --port 0` with a random one-off OPENCODE_SERVER_PASSWORD (only the bridge
+// holds it), subscribes to GET /event and reads one JSON command per stdin
+// line. A prompt {"type":"prompt","sessionID","text","model"} creates the
+// session when it has none (POST /session with run's title, the prompt's
+// first 50 characters, and run's non-interactive rules denying question,
+// plan_enter and plan_exit) or checks it exists ("Session not found"
+// otherwise, as run says), then POST /session/ID/message. The events of the
+// session become the very lines `opencode run --format json --thinking`
+// prints (finished tool parts, step_start, step_finish, finished text and
+// reasoning, session errors) — it mirrors run's event loop — and
+// {"type":"turn_end"} follows once the session is idle and the request
+// answered; the Parser ends the turn there (Ended). Permission asks of the
+// session and its subagents are approved once, as with run --auto.
+// {"type":"abort"} is POST /session/ID/abort: the turn ends, the server
+// lives on. The bridge exits when stdin closes, and with the server's exit
+// status when the server dies (the agent starts another on the next turn).
+// opencode serve grows over long runs: past Options.ServerMemoryMB of
+// resident memory (default 1536) the bridge stops it after a turn and
+// exits, and the next turn starts another on the same session.
+// Turns 2+ cost about 0.25 s and 0.4 CPU-seconds instead of 6 s and 9
+// (BENCHMARKS.md); the server's start is paid once per session and model.
+//
 // # Sessions
 //
 // opencode keeps sessions in SQLite at ~/.local/share/opencode/opencode.db,

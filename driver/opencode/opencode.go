@@ -3,10 +3,12 @@ package opencode
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
@@ -28,7 +30,16 @@ const (
 	// provider (opencode needs them; output becomes max_tokens).
 	contextLimit = 128000
 	outputLimit  = 8192
+
+	// bridgeFile is the long-lived mode's bridge to `opencode serve`,
+	// relative to the config home ($XDG_CONFIG_HOME or $HOME/.config).
+	bridgeFile = "sandbox-agent/opencode-serve.mjs"
+	// DefaultServerMemoryMB is Options.ServerMemoryMB's default.
+	DefaultServerMemoryMB = 1536
 )
+
+//go:embed assets/serve.mjs
+var bridgeJS []byte
 
 // Options configure the driver.
 type Options struct {
@@ -42,6 +53,11 @@ type Options struct {
 	// BaseURL is set, a custom OpenAI-compatible provider (npm
 	// "@ai-sdk/openai-compatible") named by Provider (default "sandbox").
 	Provider string
+	// ServerMemoryMB: the long-lived mode's `opencode serve`, which grows
+	// over long runs, is restarted after a turn (the next turn continues
+	// the session on a new one) once its resident memory passes this many
+	// MiB. Zero means DefaultServerMemoryMB, negative never.
+	ServerMemoryMB int
 
 	// routedURL is the model proxy's URL for a built-in provider (Routed).
 	routedURL string
@@ -53,7 +69,10 @@ type Driver struct {
 	o Options
 }
 
-var _ sandboxagent.Driver = (*Driver)(nil)
+var (
+	_ sandboxagent.Driver    = (*Driver)(nil)
+	_ sandboxagent.LongLived = (*Driver)(nil)
+)
 
 // New returns an opencode driver.
 func New(o Options) *Driver {
@@ -62,7 +81,7 @@ func New(o Options) *Driver {
 	}
 	// The tag from versions.json; everything but deltas (opencode's JSON
 	// output prints only finished parts).
-	return &Driver{Identity: kit.NewIdentity("opencode", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortKill}), o: o}
+	return &Driver{Identity: kit.NewIdentity("opencode", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortInterrupt}), o: o}
 }
 
 // Secrets returns the API key.
@@ -110,7 +129,8 @@ func (d *Driver) Config() ([]byte, error) {
 	return json.MarshalIndent(cfg, "", "  ")
 }
 
-// Setup writes $HOME/.config/opencode/opencode.json.
+// Setup writes $HOME/.config/opencode/opencode.json and the long-lived
+// mode's bridge.
 func (d *Driver) Setup(ctx context.Context, c sandboxagent.ContainerOps) error {
 	cfg, err := d.Config()
 	if err != nil {
@@ -120,7 +140,10 @@ func (d *Driver) Setup(ctx context.Context, c sandboxagent.ContainerOps) error {
 	if err != nil {
 		return err
 	}
-	return c.WriteFile(ctx, dir+"/opencode.json", cfg, 0o644)
+	if err := c.WriteFile(ctx, dir+"/opencode.json", cfg, 0o644); err != nil {
+		return err
+	}
+	return c.WriteFile(ctx, path.Dir(dir)+"/"+bridgeFile, bridgeJS, 0o644)
 }
 
 // configDir is opencode's global config directory in the container.
@@ -159,33 +182,16 @@ func (d *Driver) model(m string) (full, declare string) {
 
 // Command builds `opencode run` for one turn (see the package doc).
 func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
-	if strings.TrimSpace(t.Prompt) == "" {
-		return sandboxagent.Invocation{}, fmt.Errorf("%w: opencode: empty prompt", sandboxagent.ErrInvalidArgument)
+	if err := check(t); err != nil {
+		return sandboxagent.Invocation{}, err
 	}
-	if strings.HasPrefix(t.SessionID, "-") {
-		return sandboxagent.Invocation{}, fmt.Errorf("%w: opencode: session id %q", sandboxagent.ErrInvalidArgument, t.SessionID)
+	env, err := d.env(t)
+	if err != nil {
+		return sandboxagent.Invocation{}, err
 	}
 	cmd := []string{"opencode", "run", "--format", "json", "--thinking", "--auto"}
-	env := map[string]string{
-		"OPENCODE_DISABLE_AUTOUPDATE":   "1",
-		"OPENCODE_DISABLE_MODELS_FETCH": "1",
-		"OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
-	}
-	if d.o.APIKey != "" {
-		env[KeyEnv] = d.o.APIKey
-	}
-	full, declare := d.model(t.Model)
-	if full != "" {
+	if full, _ := d.model(t.Model); full != "" {
 		cmd = append(cmd, "-m", full)
-	}
-	if declare != "" {
-		extra, err := json.Marshal(map[string]any{"provider": map[string]any{
-			d.o.Provider: map[string]any{"models": map[string]any{declare: modelConfig(declare)}},
-		}})
-		if err != nil {
-			return sandboxagent.Invocation{}, err
-		}
-		env["OPENCODE_CONFIG_CONTENT"] = string(extra)
 	}
 	if t.SessionID != "" {
 		cmd = append(cmd, "--session", t.SessionID)
@@ -195,6 +201,86 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 		cmd = append(cmd, "--title")
 	}
 	return sandboxagent.Invocation{Cmd: cmd, Env: env, WorkDir: t.WorkDir, Stdin: []byte(t.Prompt)}, nil
+}
+
+// ServeCommand is the long-lived mode: the bridge Setup installed, which
+// runs `opencode serve` on the container's loopback and speaks JSON lines
+// on stdin and stdout (see the package doc). It serves t's model; the
+// session is named by each turn.
+func (d *Driver) ServeCommand(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
+	if strings.HasPrefix(t.SessionID, "-") {
+		return sandboxagent.Invocation{}, fmt.Errorf("%w: opencode: session id %q", sandboxagent.ErrInvalidArgument, t.SessionID)
+	}
+	env, err := d.env(t)
+	if err != nil {
+		return sandboxagent.Invocation{}, err
+	}
+	if mb := d.o.ServerMemoryMB; mb >= 0 {
+		if mb == 0 {
+			mb = DefaultServerMemoryMB
+		}
+		env["SANDBOX_AGENT_OPENCODE_MAX_RSS_MB"] = strconv.Itoa(mb)
+	}
+	return sandboxagent.Invocation{
+		Cmd:     []string{"sh", "-c", `exec node "${XDG_CONFIG_HOME:-$HOME/.config}/` + bridgeFile + `"`},
+		Env:     env,
+		WorkDir: t.WorkDir,
+	}, nil
+}
+
+// TurnInput is the bridge's prompt command for t.
+func (d *Driver) TurnInput(t sandboxagent.Turn) ([]byte, error) {
+	if err := check(t); err != nil {
+		return nil, err
+	}
+	cmd := map[string]any{"type": "prompt", "sessionID": t.SessionID, "text": t.Prompt}
+	if full, _ := d.model(t.Model); full != "" {
+		provider, id, _ := strings.Cut(full, "/")
+		cmd["model"] = map[string]string{"providerID": provider, "modelID": id}
+	}
+	b, err := json.Marshal(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// AbortInput asks the bridge to abort the running turn (POST
+// /session/ID/abort): the turn ends and the server lives on.
+func (d *Driver) AbortInput() []byte { return []byte(`{"type":"abort"}` + "\n") }
+
+// check refuses a turn opencode cannot run.
+func check(t sandboxagent.Turn) error {
+	if strings.TrimSpace(t.Prompt) == "" {
+		return fmt.Errorf("%w: opencode: empty prompt", sandboxagent.ErrInvalidArgument)
+	}
+	if strings.HasPrefix(t.SessionID, "-") {
+		return fmt.Errorf("%w: opencode: session id %q", sandboxagent.ErrInvalidArgument, t.SessionID)
+	}
+	return nil
+}
+
+// env is the environment of opencode for t: start-up traffic off, the key,
+// and a model of the custom provider declared when t names one.
+func (d *Driver) env(t sandboxagent.Turn) (map[string]string, error) {
+	env := map[string]string{
+		"OPENCODE_DISABLE_AUTOUPDATE":   "1",
+		"OPENCODE_DISABLE_MODELS_FETCH": "1",
+		"OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+	}
+	if d.o.APIKey != "" {
+		env[KeyEnv] = d.o.APIKey
+	}
+	if _, declare := d.model(t.Model); declare != "" {
+		extra, err := json.Marshal(map[string]any{"provider": map[string]any{
+			d.o.Provider: map[string]any{"models": map[string]any{declare: modelConfig(declare)}},
+		}})
+		if err != nil {
+			return nil, err
+		}
+		env["OPENCODE_CONFIG_CONTENT"] = string(extra)
+	}
+	return env, nil
 }
 
 // NewParser returns a parser of `opencode run --format json` output.

@@ -93,9 +93,7 @@ func TestShellThenDoneAndContinue(t *testing.T) {
 	for _, ev := range r2.Events {
 		maxLine = max(maxLine, ev.Line)
 	}
-	if got := drivertest.AuditFiles(t, r2.AuditDir, drivertest.Key); got != maxLine {
-		t.Errorf("after turn 2 session.jsonl has %d lines, events point up to %d", got, maxLine)
-	}
+	drivertest.CheckAuditLines(t, r2.AuditDir, maxLine)
 }
 
 // A rejected key fails fast with a DriverError carrying the HTTP status.
@@ -113,7 +111,8 @@ func loadAvg() float64 {
 func TestUnauthorized(t *testing.T) {
 	a, _, srv := start(t, drivertest.Unauthorized())
 	b := drivertest.CheckBadKey(t, a, "opencode", true)
-	if b.DE.ExitCode != 1 {
+	// opencode run exits 1; the long-lived server lives on.
+	if want := map[bool]int{true: 1, false: 0}[testenv.Config().PerTurn]; b.DE.ExitCode != want {
 		t.Errorf("DriverError %+v", b.DE)
 	}
 	if b.Took > 30*time.Second {
@@ -133,4 +132,58 @@ func TestUnauthorized(t *testing.T) {
 	if b.Res.AuditDir == "" {
 		t.Error("no audit")
 	}
+}
+
+// serverPID is the pid of the sandbox's opencode process ("" if none).
+func serverPID(t *testing.T, a *sandboxagent.Agent) string {
+	t.Helper()
+	script := `for d in /proc/[0-9]*; do [ "$(cat "$d/comm" 2>/dev/null)" = opencode ] && echo "${d#/proc/}"; done; true`
+	res, err := a.Container().Exec(context.Background(), []string{"sh", "-c", script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(res.Stdout))
+}
+
+// A long-lived server past its memory bound is replaced after the turn;
+// the next turn continues the session on the new one.
+func TestServerMemoryBoundRestarts(t *testing.T) {
+	t.Parallel()
+	script := fakemodel.Script{Responses: []fakemodel.Step{{Text: "ONE"}, {Text: "TWO"}}}
+	a, _, srv := drivertest.Start(t, script, func(srv *fakemodel.Server) *opencode.Driver {
+		return opencode.New(opencode.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, ServerMemoryMB: 1})
+	}, sandboxagent.WithConfig(config(drivertest.AuditRoot(t))))
+	ctx := longCtx(t)
+	r1, err := a.Stream(ctx, "MEMORY-ONE say one", nil)
+	if err != nil || r1.Reply != "ONE" {
+		t.Fatalf("turn 1: %q %v", r1.Reply, err)
+	}
+	// The bridge stops the server after the turn.
+	gone := func(when string) {
+		deadline := time.Now().Add(time.Minute)
+		for serverPID(t, a) != "" && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if pid := serverPID(t, a); pid != "" {
+			t.Fatalf("opencode serve (pid %s) still runs %s, past its memory bound", pid, when)
+		}
+	}
+	gone("after turn 1")
+	n := len(chatRequests(srv))
+	running := "" // the scan sees the server while a turn runs
+	r2, err := a.Stream(ctx, "MEMORY-TWO say two", func(sandboxagent.Event) {
+		if running == "" {
+			running = serverPID(t, a)
+		}
+	})
+	if running == "" {
+		t.Error("no opencode process seen during turn 2")
+	}
+	if err != nil || r2.Reply != "TWO" || r2.SessionID != r1.SessionID {
+		t.Fatalf("turn 2: %q %v, session %q then %q", r2.Reply, err, r1.SessionID, r2.SessionID)
+	}
+	if reqs := chatRequests(srv); len(reqs) <= n || !strings.Contains(string(reqs[len(reqs)-1].Body), "MEMORY-ONE") {
+		t.Errorf("turn 2 did not continue turn 1's session")
+	}
+	gone("after turn 2")
 }

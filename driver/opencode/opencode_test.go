@@ -87,7 +87,7 @@ func TestCommand(t *testing.T) {
 func TestCapabilitiesAndSecrets(t *testing.T) {
 	d := New(Options{BaseURL: "http://x", APIKey: "sk-1"})
 	drivertest.CheckBasics(t, d, New(Options{Provider: "p"}), "opencode", "sk-1")
-	want := sandboxagent.Capabilities{Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortKill}
+	want := sandboxagent.Capabilities{Continue: true, Fork: true, Skills: true, Rules: true, Sessions: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortInterrupt}
 	if sandboxagent.CapabilitiesOf(d) != want {
 		t.Errorf("%+v", sandboxagent.CapabilitiesOf(d))
 	}
@@ -122,6 +122,9 @@ func TestSetup(t *testing.T) {
 	d := New(Options{BaseURL: "http://127.0.0.1:1234/v1", APIKey: "sk-secret-value"})
 	if err := d.Setup(ctx, ops); err != nil {
 		t.Fatal(err)
+	}
+	if got := ops.Read(t, ".config/"+bridgeFile); got != string(bridgeJS) || len(got) < 1000 {
+		t.Errorf("bridge not installed (%d bytes)", len(got))
 	}
 	data := configFile(t, ops, "opencode.json")
 	if strings.Contains(string(data), "sk-secret-value") {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
@@ -17,12 +18,15 @@ import (
 //   - reasoning: thinking; text: text (whole parts, never deltas);
 //   - tool_use (a finished tool part): tool_call then tool_result;
 //   - step_finish: usage of that model call (per step, not cumulative);
-//   - error: error, and the turn fails with a *DriverError.
+//   - error: error, and the turn fails with a *DriverError;
+//   - turn_end (the long-lived bridge's, after the session went idle): no
+//     event; the turn is over (Ended).
 //
 // Anything else becomes a raw event.
 type Parser struct {
 	session   string
 	announced bool
+	ended     bool
 	reply     []string // text parts of the last message with text
 	replyMsg  string
 	errs      []apiError
@@ -88,6 +92,9 @@ func (p *Parser) Parse(b []byte) []sandboxagent.Event {
 	switch l.Type {
 	case "step_start":
 		return evs
+	case "turn_end":
+		p.ended = true
+		return evs
 	case "reasoning":
 		if pt.Text == "" {
 			return evs
@@ -121,6 +128,9 @@ func (p *Parser) Parse(b []byte) []sandboxagent.Event {
 	}
 	return append(evs, kit.Raw(b)...)
 }
+
+// Ended tells the end of a long-lived turn: the bridge's turn_end line.
+func (p *Parser) Ended() (bool, time.Duration) { return p.ended, 0 }
 
 // short is "Name: message".
 func (e apiError) short() string {

@@ -111,6 +111,26 @@ func AuditFiles(t testing.TB, dir, secret string) int {
 	return strings.Count(raw, "\n")
 }
 
+// turnEndLine starts the line the opencode bridge ends a long-lived turn
+// with; it gives no event.
+const turnEndLine = `{"type":"turn_end"`
+
+// CheckAuditLines checks the audit folder dir (as AuditFiles) and that its
+// session.jsonl holds exactly the lines the events point up to (maxLine,
+// the highest Event.Line), or those and a long-lived turn's end line.
+func CheckAuditLines(t testing.TB, dir string, maxLine int) {
+	t.Helper()
+	got := AuditFiles(t, dir, Key)
+	if got == maxLine {
+		return
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "session.jsonl"))
+	lines := strings.SplitAfter(string(raw), "\n")
+	if got != maxLine+1 || !strings.HasPrefix(lines[maxLine], turnEndLine) {
+		t.Errorf("session.jsonl has %d lines, the events point up to line %d", got, maxLine)
+	}
+}
+
 // Ctx is a context bounded for one end-to-end turn.
 func Ctx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -285,9 +305,7 @@ func ShellTurn(t testing.TB, a *sandboxagent.Agent, want ShellWant) (res sandbox
 	if last := res.Events[len(res.Events)-1]; last.Kind != sandboxagent.KindDone || last.Payload.Text != "DONE" {
 		t.Errorf("last event %+v", last)
 	}
-	if lines := AuditFiles(t, res.AuditDir, Key); lines != maxLine {
-		t.Errorf("session.jsonl has %d lines, the events point up to line %d", lines, maxLine)
-	}
+	CheckAuditLines(t, res.AuditDir, maxLine)
 	evs, err := os.ReadFile(filepath.Join(res.AuditDir, "events.jsonl"))
 	if err != nil {
 		t.Fatal(err)
