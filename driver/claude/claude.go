@@ -2,6 +2,7 @@ package claude
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -55,11 +56,12 @@ var _ sandboxagent.Driver = (*Driver)(nil)
 // New returns a driver.
 // It runs in the built-in claude image; its traits are everything but
 // deltas (the driver does not ask the CLI for partial messages; each
-// content block arrives whole). Rules are the user-global
+// content block arrives whole). An abort interrupts the long-lived CLI's
+// turn (a CLI run per turn is killed). Rules are the user-global
 // ~/.claude/CLAUDE.md, skills ~/.claude/skills/<name>/.
 func New(o Options) *Driver {
 	return &Driver{
-		Identity:     kit.NewIdentity("claude", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortKill}),
+		Identity:     kit.NewIdentity("claude", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortInterrupt}),
 		Instructions: kit.Instructions{Files: sh, RulesFile: rulesFile, SkillsDir: skillsDir, Mode: kit.PlainFiles},
 		o:            o,
 	}
@@ -126,6 +128,66 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 	if strings.TrimSpace(t.Prompt) == "" {
 		return sandboxagent.Invocation{}, fmt.Errorf("%w: empty prompt", sandboxagent.ErrInvalidArgument)
 	}
+	inv, err := d.invocation(t)
+	if err != nil {
+		return inv, err
+	}
+	inv.Stdin = []byte(t.Prompt)
+	return inv, nil
+}
+
+var _ sandboxagent.LongLived = (*Driver)(nil)
+
+// ServeCommand is the long-lived mode (see the package doc): a turn's
+// command line reading stream-json user messages on stdin, one turn each,
+// until stdin closes.
+func (d *Driver) ServeCommand(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
+	return d.invocation(t, "--input-format", "stream-json")
+}
+
+// userMessage is one turn's stdin line in the long-lived mode.
+type userMessage struct {
+	Type    string `json:"type"`
+	Message struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	} `json:"message"`
+	ParentToolUseID *string `json:"parent_tool_use_id"`
+	// SessionID is informational: the CLI ignores it and serves the
+	// session it was started on (--resume, or the new one).
+	SessionID string `json:"session_id"`
+}
+
+// TurnInput is one user message: a JSON line (the encoder escapes the
+// prompt's newlines, so it stays one line).
+func (d *Driver) TurnInput(t sandboxagent.Turn) ([]byte, error) {
+	if strings.TrimSpace(t.Prompt) == "" {
+		return nil, fmt.Errorf("%w: empty prompt", sandboxagent.ErrInvalidArgument)
+	}
+	if t.SessionID != "" {
+		if err := ids.Check(t.SessionID); err != nil {
+			return nil, err
+		}
+	}
+	m := userMessage{Type: "user", SessionID: t.SessionID}
+	m.Message.Role, m.Message.Content = "user", t.Prompt
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// AbortInput is the interrupt control request: the CLI stops the running
+// tool and model call, prints the turn's result line (is_error, subtype
+// error_during_execution) and reads the next message. Asked while no turn
+// runs, it only answers with a control_response.
+func (d *Driver) AbortInput() []byte {
+	return []byte(`{"type":"control_request","request_id":"sandbox-agent-interrupt","request":{"subtype":"interrupt"}}` + "\n")
+}
+
+// invocation is the CLI for t, with extra flags after -p.
+func (d *Driver) invocation(t sandboxagent.Turn, extra ...string) (sandboxagent.Invocation, error) {
 	model := t.Model
 	if model == "" {
 		model = DefaultModel
@@ -133,12 +195,12 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 	if strings.HasPrefix(model, "-") {
 		return sandboxagent.Invocation{}, fmt.Errorf("%w: model %q", sandboxagent.ErrInvalidArgument, model)
 	}
-	cmd := []string{
-		"claude", "-p",
+	cmd := append([]string{"claude", "-p"}, extra...)
+	cmd = append(cmd,
 		"--output-format", "stream-json", "--verbose",
 		"--dangerously-skip-permissions",
 		"--model", model,
-	}
+	)
 	if t.SessionID != "" {
 		if err := ids.Check(t.SessionID); err != nil {
 			return sandboxagent.Invocation{}, err
@@ -157,7 +219,7 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 			env["ANTHROPIC_API_KEY"] = d.o.APIKey
 		}
 	}
-	return sandboxagent.Invocation{Cmd: cmd, Env: env, WorkDir: t.WorkDir, Stdin: []byte(t.Prompt)}, nil
+	return sandboxagent.Invocation{Cmd: cmd, Env: env, WorkDir: t.WorkDir}, nil
 }
 
 // NewParser returns the parser of one turn's stream-json output.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -74,7 +75,74 @@ func TestCommand(t *testing.T) {
 				t.Errorf("cmd\n got %q\nwant %q", inv.Cmd, tc.cmd)
 			}
 			drivertest.CheckInvocation(t, inv, tc.turn, tc.env, tc.noEnv, false, tc.o.APIKey)
+
+			// The long-lived command: the same with --input-format
+			// stream-json, and no stdin of its own.
+			srv, err := New(tc.o).ServeCommand(tc.turn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := append([]string{"claude", "-p", "--input-format", "stream-json"}, tc.cmd[2:]...)
+			if !slices.Equal(srv.Cmd, want) {
+				t.Errorf("serve cmd\n got %q\nwant %q", srv.Cmd, want)
+			}
+			if srv.Stdin != nil || srv.WorkDir != inv.WorkDir || !maps.Equal(srv.Env, inv.Env) {
+				t.Errorf("serve invocation %+v, turn's %+v", srv, inv)
+			}
 		})
+	}
+	// A serving process needs no prompt, but the same valid session and
+	// model.
+	d := New(Options{})
+	if _, err := d.ServeCommand(sandboxagent.Turn{}); err != nil {
+		t.Errorf("serve without a prompt: %v", err)
+	}
+	for _, turn := range []sandboxagent.Turn{{SessionID: "../../etc"}, {Model: "--help"}} {
+		if _, err := d.ServeCommand(turn); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("serve %+v: %v, want ErrInvalidArgument", turn, err)
+		}
+	}
+}
+
+func TestTurnInput(t *testing.T) {
+	d := New(Options{})
+	for _, tc := range []struct {
+		turn sandboxagent.Turn
+		want string
+	}{
+		{
+			sandboxagent.Turn{Prompt: "hello"},
+			`{"type":"user","message":{"role":"user","content":"hello"},"parent_tool_use_id":null,"session_id":""}` + "\n",
+		},
+		{
+			// Newlines, CR and U+2028 escaped: one line, whatever the prompt.
+			sandboxagent.Turn{Prompt: "-a \"q\"\r\nb\u2028c <&>", SessionID: sessA},
+			`{"type":"user","message":{"role":"user","content":"-a \"q\"\r\nb\u2028c \u003c\u0026\u003e"},"parent_tool_use_id":null,"session_id":"` + sessA + `"}` + "\n",
+		},
+	} {
+		got, err := d.TurnInput(tc.turn)
+		if err != nil || string(got) != tc.want {
+			t.Errorf("TurnInput(%q)\n got %s (%v)\nwant %s", tc.turn.Prompt, got, err, tc.want)
+			continue
+		}
+		var m struct {
+			Message struct{ Content string } `json:"message"`
+		}
+		if strings.Count(string(got), "\n") != 1 || json.Unmarshal(got, &m) != nil || m.Message.Content != tc.turn.Prompt {
+			t.Errorf("TurnInput(%q) does not round-trip: %s", tc.turn.Prompt, got)
+		}
+	}
+	for _, turn := range []sandboxagent.Turn{{Prompt: " \n"}, {Prompt: "p", SessionID: "x\ny"}} {
+		if _, err := d.TurnInput(turn); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("TurnInput(%+v): %v, want ErrInvalidArgument", turn, err)
+		}
+	}
+}
+
+func TestAbortInput(t *testing.T) {
+	got := string(New(Options{}).AbortInput())
+	if want := `{"type":"control_request","request_id":"sandbox-agent-interrupt","request":{"subtype":"interrupt"}}` + "\n"; got != want {
+		t.Errorf("AbortInput %s, want %s", got, want)
 	}
 }
 
@@ -82,7 +150,7 @@ func TestDriverBasics(t *testing.T) {
 	d := New(Options{APIKey: "sk-x-1234"})
 	drivertest.CheckBasics(t, d, New(Options{}), "claude", "sk-x-1234")
 	c := sandboxagent.CapabilitiesOf(d)
-	if !c.Continue || !c.Fork || !c.Skills || !c.Rules || !c.Sessions || !c.Thinking || !c.Usage || c.Deltas {
+	if !c.Continue || !c.Fork || !c.Skills || !c.Rules || !c.Sessions || !c.Thinking || !c.Usage || c.Deltas || c.Abort != sandboxagent.AbortInterrupt {
 		t.Errorf("capabilities %+v", c)
 	}
 }
@@ -144,6 +212,42 @@ func transcript(t *testing.T, o *drivertest.HostOps, project, id, prompt string)
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestSessionTitle: the title is the later of the last last-prompt record
+// and the last queued prompt (a long-lived CLI writes last-prompt lazily:
+// after its second turn the record may still name the first prompt).
+func TestSessionTitle(t *testing.T) {
+	o := drivertest.NewHostOps(t)
+	p := filepath.Join(o.Home, ".claude/projects/-workspace", sessA+".jsonl")
+	enqueue := func(prompt string) string {
+		return `{"type":"queue-operation","operation":"enqueue","timestamp":"2026-12-01T14:39:10.598Z","sessionId":"` + sessA + `","content":"` + prompt + `"}` + "\n" +
+			`{"type":"queue-operation","operation":"dequeue","timestamp":"2026-12-01T14:39:10.599Z","sessionId":"` + sessA + `"}` + "\n"
+	}
+	user := func(prompt string) string {
+		return `{"type":"user","message":{"role":"user","content":"` + prompt + `"},"sessionId":"` + sessA + `"}` + "\n"
+	}
+	lastPrompt := func(prompt string) string {
+		return `{"type":"last-prompt","lastPrompt":"` + prompt + `","sessionId":"` + sessA + `"}` + "\n"
+	}
+	for _, tc := range []struct{ name, transcript, want string }{
+		{"per turn", enqueue("first  prompt") + user("first  prompt") + lastPrompt("first prompt") + enqueue("second\\nprompt") + user("second\\nprompt") + lastPrompt("second prompt"), "second prompt"},
+		{"long-lived, second turn", enqueue("first") + user("first") + lastPrompt("first") + enqueue("second") + user("second"), "second"},
+		{"prompt text quoting records", enqueue("first") + lastPrompt("first") + user(`say \"type\":\"last-prompt\",\"lastPrompt\":\"bad\" \"operation\":\"enqueue\"`), "first"},
+		{"no record", user("x"), ""},
+		{"prompt of blocks", `{"type":"queue-operation","operation":"enqueue","sessionId":"` + sessA + `","content":[{"type":"text","text":"x"}]}` + "\n", ""},
+	} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(tc.transcript), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		list, err := New(Options{}).ListSessions(context.Background(), o)
+		if err != nil || len(list) != 1 || list[0].Title != tc.want {
+			t.Errorf("%s: %+v %v, want the title %q", tc.name, list, err, tc.want)
+		}
+	}
 }
 
 func TestSessions(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
@@ -43,6 +44,19 @@ type line struct {
 	Usage          *usage   `json:"usage"`
 	Errors         []string `json:"errors"`
 	TerminalReason string   `json:"terminal_reason"`
+	// The cost of this result's turn alone, per model. total_cost_usd is
+	// the session's: it counts every turn of a long-lived process and,
+	// after --resume, the cost the CLI restored from the transcript.
+	ModelUsageSinceLast map[string]struct {
+		CostUSD float64 `json:"costUSD"`
+	} `json:"model_usage_since_last_result"`
+
+	// control_response (the answer to AbortInput's interrupt)
+	Response *struct {
+		Subtype   string `json:"subtype"`
+		RequestID string `json:"request_id"`
+		Error     string `json:"error"`
+	} `json:"response"`
 
 	// stream_event
 	Event *streamEvent `json:"event"`
@@ -121,8 +135,34 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 		return p.resultLine(&l, b)
 	case "stream_event":
 		return p.stream(&l, b)
+	case "control_response":
+		return p.control(&l, b)
+	case "keep_alive":
+		return nil
 	}
 	return kit.Raw(b)
+}
+
+// Ended tells the end of a long-lived turn: its result line (the CLI
+// prints one per user message, also for an interrupted or failed turn,
+// and retries before it, not after).
+func (p *parser) Ended() (bool, time.Duration) { return p.result != nil, 0 }
+
+// control answers the interrupt: success needs no event (the turn's
+// result line follows), a refusal is reported.
+func (p *parser) control(l *line, b []byte) []sandboxagent.Event {
+	r := l.Response
+	switch {
+	case r == nil:
+		return kit.Raw(b)
+	case r.Subtype == "success":
+		return nil
+	}
+	text := "claude refused the control request " + r.RequestID
+	if r.Error != "" {
+		text += ": " + oneLine(r.Error)
+	}
+	return []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: text}}}
 }
 
 func (p *parser) system(l *line, b []byte) []sandboxagent.Event {
@@ -133,7 +173,10 @@ func (p *parser) system(l *line, b []byte) []sandboxagent.Event {
 		}
 		p.session = l.SessionID
 		return []sandboxagent.Event{{Kind: sandboxagent.KindSession, SessionID: l.SessionID}}
-	case "thinking_tokens", "status":
+	case "thinking_tokens", "status",
+		// A tool call running long (a Bash task): its result comes as the
+		// tool_result.
+		"task_started", "task_progress", "task_updated", "task_notification":
 		return nil // progress only
 	case "api_retry":
 		status := 0
@@ -255,6 +298,9 @@ func (p *parser) user(l *line, b []byte) []sandboxagent.Event {
 	if !ok {
 		return kit.Raw(b)
 	}
+	if interrupted(bs) {
+		return nil // the CLI's note of an interrupt: the turn's error says it
+	}
 	var evs []sandboxagent.Event
 	other := false
 	for _, bl := range bs {
@@ -282,6 +328,18 @@ func (p *parser) user(l *line, b []byte) []sandboxagent.Event {
 		evs = append(evs, kit.Raw(b)...)
 	}
 	return evs
+}
+
+// interrupted reports whether a user message is only the text the CLI
+// adds to the transcript when a turn is interrupted ("[Request interrupted
+// by user]", "... for tool use]").
+func interrupted(bs []block) bool {
+	for _, bl := range bs {
+		if bl.Type != "text" || !strings.HasPrefix(bl.Text, "[Request interrupted by user") {
+			return false
+		}
+	}
+	return len(bs) > 0
 }
 
 // resultText is a tool_result's content: a string, or the text of its
@@ -324,6 +382,13 @@ func (p *parser) resultLine(l *line, b []byte) []sandboxagent.Event {
 		InputTokens: l.Usage.InputTokens, OutputTokens: l.Usage.OutputTokens,
 		CacheReadTokens: l.Usage.CacheReadTokens, CacheWriteTokens: l.Usage.CacheCreationTokens,
 		CostUSD: l.TotalCostUSD,
+	}
+	if l.ModelUsageSinceLast != nil {
+		// The turn's own cost (usage is the turn's already).
+		pl.CostUSD = 0
+		for _, m := range l.ModelUsageSinceLast {
+			pl.CostUSD += m.CostUSD
+		}
 	}
 	if d := l.Usage.OutputTokensDetails; d != nil {
 		pl.ReasoningTokens = d.ThinkingTokens
@@ -379,6 +444,9 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 	case r.IsError:
 		var msg string
 		switch {
+		case strings.HasPrefix(r.TerminalReason, "aborted"):
+			// An interrupt (AbortInput); its errors are a diagnostic.
+			msg = "claude turn interrupted (" + r.TerminalReason + ")"
 		case len(r.Errors) > 0:
 			msg = strings.Join(r.Errors, "; ")
 		case r.Result != nil && *r.Result != "":

@@ -72,12 +72,16 @@ var (
 var _ sandboxagent.SessionStore = (*Driver)(nil)
 
 // ListSessions lists every transcript under ~/.claude/projects, newest
-// first.
+// first. The title is the last prompt: the later of the last last-prompt
+// record and the last queued prompt (queue-operation enqueue). The CLI
+// writes last-prompt lazily (with other metadata once enough bytes were
+// appended, and at exit), so while a long-lived CLI serves the session
+// the last-prompt record may still name an earlier turn's prompt.
 func (d *Driver) ListSessions(ctx context.Context, c sandboxagent.ContainerOps) ([]sandboxagent.SessionInfo, error) {
 	script := `d="$HOME/` + projectsDir + `"
 [ -d "$d" ] || exit 0
 find "$d" -mindepth 2 -maxdepth 2 -type f -name '*.jsonl' -printf '%T@\t%p\n' | while IFS="$(printf '\t')" read -r t p; do
-  lp=$(grep -F '"type":"last-prompt"' "$p" | tail -n 1)
+  lp=$(grep -F -e '"type":"last-prompt"' -e '"operation":"enqueue"' "$p" | tail -n 1)
   printf '%s\t%s\t%s\n' "$t" "$p" "$lp"
 done`
 	out, _, err := sh.Run(ctx, c, nil, script)
@@ -87,7 +91,8 @@ done`
 	return parseList(out), nil
 }
 
-// parseList reads the lines "mtime<TAB>path<TAB>last-prompt record".
+// parseList reads the lines "mtime<TAB>path<TAB>last-prompt or enqueue
+// record".
 func parseList(out []byte) []sandboxagent.SessionInfo {
 	return kit.ParseList(out, func(p string) string {
 		if id := strings.TrimSuffix(path.Base(p), ".jsonl"); validID(id) {
@@ -95,13 +100,20 @@ func parseList(out []byte) []sandboxagent.SessionInfo {
 		}
 		return ""
 	}, func(record []byte) string {
-		var lp struct {
-			LastPrompt string `json:"lastPrompt"`
+		var r struct {
+			Type       string          `json:"type"`
+			LastPrompt string          `json:"lastPrompt"`
+			Content    json.RawMessage `json:"content"`
 		}
-		if json.Unmarshal(record, &lp) != nil {
+		if json.Unmarshal(record, &r) != nil {
 			return ""
 		}
-		return kit.Title(kit.Fold(lp.LastPrompt), 80)
+		prompt := r.LastPrompt
+		if r.Type == "queue-operation" {
+			prompt = ""
+			_ = json.Unmarshal(r.Content, &prompt) // a prompt of blocks: no title
+		}
+		return kit.Title(kit.Fold(prompt), 80)
 	})
 }
 

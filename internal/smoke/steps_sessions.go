@@ -4,9 +4,12 @@ package smoke
 // and loading a dump into another container.
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
@@ -22,8 +25,42 @@ func sessionText(d sandboxagent.SessionDump) string {
 	return b.String()
 }
 
+// exitRecords are the records a long-lived CLI appends to the session it
+// served when its process stops (the agent moving to another session):
+// claude's cost totals and last prompt. They change no history.
+var exitRecords = map[string][]string{"claude": {"cost-state", "last-prompt"}}
+
+// sameOrGrewBy reports whether every file of after is the same file of
+// before, or it with only whole JSON lines of session id appended, each
+// of a type in types.
+func sameOrGrewBy(before, after sandboxagent.SessionDump, id string, types []string) bool {
+	if len(after.Files) != len(before.Files) {
+		return false
+	}
+	for name, old := range before.Files {
+		extra, ok := bytes.CutPrefix(after.Files[name], old)
+		if !ok || len(extra) > 0 && len(old) > 0 && old[len(old)-1] != '\n' {
+			return false
+		}
+		for _, l := range bytes.Split(bytes.TrimSuffix(extra, []byte("\n")), []byte("\n")) {
+			if len(extra) == 0 {
+				break
+			}
+			var r struct {
+				Type      string `json:"type"`
+				SessionID string `json:"sessionId"`
+			}
+			if json.Unmarshal(l, &r) != nil || r.SessionID != id || !slices.Contains(types, r.Type) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // forkIsolation: a turn on a fork changes the fork only; the original
-// session's dump is unchanged and its next turn does not see the fork's.
+// session's dump is unchanged (but for a long-lived CLI's exit records)
+// and its next turn does not see the fork's.
 func (r *run) forkIsolation(ctx context.Context) error {
 	if !r.caps.Fork {
 		return na("driver declares no fork")
@@ -73,7 +110,7 @@ func (r *run) forkIsolation(ctx context.Context) error {
 		if strings.Contains(sessionText(after), forkMarker) {
 			return errors.New("the fork's turn appears in the original session's files")
 		}
-		if sessionText(after) != sessionText(before) {
+		if !sameOrGrewBy(before, after, r.origSession, exitRecords[r.t.Name]) {
 			return errors.New("the original session's files changed while the fork ran")
 		}
 		forkDump, err := r.agent.DumpSession(ctx, fork)

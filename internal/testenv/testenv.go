@@ -99,12 +99,15 @@ func engineInfo(rt *docker.Runtime) (sandboxagent.EngineInfo, error) {
 	return info, nil
 }
 
-// Config is a configuration for tests: defaults with short timeouts, and
+// Config is a configuration for tests: defaults with short timeouts,
 // SANDBOX_AGENT_IMAGE_NAME as the image name when set (.ci/run on Podman
-// pulls the agent image from a loopback registry under that name).
+// pulls the agent image from a loopback registry under that name), and a
+// CLI per turn with SANDBOX_AGENT_PER_TURN=true (the per-turn mode of the
+// long-lived drivers).
 func Config() sandboxagent.Config {
 	cfg := sandboxagent.DefaultConfig()
 	cfg.ImageName = os.Getenv("SANDBOX_AGENT_IMAGE_NAME")
+	cfg.PerTurn = os.Getenv("SANDBOX_AGENT_PER_TURN") == "true"
 	cfg.Timeouts.Start = time.Minute
 	cfg.Timeouts.Exec = time.Minute
 	cfg.Timeouts.Copy = time.Minute
