@@ -4,9 +4,11 @@ package sandboxagent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,4 +127,110 @@ func measureTurns(b *testing.B, rt sandboxagent.Runtime, drv sandboxagent.Driver
 	r.later /= turnsPerRun - 1
 	r.laterCPU /= turnsPerRun - 1
 	return r
+}
+
+// abortsPerRun is how many turns BenchmarkAbort aborts per driver and mode.
+const abortsPerRun = 3
+
+// BenchmarkAbort: per driver and mode, the abort latency — from the
+// cancel of a turn's context, while the CLI runs a tool call that never
+// ends (`tail -f /dev/null`), to Stream's return — as the median of
+// abortsPerRun aborted turns of one session (AbortInterrupt in the
+// long-lived modes, AbortKill per turn). SANDBOX_AGENT_BENCH_DRIVERS
+// narrows the drivers. Run with
+//
+//	go test -tags integration -run '^$' -bench '^BenchmarkAbort$' -benchtime 1x -timeout 40m .
+func BenchmarkAbort(b *testing.B) {
+	rt := testenv.Runtime(b)
+	names := drivers.Names()
+	if v := os.Getenv("SANDBOX_AGENT_BENCH_DRIVERS"); v != "" {
+		names = strings.Split(v, ",")
+	}
+	for _, name := range names {
+		for _, perTurn := range []bool{true, false} {
+			key := "sk-abort-" + randHex(8)
+			// A spare tool step per abort: a CLI may ask once more.
+			script := fakemodel.Script{ExpectKey: key}
+			for range 2 * abortsPerRun {
+				script.Responses = append(script.Responses, fakemodel.Step{Tool: "shell", Command: "tail -f /dev/null"})
+			}
+			srv, err := fakemodel.New(script, fakemodel.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := srv.Start("127.0.0.1:0"); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { srv.Close() })
+			drv, err := drivers.New(name, drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: key, Provider: "sandbox"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, longLived := drv.(sandboxagent.LongLived)
+			if !perTurn && !longLived {
+				continue
+			}
+			mode := "per-turn"
+			if !perTurn {
+				mode = "long-lived"
+			}
+			b.Run(name+"/"+mode, func(b *testing.B) {
+				cfg := testenv.Config()
+				cfg.AuditRoot = filepath.Join(b.TempDir(), "audit")
+				cfg.PerTurn = perTurn
+				cfg.Timeouts.Ask = 5 * time.Minute
+				for b.Loop() {
+					ds := measureAborts(b, rt, drv, cfg)
+					b.ReportMetric(float64(ds[len(ds)/2])/1e6, "abort-p50-ms")
+					b.ReportMetric(float64(ds[len(ds)-1])/1e6, "abort-max-ms")
+				}
+			})
+		}
+	}
+}
+
+// measureAborts aborts abortsPerRun turns of one agent and returns the
+// latencies, sorted.
+func measureAborts(b *testing.B, rt sandboxagent.Runtime, drv sandboxagent.Driver, cfg sandboxagent.Config) []time.Duration {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	a, err := sandboxagent.Start(ctx, rt, drv, sandboxagent.WithConfig(cfg))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	scan := `for p in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$p"; echo; done 2>/dev/null | grep -c '^tail -f /dev/null' || true`
+	var ds []time.Duration
+	for i := range abortsPerRun {
+		tctx, tcancel := context.WithCancel(ctx)
+		var cancelled time.Time
+		seen := make(chan bool, 1)
+		go func() {
+			for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				out, err := a.Container().Exec(ctx, []string{"sh", "-c", scan})
+				if err == nil && strings.TrimSpace(string(out.Stdout)) == "1" {
+					cancelled = time.Now()
+					tcancel()
+					seen <- true
+					return
+				}
+			}
+			tcancel()
+			seen <- false
+		}()
+		_, err := a.Stream(tctx, fmt.Sprintf("abort %d: run the command", i+1), nil)
+		returned := time.Now()
+		ok := <-seen // cancelled is set before it
+		took := returned.Sub(cancelled)
+		if !ok {
+			b.Fatalf("abort %d: the tool never ran (turn: %v)", i+1, err)
+		}
+		if !errors.Is(err, context.Canceled) {
+			b.Fatalf("abort %d: %v, want context.Canceled", i+1, err)
+		}
+		ds = append(ds, took)
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return ds
 }

@@ -162,6 +162,7 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 	}
 	driver := fs.String("driver", "opencode", "agent CLI: "+strings.Join(drivers.Names(), ", "))
 	asJSON := fs.Bool("json", false, "print events as JSON lines, then a result line")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr (shown only when stderr is a terminal, and never with --json)")
 	var af agentFlags
 	af.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -191,8 +192,11 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 	}
 	var onEvent func(sandboxagent.Event)
 	enc := json.NewEncoder(a.stdout)
-	if *asJSON {
+	switch {
+	case *asJSON:
 		onEvent = func(e sandboxagent.Event) { _ = enc.Encode(e) }
+	case !*quiet && isTerminal(a.stderr):
+		onEvent = newProgress(a.stderr).event
 	}
 	res, turnErr := ag.Stream(ctx, prompt, onEvent)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeouts.Copy)

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+	"unicode"
+
+	"golang.org/x/term"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// progress prints one line per event of a running turn for a person
+// watching a terminal: elapsed time, then what happened. Everything in an
+// event came out of the sandbox, so it is made one printable line (no
+// terminal escapes) and cut short.
+type progress struct {
+	w     io.Writer
+	start time.Time
+	now   func() time.Time
+	width int // of an event's text
+}
+
+func newProgress(w io.Writer) *progress {
+	return &progress{w: w, start: time.Now(), now: time.Now, width: 100}
+}
+
+// event prints e's line, if it has one worth a line.
+func (p *progress) event(e sandboxagent.Event) {
+	pl := e.Payload
+	var line string
+	switch e.Kind {
+	case sandboxagent.KindSession:
+		line = "session " + p.clean(e.SessionID)
+	case sandboxagent.KindToolCall:
+		line = "tool    " + p.clean(pl.Tool)
+		switch {
+		case pl.Command != "":
+			line += ": " + p.clean(pl.Command)
+		case pl.Path != "":
+			line += ": " + p.clean(pl.Path)
+		}
+	case sandboxagent.KindToolResult:
+		line = "result  " + p.clean(pl.Tool)
+		switch {
+		case pl.ExitCode != nil:
+			line += fmt.Sprintf(": exit %d", *pl.ExitCode)
+		case pl.IsError:
+			line += ": failed"
+		default:
+			line += ": ok"
+		}
+		if pl.IsError && pl.Output != "" {
+			line += " (" + p.clean(pl.Output) + ")"
+		}
+	case sandboxagent.KindText, sandboxagent.KindThinking:
+		if pl.Delta || strings.TrimSpace(pl.Text) == "" {
+			return // fragments: one line each would flood the terminal
+		}
+		line = fmt.Sprintf("%-7s %s", e.Kind, p.clean(pl.Text))
+	case sandboxagent.KindUsage:
+		line = fmt.Sprintf("tokens  in %d, out %d", pl.InputTokens, pl.OutputTokens)
+		if pl.CacheReadTokens > 0 {
+			line += fmt.Sprintf(", cache read %d", pl.CacheReadTokens)
+		}
+		if pl.CostUSD > 0 {
+			line += fmt.Sprintf(", $%.4f", pl.CostUSD)
+		}
+		if pl.Cumulative {
+			line += " (session)"
+		}
+	case sandboxagent.KindError:
+		line = "error   " + p.clean(pl.Text)
+	case sandboxagent.KindEgressDenied:
+		line = "denied  " + p.clean(pl.Host)
+	case sandboxagent.KindDone:
+		line = "done"
+	default:
+		return // raw lines are in the audit trail
+	}
+	fmt.Fprintf(p.w, "%7.1fs  %s\n", p.now().Sub(p.start).Seconds(), line)
+}
+
+// clean makes s one line of printable characters, at most p.width runes.
+func (p *progress) clean(s string) string {
+	var b strings.Builder
+	n := 0
+	space := false
+	for _, r := range s {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			space = b.Len() > 0
+			continue
+		}
+		if space {
+			if n++; n > p.width {
+				break
+			}
+			b.WriteByte(' ')
+			space = false
+		}
+		if n++; n > p.width {
+			b.WriteString("…")
+			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
