@@ -113,7 +113,12 @@ function onEvent(event) {
       if (props.sessionID === t.sessionID && props.error) emit("error", { error: props.error });
       return;
     case "session.status":
-      if (props.sessionID === t.sessionID && props.status?.type === "idle" && t.prompted) {
+      // Idle after busy: the prompt ran. (The answer to the prompt's
+      // request may come before these events do, on a loaded machine by
+      // seconds: the turn waits for them.)
+      if (props.sessionID !== t.sessionID) return;
+      if (props.status?.type === "busy") t.busy = true;
+      if (props.status?.type === "idle" && t.busy) {
         t.idle = true;
         t.check();
       }
@@ -199,7 +204,7 @@ async function prompt(cmd) {
     const t = {
       sessionID,
       sessions: new Set([sessionID]),
-      prompted: false,
+      busy: false,
       idle: false,
       answered: false,
       check() {
@@ -207,7 +212,6 @@ async function prompt(cmd) {
       },
     };
     turn = t;
-    t.prompted = true;
     if (abortWanted) setTimeout(abort, 50); // once the prompt is in
     const body = { parts: [{ type: "text", text }] };
     if (cmd.model) body.model = cmd.model;
@@ -226,11 +230,6 @@ async function prompt(cmd) {
       }))
       .finally(() => {
         t.answered = true;
-        // The idle event may trail the answer a little.
-        setTimeout(() => {
-          t.idle = true;
-          t.check();
-        }, 2000);
         t.check();
       });
   });
