@@ -40,16 +40,33 @@ else cat /sys/fs/cgroup/cpuacct/cpuacct.usage 2>/dev/null || cat /sys/fs/cgroup/
 //	go test -tags integration -run '^$' -bench '^BenchmarkTurns$' -benchtime 1x -timeout 40m .
 func BenchmarkTurns(b *testing.B) {
 	rt := testenv.Runtime(b)
+	eachMode(b, func(name string) sandboxagent.Driver { return doneDriver(b, name) },
+		func(b *testing.B, drv sandboxagent.Driver, cfg sandboxagent.Config) {
+			r := measureTurns(b, rt, drv, cfg)
+			b.ReportMetric(r.turn1.Seconds()*1e3, "turn1-ms")
+			b.ReportMetric(r.later.Seconds()*1e3, "turn2+-ms")
+			b.ReportMetric(r.turn1CPU.Seconds()*1e3, "turn1-cpu-ms")
+			b.ReportMetric(r.laterCPU.Seconds()*1e3, "turn2+-cpu-ms")
+			b.ReportMetric(r.execTrue.Seconds()*1e3, "exec-true-ms")
+			b.ReportMetric(r.later.Seconds()/r.execTrue.Seconds(), "turn2+/exec")
+		})
+}
+
+// eachMode runs fn once as the sub-benchmark DRIVER/MODE for every driver
+// (SANDBOX_AGENT_BENCH_DRIVERS, a comma list, narrows them) and mode:
+// per-turn, and long-lived where the driver has one. newDriver builds the
+// driver; cfg is the test configuration for the mode.
+func eachMode(b *testing.B, newDriver func(name string) sandboxagent.Driver, fn func(b *testing.B, drv sandboxagent.Driver, cfg sandboxagent.Config)) {
 	names := drivers.Names()
 	if v := os.Getenv("SANDBOX_AGENT_BENCH_DRIVERS"); v != "" {
 		names = strings.Split(v, ",")
 	}
 	for _, name := range names {
+		if _, ok := drivers.All()[name]; !ok {
+			b.Fatalf("unknown driver %q", name)
+		}
+		drv := newDriver(name)
 		for _, perTurn := range []bool{true, false} {
-			if _, ok := drivers.All()[name]; !ok {
-				b.Fatalf("unknown driver %q", name)
-			}
-			drv := doneDriver(b, name)
 			_, longLived := drv.(sandboxagent.LongLived)
 			if !perTurn && !longLived {
 				continue
@@ -64,13 +81,7 @@ func BenchmarkTurns(b *testing.B) {
 				cfg.PerTurn = perTurn
 				cfg.Timeouts.Ask = 5 * time.Minute
 				for b.Loop() {
-					r := measureTurns(b, rt, drv, cfg)
-					b.ReportMetric(r.turn1.Seconds()*1e3, "turn1-ms")
-					b.ReportMetric(r.later.Seconds()*1e3, "turn2+-ms")
-					b.ReportMetric(r.turn1CPU.Seconds()*1e3, "turn1-cpu-ms")
-					b.ReportMetric(r.laterCPU.Seconds()*1e3, "turn2+-cpu-ms")
-					b.ReportMetric(r.execTrue.Seconds()*1e3, "exec-true-ms")
-					b.ReportMetric(r.later.Seconds()/r.execTrue.Seconds(), "turn2+/exec")
+					fn(b, drv, cfg)
 				}
 			})
 		}
@@ -142,51 +153,23 @@ const abortsPerRun = 3
 //	go test -tags integration -run '^$' -bench '^BenchmarkAbort$' -benchtime 1x -timeout 40m .
 func BenchmarkAbort(b *testing.B) {
 	rt := testenv.Runtime(b)
-	names := drivers.Names()
-	if v := os.Getenv("SANDBOX_AGENT_BENCH_DRIVERS"); v != "" {
-		names = strings.Split(v, ",")
+	eachMode(b, func(name string) sandboxagent.Driver { return abortDriver(b, name) },
+		func(b *testing.B, drv sandboxagent.Driver, cfg sandboxagent.Config) {
+			ds := measureAborts(b, rt, drv, cfg)
+			b.ReportMetric(float64(ds[len(ds)/2])/1e6, "abort-p50-ms")
+			b.ReportMetric(float64(ds[len(ds)-1])/1e6, "abort-max-ms")
+		})
+}
+
+// abortDriver is the driver name against a fake model whose every turn
+// runs a tool call that never ends (enough for both modes).
+func abortDriver(b *testing.B, name string) sandboxagent.Driver {
+	// A spare tool step per abort: a CLI may ask once more.
+	var script fakemodel.Script
+	for range 4 * abortsPerRun { // both modes share the driver
+		script.Responses = append(script.Responses, fakemodel.Step{Tool: "shell", Command: "tail -f /dev/null"})
 	}
-	for _, name := range names {
-		for _, perTurn := range []bool{true, false} {
-			key := "sk-abort-" + randHex(8)
-			// A spare tool step per abort: a CLI may ask once more.
-			script := fakemodel.Script{ExpectKey: key}
-			for range 2 * abortsPerRun {
-				script.Responses = append(script.Responses, fakemodel.Step{Tool: "shell", Command: "tail -f /dev/null"})
-			}
-			srv, err := fakemodel.New(script, fakemodel.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := srv.Start("127.0.0.1:0"); err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { srv.Close() })
-			drv, err := drivers.New(name, drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: key, Provider: "sandbox"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			_, longLived := drv.(sandboxagent.LongLived)
-			if !perTurn && !longLived {
-				continue
-			}
-			mode := "per-turn"
-			if !perTurn {
-				mode = "long-lived"
-			}
-			b.Run(name+"/"+mode, func(b *testing.B) {
-				cfg := testenv.Config()
-				cfg.AuditRoot = filepath.Join(b.TempDir(), "audit")
-				cfg.PerTurn = perTurn
-				cfg.Timeouts.Ask = 5 * time.Minute
-				for b.Loop() {
-					ds := measureAborts(b, rt, drv, cfg)
-					b.ReportMetric(float64(ds[len(ds)/2])/1e6, "abort-p50-ms")
-					b.ReportMetric(float64(ds[len(ds)-1])/1e6, "abort-max-ms")
-				}
-			})
-		}
-	}
+	return scriptDriver(b, name, script)
 }
 
 // measureAborts aborts abortsPerRun turns of one agent and returns the

@@ -20,8 +20,15 @@ import (
 // server answers any number of CLIs alike), closed at cleanup.
 func doneDriver(tb testing.TB, name string) sandboxagent.Driver {
 	tb.Helper()
-	key := "sk-done-" + randHex(8)
-	srv, err := fakemodel.New(fakemodel.Script{ExpectKey: key}, fakemodel.Options{})
+	return scriptDriver(tb, name, fakemodel.Script{})
+}
+
+// scriptDriver is the driver name against a fake model of its own serving
+// script, under a key of its own.
+func scriptDriver(tb testing.TB, name string, script fakemodel.Script) sandboxagent.Driver {
+	tb.Helper()
+	script.ExpectKey = "sk-bench-" + randHex(8)
+	srv, err := fakemodel.New(script, fakemodel.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -29,7 +36,7 @@ func doneDriver(tb testing.TB, name string) sandboxagent.Driver {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { srv.Close() })
-	drv, err := drivers.New(name, drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: key, Provider: "sandbox"})
+	drv, err := drivers.New(name, drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: script.ExpectKey, Provider: "sandbox"})
 	if err != nil {
 		tb.Fatal(err)
 	}

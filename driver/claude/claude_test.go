@@ -402,3 +402,26 @@ func TestHelpers(t *testing.T) {
 		t.Errorf("parseList %+v", got)
 	}
 }
+
+func TestExitRecordsOnly(t *testing.T) {
+	const id = "0b9a4b6e-1111-4222-8333-444455556666"
+	before := []byte(`{"type":"user","sessionId":"` + id + `"}` + "\n")
+	rec := func(typ, sid string) string { return `{"type":"` + typ + `","sessionId":"` + sid + `"}` + "\n" }
+	for _, tc := range []struct {
+		name  string
+		after string
+		want  bool
+	}{
+		{"cost-state and last-prompt", string(before) + rec("cost-state", id) + rec("last-prompt", id), true},
+		{"unchanged", string(before), false}, // the caller compares equal files itself
+		{"a user record", string(before) + rec("user", id), false},
+		{"another session's record", string(before) + rec("cost-state", "other"), false},
+		{"history rewritten", rec("user", "x") + rec("cost-state", id), false},
+		{"a cut-off line", string(before) + `{"type":"cost-state","sessionId":"` + id + `"}`, false},
+		{"not JSON", string(before) + "junk\n", false},
+	} {
+		if got := ExitRecordsOnly(before, []byte(tc.after), id); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

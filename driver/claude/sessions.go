@@ -1,11 +1,13 @@
 package claude
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
@@ -229,4 +231,30 @@ func slug(dir string) string {
 		}
 	}
 	return string(b)
+}
+
+// exitRecordTypes are the records the CLI appends to the session it served
+// when its process stops (its cost totals, a late last-prompt): they change
+// no history.
+var exitRecordTypes = []string{"cost-state", "last-prompt"}
+
+// ExitRecordsOnly reports whether transcript after is before with nothing
+// but the CLI's exit records of session id appended, as whole lines: what a
+// long-lived claude leaves in a session when the agent moves on to another
+// (a fork) and stops it.
+func ExitRecordsOnly(before, after []byte, id string) bool {
+	extra, ok := bytes.CutPrefix(after, before)
+	if !ok || len(extra) == 0 || len(before) > 0 && before[len(before)-1] != '\n' || extra[len(extra)-1] != '\n' {
+		return false
+	}
+	for _, l := range bytes.Split(bytes.TrimSuffix(extra, []byte("\n")), []byte("\n")) {
+		var r struct {
+			Type      string `json:"type"`
+			SessionID string `json:"sessionId"`
+		}
+		if json.Unmarshal(l, &r) != nil || r.SessionID != id || !slices.Contains(exitRecordTypes, r.Type) {
+			return false
+		}
+	}
+	return true
 }

@@ -6,13 +6,12 @@ package smoke
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/claude"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 )
 
@@ -25,34 +24,21 @@ func sessionText(d sandboxagent.SessionDump) string {
 	return b.String()
 }
 
-// exitRecords are the records a long-lived CLI appends to the session it
-// served when its process stops (the agent moving to another session):
-// claude's cost totals and last prompt. They change no history.
-var exitRecords = map[string][]string{"claude": {"cost-state", "last-prompt"}}
+// exitRecordsOnly: a long-lived CLI appends these records to the session
+// it served when its process stops (the agent moving to another session);
+// they change no history.
+var exitRecordsOnly = map[string]func(before, after []byte, id string) bool{"claude": claude.ExitRecordsOnly}
 
-// sameOrGrewBy reports whether every file of after is the same file of
-// before, or it with only whole JSON lines of session id appended, each
-// of a type in types.
-func sameOrGrewBy(before, after sandboxagent.SessionDump, id string, types []string) bool {
+// unchanged reports whether every file of after is the same file of
+// before, or that with only driver's exit records of session id appended.
+func unchanged(driver string, before, after sandboxagent.SessionDump, id string) bool {
 	if len(after.Files) != len(before.Files) {
 		return false
 	}
 	for name, old := range before.Files {
-		extra, ok := bytes.CutPrefix(after.Files[name], old)
-		if !ok || len(extra) > 0 && len(old) > 0 && old[len(old)-1] != '\n' {
+		now, ok := after.Files[name]
+		if !ok || !bytes.Equal(now, old) && (exitRecordsOnly[driver] == nil || !exitRecordsOnly[driver](old, now, id)) {
 			return false
-		}
-		for _, l := range bytes.Split(bytes.TrimSuffix(extra, []byte("\n")), []byte("\n")) {
-			if len(extra) == 0 {
-				break
-			}
-			var r struct {
-				Type      string `json:"type"`
-				SessionID string `json:"sessionId"`
-			}
-			if json.Unmarshal(l, &r) != nil || r.SessionID != id || !slices.Contains(types, r.Type) {
-				return false
-			}
 		}
 	}
 	return true
@@ -110,7 +96,7 @@ func (r *run) forkIsolation(ctx context.Context) error {
 		if strings.Contains(sessionText(after), forkMarker) {
 			return errors.New("the fork's turn appears in the original session's files")
 		}
-		if !sameOrGrewBy(before, after, r.origSession, exitRecords[r.t.Name]) {
+		if !unchanged(r.t.Name, before, after, r.origSession) {
 			return errors.New("the original session's files changed while the fork ran")
 		}
 		forkDump, err := r.agent.DumpSession(ctx, fork)
