@@ -149,7 +149,10 @@ func serverPID(t *testing.T, a *sandboxagent.Agent) string {
 // the next turn continues the session on the new one.
 func TestServerMemoryBoundRestarts(t *testing.T) {
 	t.Parallel()
-	script := fakemodel.Script{Responses: []fakemodel.Step{{Text: "ONE"}, {Text: "TWO"}}}
+	// Turn 2's tool looks for the server it runs under: the proof that
+	// the scan of serverPID would have seen one.
+	const scan = `for d in /proc/[0-9]*; do [ "$(cat "$d/comm" 2>/dev/null)" = opencode ] && echo found-the-server; done; true`
+	script := fakemodel.Script{Responses: []fakemodel.Step{{Text: "ONE"}, {Tool: "shell", Command: scan}, {Text: "TWO"}}}
 	a, _, srv := drivertest.Start(t, script, func(srv *fakemodel.Server) *opencode.Driver {
 		return opencode.New(opencode.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, ServerMemoryMB: 1})
 	}, sandboxagent.WithConfig(config(drivertest.AuditRoot(t))))
@@ -170,14 +173,13 @@ func TestServerMemoryBoundRestarts(t *testing.T) {
 	}
 	gone("after turn 1")
 	n := len(chatRequests(srv))
-	running := "" // the scan sees the server while a turn runs
-	r2, err := a.Stream(ctx, "MEMORY-TWO say two", func(sandboxagent.Event) {
-		if running == "" {
-			running = serverPID(t, a)
-		}
-	})
-	if running == "" {
-		t.Error("no opencode process seen during turn 2")
+	r2, err := a.Stream(ctx, "MEMORY-TWO say two", nil)
+	found := false
+	for _, ev := range r2.Events {
+		found = found || ev.Kind == sandboxagent.KindToolResult && strings.Contains(ev.Payload.Output, "found-the-server")
+	}
+	if !found {
+		t.Errorf("turn 2's tool saw no opencode process: %+v", r2.Events)
 	}
 	if err != nil || r2.Reply != "TWO" || r2.SessionID != r1.SessionID {
 		t.Fatalf("turn 2: %q %v, session %q then %q", r2.Reply, err, r1.SessionID, r2.SessionID)
