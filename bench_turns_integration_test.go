@@ -17,6 +17,7 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -167,7 +168,7 @@ func abortDriver(b *testing.B, name string) sandboxagent.Driver {
 	// A spare tool step per abort: a CLI may ask once more.
 	var script fakemodel.Script
 	for range 4 * abortsPerRun { // both modes share the driver
-		script.Responses = append(script.Responses, fakemodel.Step{Tool: "shell", Command: "tail -f /dev/null"})
+		script.Responses = append(script.Responses, fakemodel.Step{Tool: "shell", Command: drivertest.EndlessCommand})
 	}
 	return scriptDriver(b, name, script)
 }
@@ -183,7 +184,6 @@ func measureAborts(b *testing.B, rt sandboxagent.Runtime, drv sandboxagent.Drive
 		b.Fatal(err)
 	}
 	defer a.Close()
-	scan := `for p in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$p"; echo; done 2>/dev/null | grep -c '^tail -f /dev/null' || true`
 	var ds []time.Duration
 	for i := range abortsPerRun {
 		tctx, tcancel := context.WithCancel(ctx)
@@ -191,8 +191,7 @@ func measureAborts(b *testing.B, rt sandboxagent.Runtime, drv sandboxagent.Drive
 		seen := make(chan bool, 1)
 		go func() {
 			for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-				out, err := a.Container().Exec(ctx, []string{"sh", "-c", scan})
-				if err == nil && strings.TrimSpace(string(out.Stdout)) == "1" {
+				if drivertest.EndlessRunning(ctx, a) == "1" {
 					cancelled = time.Now()
 					tcancel()
 					seen <- true

@@ -43,8 +43,7 @@ func TestConformanceAbort(t *testing.T) {
 		t.Run(label, func(t *testing.T) {
 			t.Parallel()
 			srv := drivertest.FakeModel(t, fakemodel.Script{Responses: []fakemodel.Step{
-				// Not sleep: claude refuses a long sleep in its shell tool.
-				{Tool: "shell", Command: "tail -f /dev/null"},
+				{Tool: "shell", Command: drivertest.EndlessCommand},
 				{Text: "AFTER-ABORT"},
 			}})
 			drv := drivers.All()[name](drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
@@ -58,15 +57,7 @@ func TestConformanceAbort(t *testing.T) {
 				t.Errorf("Traits.Abort = %q (long-lived mode %v)", drv.Traits().Abort, longLived)
 			}
 
-			// /proc, not ps: not every image has procps.
-			scan := `for p in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$p"; echo; done 2>/dev/null | grep -c '^tail -f /dev/null' || true`
-			running := func() string {
-				out, err := a.Container().Exec(context.Background(), []string{"sh", "-c", scan})
-				if err != nil {
-					return err.Error()
-				}
-				return strings.TrimSpace(string(out.Stdout))
-			}
+			running := func() string { return drivertest.EndlessRunning(context.Background(), a) }
 			// Cancel while the CLI runs the tool (seen in the sandbox:
 			// also the proof that the scan below sees it).
 			ctx, cancel := context.WithCancel(context.Background())

@@ -53,7 +53,7 @@ func TestConformanceCLICrash(t *testing.T) {
 			srv := drivertest.FakeModel(t, fakemodel.Script{Responses: []fakemodel.Step{
 				{Text: "ONE"},
 				{Text: "TWO"},
-				{Tool: "shell", Command: "tail -f /dev/null"},
+				{Tool: "shell", Command: drivertest.EndlessCommand},
 				{Text: "FOUR"},
 			}})
 			drv := drivers.All()[name](drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
@@ -83,13 +83,11 @@ func TestConformanceCLICrash(t *testing.T) {
 			}
 
 			// During a turn, while its tool runs.
-			scan := `for p in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$p"; echo; done 2>/dev/null | grep -c '^tail -f /dev/null' || true`
 			killed := make(chan error, 1)
 			go func() {
 				deadline := time.Now().Add(3 * time.Minute)
 				for time.Now().Before(deadline) {
-					out, err := a.Container().Exec(ctx, []string{"sh", "-c", scan})
-					if err == nil && strings.TrimSpace(string(out.Stdout)) == "1" {
+					if drivertest.EndlessRunning(ctx, a) == "1" {
 						k, err := killCLI(ctx, a, comm)
 						if err == nil && k == 0 {
 							err = errors.New("no CLI process to kill")

@@ -373,3 +373,19 @@ func Start[D sandboxagent.Driver](t testing.TB, script fakemodel.Script, newDriv
 	drv := newDriver(srv)
 	return StartAgent(t, drv, AuditRoot(t), opts...), drv, srv
 }
+
+// EndlessCommand is a shell tool call that never ends by itself (not
+// sleep: claude refuses a long sleep in its shell tool).
+const EndlessCommand = "tail -f /dev/null"
+
+// EndlessRunning counts the EndlessCommand processes in the sandbox of a
+// ("0", "1", …; an exec error's text). It reads /proc, not ps: not every
+// image has procps.
+func EndlessRunning(ctx context.Context, a *sandboxagent.Agent) string {
+	scan := `for p in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$p"; echo; done 2>/dev/null | grep -c '^` + EndlessCommand + `' || true`
+	out, err := a.Container().Exec(ctx, []string{"sh", "-c", scan})
+	if err != nil {
+		return err.Error()
+	}
+	return strings.TrimSpace(string(out.Stdout))
+}
