@@ -129,7 +129,7 @@ var configKeys = []configfile.Key[Config]{
 // reads (cmd/sandbox-agent: engine selection, gateway, start queue).
 // LoadConfig accepts them and leaves them alone; the command line's test
 // checks this list against its own table.
-var commandLineKeys = []string{"runtime", "docker_host", "kubeconfig", "kubernetes_namespace", "kubernetes_pod_pids_limit", "gateway_url", "gateway_key", "max_concurrent_starts"}
+var commandLineKeys = []string{"runtime", "docker_host", "kubeconfig", "kubernetes_namespace", "kubernetes_pod_pids_limit", "gateway_url", "gateway_key", "max_concurrent_starts", "serve_max_agents", "serve_max_concurrent_turns", "serve_max_body_bytes"}
 
 // DefaultConfigPath is ~/.config/sandbox-agent/config.json (XDG_CONFIG_HOME
 // is honoured).

@@ -22,13 +22,16 @@ const exitAgentFailed = 1
 // agentFlags are the flags of commands that start an agent.
 type agentFlags struct {
 	sandboxFlags
-	model     string
-	fake      string
-	provider  string
-	keyEnv    string
-	timeout   time.Duration
-	noAudit   bool
-	auditRoot string
+	model string
+	fake  string
+	// fakeScript, when set, is the fake model's script itself (serve's
+	// fake_model_script) instead of a file to read.
+	fakeScript *fakemodel.Script
+	provider   string
+	keyEnv     string
+	timeout    time.Duration
+	noAudit    bool
+	auditRoot  string
 }
 
 func (f *agentFlags) register(fs *flag.FlagSet) {
@@ -69,9 +72,11 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts s
 	var ep drivers.Endpoint
 	var err error
 	switch {
-	case f.fake != "":
-		script, err := fakemodel.LoadScript(f.fake)
-		if err != nil {
+	case f.fake != "" || f.fakeScript != nil:
+		var script fakemodel.Script
+		if f.fakeScript != nil {
+			script = *f.fakeScript
+		} else if script, err = fakemodel.LoadScript(f.fake); err != nil {
 			return nil, stop, err
 		}
 		ep.APIKey = fakeKey()

@@ -7,6 +7,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/internal/configfile"
+	"github.com/sandbox-agent/sandbox-agent/server"
 )
 
 // settings are the keys only the command line reads (which engine, which
@@ -30,6 +31,11 @@ type settings struct {
 	gatewayKey string
 	// maxConcurrentStarts bounds how many sandboxes start at once (smoke).
 	maxConcurrentStarts int
+	// serve's limits: agents it owns, turns running at once, bytes of a
+	// request body.
+	serveMaxAgents    int
+	serveMaxTurns     int
+	serveMaxBodyBytes int64
 }
 
 func defaultSettings() settings {
@@ -37,6 +43,9 @@ func defaultSettings() settings {
 		gatewayURL:          "http://127.0.0.1:4000",
 		gatewayKey:          "sk-sandbox-agent",
 		maxConcurrentStarts: sandboxagent.DefaultMaxConcurrentStarts,
+		serveMaxAgents:      server.DefaultMaxAgents,
+		serveMaxTurns:       server.DefaultMaxConcurrentTurns,
+		serveMaxBodyBytes:   server.DefaultMaxBodyBytes,
 	}
 }
 
@@ -58,6 +67,9 @@ var settingsKeys = []configfile.Key[settings]{
 	configfile.String("gateway_url", "GATEWAY_URL", func(s *settings) *string { return &s.gatewayURL }),
 	configfile.String("gateway_key", "GATEWAY_KEY", func(s *settings) *string { return &s.gatewayKey }),
 	configfile.Int("max_concurrent_starts", 1, func(s *settings, n int64) { s.maxConcurrentStarts = int(n) }),
+	configfile.Int("serve_max_agents", 1, func(s *settings, n int64) { s.serveMaxAgents = int(n) }),
+	configfile.Int("serve_max_concurrent_turns", 1, func(s *settings, n int64) { s.serveMaxTurns = int(n) }),
+	configfile.Int("serve_max_body_bytes", 1<<10, func(s *settings, n int64) { s.serveMaxBodyBytes = n }),
 }
 
 // loadConfig reads the library's keys and the command line's from the

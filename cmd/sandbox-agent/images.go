@@ -144,6 +144,9 @@ func imagesWhich(a *app, args []string) int {
 // imageSource makes a sandbox's missing image present by image_policy:
 // pull progress and build output go to stderr (a bar on a terminal).
 func (a *app) imageSource(ctx context.Context) (sandboxagent.ImageSource, error) {
+	if a.images != nil {
+		return a.images, nil // serve's, shared by its agents
+	}
 	eng, err := a.engine(ctx)
 	if err != nil {
 		return nil, err

@@ -32,6 +32,8 @@ type app struct {
 	stdout io.Writer
 	stderr io.Writer
 	eng    *engine
+	// images, when set, is the image source every agent shares (serve).
+	images sandboxagent.ImageSource
 }
 
 // runtime connects to the engine on first use.
@@ -76,6 +78,7 @@ func commands() map[string]command {
 		"version":    {"print versions", runVersion},
 		"images":     {"list, resolve and build the agent images", runImages},
 		"fake-model": {"serve the scripted fake model", runFakeModel},
+		"serve":      {"serve the HTTP API and the web inspector", runServe},
 	}
 }
 

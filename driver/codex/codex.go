@@ -35,7 +35,9 @@ const providerID = "sandbox-agent"
 // on stdin (Linux limits one argv string to 128 KiB).
 const maxArgPrompt = 64 << 10
 
-// ErrSessionNotFound: the container holds no rollout for the session id.
+// ErrSessionNotFound: the container holds no rollout for the session id
+// (it wraps sandboxagent.ErrPathNotFound too, as every driver's missing
+// session does).
 var ErrSessionNotFound = errors.New("codex session not found")
 
 // Options configure the codex driver.

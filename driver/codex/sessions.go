@@ -79,7 +79,7 @@ func (d *Driver) find(ctx context.Context, c sandboxagent.ContainerOps, id strin
 		return rollout{}, err
 	}
 	if len(rs) == 0 {
-		return rollout{}, fmt.Errorf("%w: %s", ErrSessionNotFound, id)
+		return rollout{}, fmt.Errorf("%w: %s (%w)", ErrSessionNotFound, id, sandboxagent.ErrPathNotFound)
 	}
 	return rs[0], nil
 }

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
+	"github.com/sandbox-agent/sandbox-agent/server"
+)
+
+// defaultListen is serve's address: the loopback only.
+const defaultListen = "127.0.0.1:7860"
+
+// shutdownGrace bounds a graceful shutdown: the requests' end, then the
+// sandboxes' removal.
+const shutdownGrace = 2 * time.Minute
+
+func runServe(ctx context.Context, a *app, args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(a.stderr, "usage: sandbox-agent serve [flags]\n\nServes the HTTP API (docs/api-http.md) and the web inspector at /. Every\nrequest needs the bearer token (in --token-file, generated there when missing).\nSIGINT or SIGTERM stops it and removes every sandbox it started.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	listen := fs.String("listen", defaultListen, "address to listen on (host:port; port 0 picks a free one)")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token; created (mode 0600) with a random token when missing (default ~/.config/sandbox-agent/serve-token)")
+	readyFile := fs.String("ready-file", "", "write the address listened on (host:port) to this file once serving")
+	noAudit := fs.Bool("no-audit", false, "do not write the audit trail")
+	auditRoot := fs.String("audit-root", "", "audit root folder (default: audit_root)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitError
+	}
+	if fs.NArg() > 0 {
+		return a.fail(fmt.Errorf("serve: unexpected argument %q", fs.Arg(0)))
+	}
+	if *tokenFile == "" {
+		*tokenFile = defaultTokenFile()
+	}
+	token, created, err := loadToken(*tokenFile)
+	if err != nil {
+		return a.fail(fmt.Errorf("serve: %w", err))
+	}
+	log := slog.New(slog.NewTextHandler(a.stderr, nil))
+	if created {
+		log.Info("generated a bearer token", "token_file", *tokenFile)
+	}
+	// One engine connection and one image source for every agent: they
+	// start concurrently.
+	if _, err := a.engine(ctx); err != nil {
+		return a.fail(err)
+	}
+	src, err := a.imageSource(ctx)
+	if err != nil {
+		return a.fail(err)
+	}
+	if src != nil {
+		a.images = &imageOnce{src: src}
+	}
+	srv, err := server.New(server.Options{
+		Start: a.serveStarter(*noAudit, *auditRoot), Token: token, Version: version, Logger: log,
+		MaxAgents: a.cli.serveMaxAgents, MaxConcurrentTurns: a.cli.serveMaxTurns, MaxBodyBytes: a.cli.serveMaxBodyBytes,
+	})
+	if err != nil {
+		return a.fail(err)
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return a.fail(fmt.Errorf("serve: %w", err))
+	}
+	addr := ln.Addr().(*net.TCPAddr)
+	if !addr.IP.IsLoopback() {
+		log.Warn("listening beyond the loopback: the API is plain HTTP; put TLS in front of it", "addr", addr.String())
+	}
+	// Every request's context ends when the server stops, so running
+	// turns are aborted and event streams end before the shutdown waits.
+	base, stopRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRequests()
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	fmt.Fprintf(a.stderr, "sandbox-agent: listening on http://%s (inspector at /, token in %s)\n", addr, *tokenFile)
+	if *readyFile != "" {
+		if err := writeFileAtomic(*readyFile, []byte(addr.String()+"\n"), 0o644); err != nil {
+			hs.Close()
+			return a.fail(fmt.Errorf("serve: ready file: %w", err))
+		}
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+	}
+	log.Info("shutting down: aborting turns, removing sandboxes")
+	stopRequests()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	closeErr := srv.Close(sctx)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return a.fail(fmt.Errorf("serve: %w", serveErr))
+	}
+	if closeErr != nil {
+		return a.fail(fmt.Errorf("serve: %w", closeErr))
+	}
+	return exitOK
+}
+
+func defaultTokenFile() string {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		dir = "."
+	}
+	return filepath.Join(dir, "sandbox-agent", "serve-token")
+}
+
+// loadToken reads the token file, or creates it (0600, its folder 0700)
+// with a fresh random token. A token file others can read is refused, as
+// ssh refuses such a key.
+func loadToken(path string) (token string, created bool, err error) {
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil:
+		if fi.Mode().Perm()&0o077 != 0 {
+			return "", false, fmt.Errorf("%w: token file %s has mode %v: want 0600 (chmod 600 %s)", sandboxagent.ErrInvalidArgument, path, fi.Mode().Perm(), path)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return "", false, fmt.Errorf("token file: %w", err)
+		}
+		tok := strings.TrimSpace(string(data))
+		if len(tok) < 16 || strings.ContainsAny(tok, " \t\r\n") {
+			return "", false, fmt.Errorf("%w: token file %s: want one token of at least 16 characters", sandboxagent.ErrInvalidArgument, path)
+		}
+		return tok, false, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", false, fmt.Errorf("token file: %w", err)
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", false, err
+	}
+	tok := hex.EncodeToString(b)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", false, fmt.Errorf("token file: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", false, fmt.Errorf("token file: %w", err)
+	}
+	_, err = f.WriteString(tok + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return "", false, fmt.Errorf("token file: %w", err)
+	}
+	return tok, true, nil
+}
+
+// writeFileAtomic writes data to path through a temporary file, so a
+// reader never sees half of it.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".sandbox-agent-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// serveStarter starts the agent of a POST /v1/agents as ask starts its
+// own: the same flags' rules, the fake model when the request carries a
+// script, else the real endpoint.
+func (a *app) serveStarter(noAudit bool, auditRoot string) server.Starter {
+	return func(ctx context.Context, req server.CreateRequest) (*sandboxagent.Agent, func(), error) {
+		if !slices.Contains(drivers.Names(), req.Driver) {
+			return nil, nil, fmt.Errorf("%w: driver %q: want one of %s", sandboxagent.ErrInvalidArgument, req.Driver, strings.Join(drivers.Names(), ", "))
+		}
+		f := agentFlags{model: req.Model, noAudit: noAudit, auditRoot: auditRoot, provider: "zhipuai-coding-plan"}
+		f.image = req.Image
+		f.egress = req.Egress
+		f.allow = req.AllowHosts
+		f.keepalive = time.Duration(req.Keepalive * float64(time.Second))
+		f.memory = req.Memory
+		f.pids = req.Pids
+		for k, v := range req.Env {
+			f.env = append(f.env, k+"="+v)
+		}
+		if len(req.FakeModelScript) > 0 && string(req.FakeModelScript) != "null" {
+			script, err := fakemodel.ParseScript(req.FakeModelScript)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: fake_model_script: %w", sandboxagent.ErrInvalidArgument, err)
+			}
+			f.fakeScript = &script
+		}
+		opts, _, _, err := f.sandboxFlags.options(a.cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", sandboxagent.ErrInvalidArgument, err)
+		}
+		ag, stop, err := a.startAgent(ctx, req.Driver, &f, opts)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		return ag, stop, nil
+	}
+}
+
+// imageOnce lets one agent at a time make a given image present: fifty
+// agents asking for a missing image wait for one pull or build.
+type imageOnce struct {
+	src   sandboxagent.ImageSource
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+}
+
+func (o *imageOnce) ProvideImage(ctx context.Context, ref string) error {
+	o.mu.Lock()
+	if o.locks == nil {
+		o.locks = map[string]*sync.Mutex{}
+	}
+	l := o.locks[ref]
+	if l == nil {
+		l = &sync.Mutex{}
+		o.locks[ref] = l
+	}
+	o.mu.Unlock()
+	l.Lock()
+	defer l.Unlock()
+	return o.src.ProvideImage(ctx, ref)
+}

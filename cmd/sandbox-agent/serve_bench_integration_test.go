@@ -1,0 +1,222 @@
+//go:build integration
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/server"
+)
+
+// BenchmarkServeTurn puts a turn through the HTTP API beside the same turn
+// through the Go API: two agents of one driver (pi, long-lived: its turns
+// take milliseconds, so the server's share shows), started by the same
+// starter serve uses, their turns interleaved. The metrics are the p50
+// of each path and the difference, the latency serve adds (JSON answer,
+// and the event stream). SANDBOX_AGENT_SERVE_BENCH_DRIVER picks another
+// driver.
+func BenchmarkServeTurn(b *testing.B) {
+	driver := envOr("SANDBOX_AGENT_SERVE_BENCH_DRIVER", "pi")
+	const turns = 100
+	for b.Loop() {
+		srv := startServeWith(b, nil)
+		script := map[string]any{"responses": []any{}} // every turn: the fake model's DONE
+		id := srv.create(b, map[string]any{"driver": driver, "fake_model_script": script})
+
+		// The Go API agent, from the same starter.
+		a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: srvGetenv(b)}
+		cfg, cli, err := loadConfig("/nonexistent/sandbox-agent-test-config.json", a.getenv)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a.cfg, a.cli = cfg, cli
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		raw, _ := json.Marshal(script)
+		ag, stop, err := a.serveStarter(false, "")(ctx, server.CreateRequest{Driver: driver, FakeModelScript: raw})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var goAPI, httpJSON, httpSSE []time.Duration
+		for i := 0; i < turns+2; i++ {
+			t0 := time.Now()
+			if _, err := ag.Stream(ctx, "turn "+strconv.Itoa(i), nil); err != nil {
+				b.Fatal(err)
+			}
+			d0 := time.Since(t0)
+			t1 := time.Now()
+			resp, out := srv.do(b, http.MethodPost, "/v1/agents/"+id+"/turns", map[string]any{"prompt": "turn " + strconv.Itoa(i)})
+			d1 := time.Since(t1)
+			if resp.StatusCode != 200 {
+				b.Fatalf("turn over HTTP: %d %s", resp.StatusCode, out)
+			}
+			t2 := time.Now()
+			resp, out = srv.do(b, http.MethodPost, "/v1/agents/"+id+"/turns", map[string]any{"prompt": "stream " + strconv.Itoa(i)}, "Accept: text/event-stream")
+			d2 := time.Since(t2)
+			if resp.StatusCode != 200 || !strings.Contains(string(out), "event: result") {
+				b.Fatalf("streamed turn over HTTP: %d %.300s", resp.StatusCode, out)
+			}
+			if i >= 2 { // the first turns start the CLI
+				goAPI, httpJSON, httpSSE = append(goAPI, d0), append(httpJSON, d1), append(httpSSE, d2)
+			}
+		}
+		_ = ag.Close()
+		stop()
+		cancel()
+		if a.eng != nil {
+			a.eng.close()
+		}
+		g, j, e := p50(goAPI), p50(httpJSON), p50(httpSSE)
+		b.ReportMetric(ms(g), "go-p50-ms")
+		b.ReportMetric(ms(j), "http-p50-ms")
+		b.ReportMetric(ms(e), "sse-p50-ms")
+		b.ReportMetric(ms(j-g), "added-p50-ms")
+		b.ReportMetric(ms(e-g), "added-sse-p50-ms")
+		srv.stop(b)
+	}
+}
+
+// BenchmarkServeScale drives SANDBOX_AGENT_SERVE_SCALE_N agents (default
+// 50) concurrently through one serve: each is created, asks a turn with a
+// tool call, asks a follow-up, runs a command and is deleted. Any failure
+// fails the benchmark; the metrics are the wall time and the p50 and p95
+// of a create and of a turn. SANDBOX_AGENT_SCALE_DRIVER (default codex,
+// the lightest idle CLI) picks the driver.
+func BenchmarkServeScale(b *testing.B) {
+	n, err := strconv.Atoi(envOr("SANDBOX_AGENT_SERVE_SCALE_N", "50"))
+	if err != nil || n < 1 {
+		b.Fatalf("SANDBOX_AGENT_SERVE_SCALE_N: %v", err)
+	}
+	driver := envOr("SANDBOX_AGENT_SCALE_DRIVER", "codex")
+	for b.Loop() {
+		srv := startServeWith(b, map[string]string{"SANDBOX_AGENT_SERVE_MAX_AGENTS": strconv.Itoa(n), "SANDBOX_AGENT_SERVE_MAX_CONCURRENT_TURNS": strconv.Itoa(n)})
+		var mu sync.Mutex
+		var creates, turns []time.Duration
+		var failures []string
+		fail := func(i int, format string, args ...any) {
+			mu.Lock()
+			failures = append(failures, fmt.Sprintf("agent %d: ", i)+fmt.Sprintf(format, args...))
+			mu.Unlock()
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				word := fmt.Sprintf("scale-%d", i)
+				script := map[string]any{"responses": []map[string]string{
+					{"tool": "shell", "command": "echo " + word + " > /tmp/word.txt"},
+					{"text": "DONE-" + word},
+					{"text": "AGAIN-" + word},
+				}}
+				t0 := time.Now()
+				resp, out, err := srv.try(http.MethodPost, "/v1/agents", map[string]any{"driver": driver, "fake_model_script": script})
+				if err != nil || resp.StatusCode != http.StatusCreated {
+					fail(i, "create: %v %v %.200s", err, resp, out)
+					return
+				}
+				dc := time.Since(t0)
+				var a struct{ ID string }
+				_ = json.Unmarshal(out, &a)
+				defer func() {
+					if resp, out, err := srv.try(http.MethodDelete, "/v1/agents/"+a.ID, nil); err != nil || resp.StatusCode != http.StatusNoContent {
+						fail(i, "delete: %v %v %.200s", err, resp, out)
+					}
+				}()
+				var dts []time.Duration
+				for _, want := range []string{"DONE-" + word, "AGAIN-" + word} {
+					t1 := time.Now()
+					resp, out, err := srv.try(http.MethodPost, "/v1/agents/"+a.ID+"/turns", map[string]any{"prompt": "go"})
+					var r struct{ Reply string }
+					if err != nil || resp.StatusCode != 200 || json.Unmarshal(out, &r) != nil || r.Reply != want {
+						fail(i, "turn: %v %v %.300s", err, resp, out)
+						return
+					}
+					dts = append(dts, time.Since(t1))
+				}
+				resp, out, err = srv.try(http.MethodPost, "/v1/agents/"+a.ID+"/exec", map[string]any{"cmd": []string{"cat", "/tmp/word.txt"}})
+				if err != nil || resp.StatusCode != 200 || !strings.Contains(string(out), word+`\n`) {
+					fail(i, "exec: %v %v %.200s", err, resp, out)
+					return
+				}
+				mu.Lock()
+				creates = append(creates, dc)
+				turns = append(turns, dts...)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		wall := time.Since(start)
+		if len(failures) > 0 {
+			b.Fatalf("%d of %d agents failed:\n%s", len(failures), n, strings.Join(failures, "\n"))
+		}
+		b.ReportMetric(float64(n), "agents")
+		b.ReportMetric(0, "failures")
+		b.ReportMetric(wall.Seconds(), "wall-s")
+		b.ReportMetric(ms(p50(creates)), "create-p50-ms")
+		b.ReportMetric(ms(pct(creates, 95)), "create-p95-ms")
+		b.ReportMetric(ms(p50(turns)), "turn-p50-ms")
+		b.ReportMetric(ms(pct(turns, 95)), "turn-p95-ms")
+		srv.stop(b)
+	}
+}
+
+// try is do without failing the test: the scale round counts failures.
+func (s *serveProc) try(method, p string, body any) (*http.Response, []byte, error) {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return nil, nil, err
+	}
+	req, err := http.NewRequest(method, s.base+p, strings.NewReader(string(data)))
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	return resp, out, err
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// srvGetenv is the environment startServeWith gives serve, for an app of
+// the benchmark's own.
+func srvGetenv(b *testing.B) func(string) string {
+	env := cliEnv()
+	env["SANDBOX_AGENT_AUDIT_ROOT"] = filepath.Join(b.TempDir(), "audit")
+	return func(k string) string { return env[k] }
+}
+
+func p50(ds []time.Duration) time.Duration { return pct(ds, 50) }
+
+func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)-1)*p/100]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }

@@ -1,0 +1,113 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// Kinds of error, the "kind" of every JSON error body. A public interface:
+// clients branch on them.
+const (
+	KindInvalidArgument   = "invalid_argument"
+	KindUnauthorized      = "unauthorized"
+	KindNotFound          = "not_found"
+	KindBusy              = "busy"
+	KindTooLarge          = "too_large"
+	KindDriverError       = "driver_error"
+	KindUnsafeArchive     = "unsafe_archive"
+	KindLimit             = "limit"
+	KindUnsupported       = "unsupported"
+	KindEngineUnavailable = "engine_unavailable"
+	KindTimeout           = "timeout"
+	KindInterrupted       = "interrupted"
+	KindInternal          = "internal"
+)
+
+// apiError is an error with the status and kind it answers with.
+type apiError struct {
+	status int
+	kind   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, kind: KindInvalidArgument, msg: fmt.Sprintf(format, args...)}
+}
+
+func notFound(format string, args ...any) *apiError {
+	return &apiError{status: http.StatusNotFound, kind: KindNotFound, msg: fmt.Sprintf(format, args...)}
+}
+
+// errorBody is the JSON of every error answer.
+type errorBody struct {
+	Error    string      `json:"error"`
+	Kind     string      `json:"kind"`
+	Driver   string      `json:"driver,omitempty"`
+	ExitCode *int        `json:"exit_code,omitempty"`
+	Status   int         `json:"status,omitempty"` // the model API's HTTP status, for a driver_error
+	Turn     *turnResult `json:"turn,omitempty"`
+}
+
+// classify maps a library error to its status and body.
+func classify(err error) (int, errorBody) {
+	body := errorBody{Error: err.Error()}
+	var ae *apiError
+	var de *sandboxagent.DriverError
+	var ce *sandboxagent.ConfigError
+	var re *sandboxagent.ResourceError
+	var mbe *http.MaxBytesError
+	status := http.StatusInternalServerError
+	switch {
+	case errors.As(err, &ae):
+		status, body.Kind = ae.status, ae.kind
+	case errors.As(err, &mbe):
+		status, body.Kind = http.StatusRequestEntityTooLarge, KindTooLarge
+	case errors.Is(err, sandboxagent.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		status, body.Kind = http.StatusGatewayTimeout, KindTimeout
+	case errors.As(err, &de):
+		status, body.Kind = http.StatusUnprocessableEntity, KindDriverError
+		body.Driver, body.Status = de.Driver, de.Status
+		code := de.ExitCode
+		body.ExitCode = &code
+	case errors.As(err, &re), errors.Is(err, sandboxagent.ErrCLIMissing), errors.Is(err, sandboxagent.ErrCLIExited):
+		status, body.Kind = http.StatusUnprocessableEntity, KindDriverError
+	case errors.As(err, &ce), errors.Is(err, sandboxagent.ErrInvalidArgument):
+		status, body.Kind = http.StatusBadRequest, KindInvalidArgument
+	case errors.Is(err, sandboxagent.ErrPathNotFound), errors.Is(err, sandboxagent.ErrImageNotFound):
+		status, body.Kind = http.StatusNotFound, KindNotFound
+	case errors.Is(err, sandboxagent.ErrUnsupported), errors.Is(err, sandboxagent.ErrUnsupportedByRuntime):
+		status, body.Kind = http.StatusNotImplemented, KindUnsupported
+	case errors.Is(err, sandboxagent.ErrLimitExceeded):
+		// A download over max_download_* (the request was fine).
+		status, body.Kind = http.StatusUnprocessableEntity, KindTooLarge
+	case errors.Is(err, sandboxagent.ErrUnsafeArchive):
+		status, body.Kind = http.StatusUnprocessableEntity, KindUnsafeArchive
+	case errors.Is(err, sandboxagent.ErrEngineUnavailable):
+		status, body.Kind = http.StatusServiceUnavailable, KindEngineUnavailable
+	case errors.Is(err, context.Canceled):
+		// The client went away, the agent was deleted or the server is
+		// shutting down.
+		status, body.Kind = http.StatusServiceUnavailable, KindInterrupted
+	default:
+		body.Kind = KindInternal
+	}
+	return status, body
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status, body := classify(err)
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,207 @@
+package server
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+type sessionRef struct {
+	SessionID string `json:"session_id"`
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+	a := s.lookup(w, r)
+	if a == nil {
+		return
+	}
+	if !a.idle(w) {
+		return
+	}
+	defer a.turn.Unlock()
+	list, err := a.ag.ListSessions(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if list == nil {
+		list = []sandboxagent.SessionInfo{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"current": a.ag.SessionID(), "sessions": list})
+}
+
+// sessionID is the request's {sid}; "current" names the agent's current
+// session.
+func sessionID(a *agent, r *http.Request) string {
+	sid := r.PathValue("sid")
+	if sid == "current" {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.session
+	}
+	return sid
+}
+
+// sessionErr turns a driver's "no such session" into a 404.
+func sessionErr(err error, sid string) error {
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, sandboxagent.ErrPathNotFound) {
+		return notFound("no session %q: %v", sid, err)
+	}
+	return err
+}
+
+func (s *Server) dumpSession(w http.ResponseWriter, r *http.Request) {
+	a := s.lookup(w, r)
+	if a == nil {
+		return
+	}
+	if !a.idle(w) {
+		return
+	}
+	defer a.turn.Unlock()
+	sid := sessionID(a, r)
+	d, err := a.ag.DumpSession(r.Context(), sid)
+	if err != nil {
+		writeError(w, sessionErr(err, sid))
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (s *Server) loadSession(w http.ResponseWriter, r *http.Request) {
+	a := s.lookup(w, r)
+	if a == nil {
+		return
+	}
+	if !a.idle(w) {
+		return
+	}
+	defer a.turn.Unlock()
+	var d sandboxagent.SessionDump
+	if err := decode(r, &d); err != nil {
+		writeError(w, err)
+		return
+	}
+	if d.SessionID == "" || len(d.Files) == 0 {
+		writeError(w, badRequest("session dump: want session_id and files (the body of GET .../sessions/{sid})"))
+		return
+	}
+	id, err := a.ag.LoadSession(r.Context(), d)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	a.setSession(id)
+	writeJSON(w, http.StatusCreated, sessionRef{SessionID: id})
+}
+
+func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) {
+	a := s.lookup(w, r)
+	if a == nil {
+		return
+	}
+	if !a.idle(w) {
+		return
+	}
+	defer a.turn.Unlock()
+	sid := sessionID(a, r)
+	id, err := a.ag.Fork(r.Context(), sid)
+	if err != nil {
+		writeError(w, sessionErr(err, sid))
+		return
+	}
+	writeJSON(w, http.StatusCreated, sessionRef{SessionID: id})
+}
+
+func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
+	a := s.lookup(w, r)
+	if a == nil {
+		return
+	}
+	if !a.idle(w) {
+		return
+	}
+	defer a.turn.Unlock()
+	sid := sessionID(a, r)
+	if err := a.ag.DeleteSession(r.Context(), sid); err != nil {
+		writeError(w, sessionErr(err, sid))
+		return
+	}
+	a.setSession(a.ag.SessionID())
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) setSession(w http.ResponseWriter, r *http.Request) {
+	a := s.lookup(w, r)
+	if a == nil {
+		return
+	}
+	if !a.idle(w) {
+		return
+	}
+	defer a.turn.Unlock()
+	var ref sessionRef
+	if err := decode(r, &ref); err != nil {
+		writeError(w, err)
+		return
+	}
+	a.ag.SetSession(ref.SessionID)
+	a.setSession(ref.SessionID)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// maxAuditEvents bounds one answer of GET .../sessions/{sid}/events.
+const maxAuditEvents = 20000
+
+// sessionEvents reads a session's events.jsonl from the audit trail: the
+// folder of the agent's latest turn in that session.
+func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
+	a := s.lookup(w, r)
+	if a == nil {
+		return
+	}
+	sid := sessionID(a, r)
+	var dir string
+	a.mu.Lock()
+	for _, t := range a.turns {
+		if t.res.SessionID == sid && t.res.AuditDir != "" {
+			dir = t.res.AuditDir
+		}
+	}
+	a.mu.Unlock()
+	if dir == "" {
+		writeError(w, notFound("no audit trail of session %q for agent %s (audit off, or no turn of it here)", sid, a.id))
+		return
+	}
+	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
+	if err != nil {
+		writeError(w, notFound("session %q: %v", sid, err))
+		return
+	}
+	defer f.Close()
+	events := []json.RawMessage{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	truncated := false
+	for sc.Scan() {
+		if len(events) == maxAuditEvents {
+			truncated = true
+			break
+		}
+		line := sc.Bytes()
+		if !json.Valid(line) {
+			continue // a line cut by a crash
+		}
+		events = append(events, append(json.RawMessage(nil), line...))
+	}
+	if err := sc.Err(); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"session_id": sid, "audit_dir": dir, "events": events, "truncated": truncated})
+}

@@ -1,0 +1,386 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// turnResult is the JSON of one turn. Field names are a public interface.
+type turnResult struct {
+	Turn       int                  `json:"turn"`
+	Prompt     string               `json:"prompt"`
+	Reply      string               `json:"reply"`
+	SessionID  string               `json:"session_id,omitempty"`
+	ExitCode   int                  `json:"exit_code"`
+	Started    time.Time            `json:"started"`
+	DurationMS int64                `json:"duration_ms"`
+	AuditDir   string               `json:"audit_dir,omitempty"`
+	Running    bool                 `json:"running,omitempty"`
+	Error      string               `json:"error,omitempty"`
+	Kind       string               `json:"kind,omitempty"`
+	EventCount int                  `json:"event_count"`
+	Dropped    int                  `json:"events_dropped,omitempty"` // beyond what the server keeps in memory
+	Events     []sandboxagent.Event `json:"events,omitempty"`
+}
+
+// turnRecord is a turn the server keeps; guarded by its agent's mu.
+type turnRecord struct{ res turnResult }
+
+// snapshot copies the record, with or without its events.
+func (t *turnRecord) snapshot(events bool) turnResult {
+	r := t.res
+	if events {
+		r.Events = append([]sandboxagent.Event(nil), t.res.Events...)
+	} else {
+		r.Events = nil
+	}
+	return r
+}
+
+type turnRequest struct {
+	Prompt string `json:"prompt"`
+	// Timeout, in seconds, bounds the turn (on top of timeout_ask).
+	Timeout float64 `json:"timeout,omitempty"`
+}
+
+// watchMsg is one message of an agent's watch stream.
+type watchMsg struct {
+	event string
+	data  any
+}
+
+// broadcast sends m to every watcher; a watcher too slow to keep up is
+// dropped (its stream ends; EventSource reconnects). Called with a.mu held.
+func (a *agent) broadcast(m watchMsg) {
+	for ch := range a.watchers {
+		select {
+		case ch <- m:
+		default:
+			close(ch)
+			delete(a.watchers, ch)
+		}
+	}
+}
+
+func wantsSSE(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+}
+
+func (s *Server) postTurn(w http.ResponseWriter, r *http.Request) {
+	a := s.lookup(w, r)
+	if a == nil {
+		return
+	}
+	var req turnRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if strings.TrimSpace(req.Prompt) == "" {
+		writeError(w, badRequest("prompt: required"))
+		return
+	}
+	timeout, err := seconds("timeout", req.Timeout)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if !a.turn.TryLock() {
+		writeError(w, busy(a))
+		return
+	}
+	defer a.turn.Unlock()
+	select {
+	case s.turns <- struct{}{}:
+		defer func() { <-s.turns }()
+	default:
+		writeError(w, &apiError{status: http.StatusTooManyRequests, kind: KindLimit, msg: "serve_max_concurrent_turns reached: try again when a turn ends"})
+		return
+	}
+
+	// The request's context: a client that goes away aborts the turn
+	// (the session is kept); DELETE of the agent cancels it too.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		writeError(w, notFound("agent %q was deleted", a.id))
+		return
+	}
+	a.turnNo++
+	rec := &turnRecord{res: turnResult{Turn: a.turnNo, Prompt: req.Prompt, Started: time.Now().UTC(), Running: true}}
+	a.running, a.cancel = rec, cancel
+	a.turns = append(a.turns, rec)
+	if len(a.turns) > maxTurnsKept {
+		a.turns = a.turns[len(a.turns)-maxTurnsKept:]
+	}
+	a.broadcast(watchMsg{"turn_start", map[string]any{"turn": rec.res.Turn, "prompt": req.Prompt}})
+	a.mu.Unlock()
+
+	var out *sseStream
+	if wantsSSE(r) {
+		out = newSSEStream(w)
+	}
+	res, turnErr := a.ag.Stream(ctx, req.Prompt, func(e sandboxagent.Event) {
+		a.mu.Lock()
+		if e.SessionID != "" {
+			a.session = e.SessionID
+		}
+		rec.res.EventCount++
+		if len(rec.res.Events) < maxEventsPerTurn {
+			rec.res.Events = append(rec.res.Events, e)
+		} else {
+			rec.res.Dropped++
+		}
+		a.broadcast(watchMsg{"event", e})
+		a.mu.Unlock()
+		if out != nil {
+			out.push("event", e)
+		}
+	})
+
+	a.mu.Lock()
+	rr := &rec.res
+	rr.Running = false
+	rr.Reply, rr.SessionID, rr.ExitCode, rr.AuditDir = res.Reply, res.SessionID, res.ExitCode, res.AuditDir
+	rr.DurationMS = res.Duration.Milliseconds()
+	if res.SessionID != "" {
+		a.session = res.SessionID
+	}
+	var status int
+	var body errorBody
+	if turnErr != nil {
+		if errors.Is(turnErr, context.DeadlineExceeded) && r.Context().Err() == nil {
+			turnErr = fmt.Errorf("%w: the turn's timeout of %v passed: %w", sandboxagent.ErrTimeout, timeout, turnErr)
+		}
+		status, body = classify(turnErr)
+		rr.Error, rr.Kind = body.Error, body.Kind
+	}
+	a.running, a.cancel = nil, nil
+	final := rec.snapshot(true)
+	a.broadcast(watchMsg{"turn_end", rec.snapshot(false)})
+	a.mu.Unlock()
+
+	switch {
+	case out != nil:
+		out.push("result", final)
+		out.close()
+	case turnErr != nil:
+		body.Turn = &final
+		writeJSON(w, status, body)
+	default:
+		writeJSON(w, http.StatusOK, final)
+	}
+}
+
+func (s *Server) listTurns(w http.ResponseWriter, r *http.Request) {
+	a := s.lookup(w, r)
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	out := make([]turnResult, 0, len(a.turns))
+	for _, t := range a.turns {
+		out = append(out, t.snapshot(false))
+	}
+	a.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"turns": out})
+}
+
+func (s *Server) getTurn(w http.ResponseWriter, r *http.Request) {
+	a := s.lookup(w, r)
+	if a == nil {
+		return
+	}
+	n, err := strconv.Atoi(r.PathValue("n"))
+	if err != nil || n < 1 {
+		writeError(w, badRequest("turn %q: want a turn number from 1", r.PathValue("n")))
+		return
+	}
+	a.mu.Lock()
+	var found *turnResult
+	for _, t := range a.turns {
+		if t.res.Turn == n {
+			snap := t.snapshot(true)
+			found = &snap
+		}
+	}
+	a.mu.Unlock()
+	if found == nil {
+		writeError(w, notFound("agent %s has no turn %d in memory", a.id, n))
+		return
+	}
+	writeJSON(w, http.StatusOK, found)
+}
+
+// pingEvery keeps idle event streams alive through proxies.
+const pingEvery = 15 * time.Second
+
+// watch streams an agent's turns as they happen: turn_start, every event,
+// turn_end. A turn running when the watcher connects is replayed first.
+func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
+	a := s.lookup(w, r)
+	if a == nil {
+		return
+	}
+	ch := make(chan watchMsg, watcherBuffer)
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		writeError(w, notFound("agent %q was deleted", a.id))
+		return
+	}
+	var replay []watchMsg
+	if t := a.running; t != nil {
+		replay = append(replay, watchMsg{"turn_start", map[string]any{"turn": t.res.Turn, "prompt": t.res.Prompt}})
+		for _, e := range t.res.Events {
+			replay = append(replay, watchMsg{"event", e})
+		}
+	}
+	a.watchers[ch] = struct{}{}
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		if _, ok := a.watchers[ch]; ok {
+			delete(a.watchers, ch)
+		}
+		a.mu.Unlock()
+	}()
+
+	sw := sseHeaders(w)
+	for _, m := range replay {
+		if sw.write(m.event, m.data) != nil {
+			return
+		}
+	}
+	if sw.flush() != nil {
+		return
+	}
+	ping := time.NewTicker(pingEvery)
+	defer ping.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return // the agent was deleted, or this watcher fell behind
+			}
+			if sw.write(m.event, m.data) != nil || sw.flush() != nil {
+				return
+			}
+		case <-ping.C:
+			if sw.comment("ping") != nil || sw.flush() != nil {
+				return
+			}
+		}
+	}
+}
+
+// sseWriter writes server-sent events.
+type sseWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func sseHeaders(w http.ResponseWriter) *sseWriter {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	return &sseWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+func (s *sseWriter) write(event string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, data)
+	return err
+}
+
+func (s *sseWriter) comment(c string) error {
+	_, err := fmt.Fprintf(s.w, ": %s\n\n", c)
+	return err
+}
+
+func (s *sseWriter) flush() error { return s.rc.Flush() }
+
+// sseStream sends a turn's events to its client from a goroutine of its
+// own, so a slow client never holds up the CLI's output. The queue is
+// unbounded but a turn's events are bounded by the turn.
+type sseStream struct {
+	sw     *sseWriter
+	mu     sync.Mutex
+	queue  []watchMsg
+	closed bool
+	wake   chan struct{}
+	done   chan struct{}
+}
+
+func newSSEStream(w http.ResponseWriter) *sseStream {
+	s := &sseStream{sw: sseHeaders(w), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	_ = s.sw.flush()
+	go s.run()
+	return s
+}
+
+func (s *sseStream) push(event string, v any) {
+	s.mu.Lock()
+	s.queue = append(s.queue, watchMsg{event, v})
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close sends what is queued and returns when the stream is written.
+func (s *sseStream) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	<-s.done
+}
+
+func (s *sseStream) run() {
+	defer close(s.done)
+	broken := false
+	for range s.wake {
+		s.mu.Lock()
+		batch, closed := s.queue, s.closed
+		s.queue = nil
+		s.mu.Unlock()
+		for _, m := range batch {
+			if !broken && s.sw.write(m.event, m.data) != nil {
+				broken = true // the client went away: its context aborts the turn
+			}
+		}
+		if !broken && len(batch) > 0 && s.sw.flush() != nil {
+			broken = true
+		}
+		if closed {
+			return
+		}
+	}
+}

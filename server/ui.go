@@ -1,0 +1,71 @@
+package server
+
+import (
+	"crypto/subtle"
+	"embed"
+	"io/fs"
+	"mime"
+	"net/http"
+	"path"
+	"time"
+)
+
+// The inspector: static HTML and JavaScript embedded in the binary. The
+// page reads the same API as every client, with the token in a cookie.
+//
+//go:embed ui
+var uiFiles embed.FS
+
+// The inspector's pages may load only themselves: no inline script, no
+// third-party origin, no framing.
+const uiCSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+
+func (s *Server) serveUI(w http.ResponseWriter, name string, status int) {
+	data, err := fs.ReadFile(uiFiles, path.Join("ui", name))
+	if err != nil {
+		writeError(w, notFound("no inspector file %q", name))
+		return
+	}
+	ctype := mime.TypeByExtension(path.Ext(name))
+	if ctype == "" {
+		ctype = "application/octet-stream"
+	}
+	h := w.Header()
+	h.Set("Content-Type", ctype)
+	h.Set("Content-Security-Policy", uiCSP)
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(status)
+	_, _ = w.Write(data)
+}
+
+func (s *Server) inspector(w http.ResponseWriter, r *http.Request) {
+	s.serveUI(w, "index.html", http.StatusOK)
+}
+
+func (s *Server) asset(w http.ResponseWriter, r *http.Request) {
+	s.serveUI(w, r.PathValue("file"), http.StatusOK)
+}
+
+// loginPage answers an unauthenticated GET /: a form for the token.
+func (s *Server) loginPage(w http.ResponseWriter) {
+	s.serveUI(w, "login.html", http.StatusUnauthorized)
+}
+
+// login checks the form's token and sets it as a cookie the inspector's
+// requests carry. SameSite=Strict keeps other sites' pages from riding it.
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 4096)
+	tok := r.PostFormValue("token")
+	if tok == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) != 1 {
+		time.Sleep(200 * time.Millisecond) // a little friction for guessing
+		s.serveUI(w, "login.html", http.StatusUnauthorized)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: tokenCookie, Value: tok, Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+	})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
