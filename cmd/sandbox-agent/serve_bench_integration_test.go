@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,25 +18,22 @@ import (
 	"testing"
 	"time"
 
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/server"
 )
 
 // BenchmarkServeTurn puts a turn through the HTTP API beside the same turn
-// through the Go API: two agents of one driver (pi, long-lived: its turns
-// take milliseconds, so the server's share shows), started by the same
-// starter serve uses, their turns interleaved. The metrics are the p50
-// of each path and the difference, the latency serve adds (JSON answer,
-// and the event stream). SANDBOX_AGENT_SERVE_BENCH_DRIVER picks another
-// driver.
+// through the Go API, on one agent: serve's handler on a loopback
+// listener, its Starter the one serve uses, and the agent it started also
+// driven directly with Agent.Stream, the two interleaved. The driver is pi
+// (long-lived: its turns take milliseconds, so the server's share shows;
+// SANDBOX_AGENT_SERVE_BENCH_DRIVER picks another). The metrics are the
+// p50 of each path and the p50 of the paired differences, the latency the
+// server adds: JSON answer, and the event stream.
 func BenchmarkServeTurn(b *testing.B) {
 	driver := envOr("SANDBOX_AGENT_SERVE_BENCH_DRIVER", "pi")
 	const turns = 100
 	for b.Loop() {
-		srv := startServeWith(b, nil)
-		script := map[string]any{"responses": []any{}} // every turn: the fake model's DONE
-		id := srv.create(b, map[string]any{"driver": driver, "fake_model_script": script})
-
-		// The Go API agent, from the same starter.
 		a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: srvGetenv(b)}
 		cfg, cli, err := loadConfig("/nonexistent/sandbox-agent-test-config.json", a.getenv)
 		if err != nil {
@@ -43,12 +41,26 @@ func BenchmarkServeTurn(b *testing.B) {
 		}
 		a.cfg, a.cli = cfg, cli
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-		raw, _ := json.Marshal(script)
-		ag, stop, err := a.serveStarter(false, "")(ctx, server.CreateRequest{Driver: driver, FakeModelScript: raw})
+		var ag *sandboxagent.Agent
+		start := a.serveStarter(false, "")
+		srv, err := server.New(server.Options{Token: strings.Repeat("t", 32), Start: func(ctx context.Context, req server.CreateRequest) (*sandboxagent.Agent, func(), error) {
+			got, stop, err := start(ctx, req)
+			ag = got
+			return got, stop, err
+		}})
 		if err != nil {
 			b.Fatal(err)
 		}
-		var goAPI, httpJSON, httpSSE []time.Duration
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		hs := &http.Server{Handler: srv.Handler()}
+		go func() { _ = hs.Serve(ln) }()
+		c := &serveProc{base: "http://" + ln.Addr().String(), token: strings.Repeat("t", 32), stderr: &lockedBuffer{}, client: &http.Client{}}
+		id := c.create(b, map[string]any{"driver": driver, "fake_model_script": map[string]any{"responses": []any{}}}) // every turn: the fake model's DONE
+
+		var goAPI, httpJSON, httpSSE, addJSON, addSSE []time.Duration
 		for i := 0; i < turns+2; i++ {
 			t0 := time.Now()
 			if _, err := ag.Stream(ctx, "turn "+strconv.Itoa(i), nil); err != nil {
@@ -56,34 +68,33 @@ func BenchmarkServeTurn(b *testing.B) {
 			}
 			d0 := time.Since(t0)
 			t1 := time.Now()
-			resp, out := srv.do(b, http.MethodPost, "/v1/agents/"+id+"/turns", map[string]any{"prompt": "turn " + strconv.Itoa(i)})
+			resp, out := c.do(b, http.MethodPost, "/v1/agents/"+id+"/turns", map[string]any{"prompt": "turn " + strconv.Itoa(i)})
 			d1 := time.Since(t1)
 			if resp.StatusCode != 200 {
 				b.Fatalf("turn over HTTP: %d %s", resp.StatusCode, out)
 			}
 			t2 := time.Now()
-			resp, out = srv.do(b, http.MethodPost, "/v1/agents/"+id+"/turns", map[string]any{"prompt": "stream " + strconv.Itoa(i)}, "Accept: text/event-stream")
+			resp, out = c.do(b, http.MethodPost, "/v1/agents/"+id+"/turns", map[string]any{"prompt": "stream " + strconv.Itoa(i)}, "Accept: text/event-stream")
 			d2 := time.Since(t2)
 			if resp.StatusCode != 200 || !strings.Contains(string(out), "event: result") {
 				b.Fatalf("streamed turn over HTTP: %d %.300s", resp.StatusCode, out)
 			}
 			if i >= 2 { // the first turns start the CLI
 				goAPI, httpJSON, httpSSE = append(goAPI, d0), append(httpJSON, d1), append(httpSSE, d2)
+				addJSON, addSSE = append(addJSON, d1-d0), append(addSSE, d2-d0)
 			}
 		}
-		_ = ag.Close()
-		stop()
-		cancel()
-		if a.eng != nil {
-			a.eng.close()
+		_ = hs.Close()
+		if err := srv.Close(ctx); err != nil {
+			b.Error(err)
 		}
-		g, j, e := p50(goAPI), p50(httpJSON), p50(httpSSE)
-		b.ReportMetric(ms(g), "go-p50-ms")
-		b.ReportMetric(ms(j), "http-p50-ms")
-		b.ReportMetric(ms(e), "sse-p50-ms")
-		b.ReportMetric(ms(j-g), "added-p50-ms")
-		b.ReportMetric(ms(e-g), "added-sse-p50-ms")
-		srv.stop(b)
+		cancel()
+		a.eng.close()
+		b.ReportMetric(ms(p50(goAPI)), "go-p50-ms")
+		b.ReportMetric(ms(p50(httpJSON)), "http-p50-ms")
+		b.ReportMetric(ms(p50(httpSSE)), "sse-p50-ms")
+		b.ReportMetric(ms(p50(addJSON)), "added-p50-ms")
+		b.ReportMetric(ms(p50(addSSE)), "added-sse-p50-ms")
 	}
 }
 
