@@ -14,9 +14,11 @@ import (
 // Bounds of what the server keeps in memory per agent for the inspector
 // and GET .../turns (the audit trail keeps everything).
 const (
-	maxTurnsKept     = 200
-	maxEventsPerTurn = 5000
-	watcherBuffer    = 1024
+	maxTurnsKept       = 200
+	maxTurnsWithEvents = 20      // older turns keep their summary only
+	maxEventsPerTurn   = 5000    // and at most this many events
+	maxTurnEventBytes  = 4 << 20 // of at most about this size
+	watcherBuffer      = 1024
 )
 
 // agent is one agent the server owns.
@@ -78,13 +80,22 @@ func (a *agent) setSession(id string) {
 	a.mu.Unlock()
 }
 
+// idleWait is how long a session call waits for a turn to end before it
+// answers 409: long enough for the moment between a turn's end and its
+// answer, short enough not to hang a client behind a long turn.
+const idleWait = 2 * time.Second
+
 // idle holds the agent's turn lock for a session call, which must not
 // interleave with a turn (the library would wait for the turn to end); it
 // answers 409 while a turn runs. The caller unlocks a.turn.
-func (a *agent) idle(w http.ResponseWriter) bool {
-	if !a.turn.TryLock() {
-		writeError(w, busy(a))
-		return false
+func (a *agent) idle(w http.ResponseWriter, r *http.Request) bool {
+	deadline := time.Now().Add(idleWait)
+	for !a.turn.TryLock() {
+		if time.Now().After(deadline) || r.Context().Err() != nil {
+			writeError(w, busy(a))
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	return true
 }

@@ -135,13 +135,7 @@ func (s *Server) putFiles(w http.ResponseWriter, r *http.Request) {
 		}
 		skipped = len(rep.Skipped) + rep.SkippedOmitted
 		src = filepath.Join(staging, uploadTop)
-		if _, err := os.Lstat(src); err != nil {
-			// An empty tar (or one of links only) makes an empty directory.
-			if err := os.Mkdir(src, 0o755); err != nil {
-				writeError(w, err)
-				return
-			}
-		}
+
 	case "application/octet-stream":
 		src = filepath.Join(staging, "file")
 		f, err := os.OpenFile(src, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
@@ -191,6 +185,12 @@ func reroot(body io.Reader) *io.PipeReader {
 	go func() {
 		tr := tar.NewReader(body)
 		tw := tar.NewWriter(pw)
+		// The top directory itself, so that an empty tar makes an empty
+		// directory.
+		if err := tw.WriteHeader(&tar.Header{Name: uploadTop + "/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX}); err != nil {
+			pw.CloseWithError(err)
+			return
+		}
 		for {
 			hdr, err := tr.Next()
 			if err == io.EOF {
@@ -261,6 +261,8 @@ func (s *Server) getFiles(w http.ResponseWriter, r *http.Request) {
 	// The staged tree holds only regular files and directories.
 	if err := safetar.Pack(r.Context(), w, rep.Path, base, safetar.Owner{}); err != nil {
 		s.log.Warn("download: pack", "agent", a.id, "path", src, "err", err)
-		// The status is sent: a broken tar tells the client.
+		// The status is sent: break the connection, so the client sees a
+		// cut transfer rather than a short archive that looks whole.
+		panic(http.ErrAbortHandler)
 	}
 }

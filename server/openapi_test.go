@@ -271,8 +271,8 @@ func TestOpenAPIValid(t *testing.T) {
 	if schemes.obj("bearer").str("scheme") != "bearer" || schemes.obj("bearer").str("type") != "http" {
 		t.Error("securitySchemes.bearer is not http bearer")
 	}
-	if c := schemes.obj("cookie"); c.str("type") != "apiKey" || c.str("in") != "cookie" || c.str("name") != tokenCookie {
-		t.Errorf("securitySchemes.cookie is not an apiKey cookie %s", tokenCookie)
+	if c := schemes.obj("cookie"); c.str("type") != "apiKey" || c.str("in") != "cookie" || c.str("name") != sessionCookie {
+		t.Errorf("securitySchemes.cookie is not an apiKey cookie %s", sessionCookie)
 	}
 	checkSecurity := func(where string, list []any) {
 		for _, v := range list {
@@ -498,25 +498,30 @@ const apiDocPreamble = "# HTTP API (`sandbox-agent serve`)\n" +
 	"\n" +
 	"## Authentication\n" +
 	"\n" +
-	"Every route needs the token, as `Authorization: Bearer TOKEN` or as the cookie\n" +
-	"`sandbox_agent_token=TOKEN`. The cookie is set by `POST /login` (form field `token`, which\n" +
-	"redirects 303 to `/`); browsers need it because an `EventSource` cannot send headers.\n" +
-	"`GET /` without credentials answers 401 with a small HTML login form. A missing or wrong token\n" +
-	"on `/v1/*` answers 401 with a JSON error.\n" +
+	"Every route needs `Authorization: Bearer TOKEN`, or, for the inspector's own pages, the\n" +
+	"cookie `sandbox_agent_session` of an inspector session. `POST /login` (form field `token`,\n" +
+	"redirecting 303 to `/`) opens one: the cookie holds a random id, never the token, lasts\n" +
+	"12 hours, and is HttpOnly and SameSite=Strict; browsers need it because an `EventSource`\n" +
+	"cannot send headers. A request riding the cookie must come from the inspector's origin\n" +
+	"(`Origin` or `Sec-Fetch-Site`; other ports of the same host count as other origins).\n" +
+	"`GET /` without credentials answers 401 with a small HTML login form. A missing or wrong\n" +
+	"token on `/v1/*` answers 401 with a JSON error.\n" +
 	"\n" +
 	"## Errors\n" +
 	"\n" +
-	"Every error is a JSON [Error](#error) `{\"error\": \"message\", \"kind\": \"KIND\"}`; the kind fixes the status:\n" +
+	"Every error is a JSON [Error](#error) `{\"error\": \"message\", \"kind\": \"KIND\"}`, its kind with its status:\n" +
 	"\n" +
 	"| Status | kind | when |\n" +
 	"|---|---|---|\n" +
 	"| 400 | `invalid_argument` | bad JSON, unknown field, bad value |\n" +
 	"| 401 | `unauthorized` | missing or wrong token |\n" +
 	"| 404 | `not_found` | unknown agent, turn, session, image or path |\n" +
-	"| 409 | `busy` | a turn is running on this agent |\n" +
+	"| 409 | `busy` | a turn is running on this agent (a session call waits 2 s for it first) |\n" +
 	"| 413 | `too_large` | the body is over the limit (`serve_max_body_bytes`) |\n" +
 	"| 415 | `invalid_argument` | `PUT .../files` with a Content-Type other than `application/x-tar` or `application/octet-stream` |\n" +
 	"| 422 | `driver_error` | the agent CLI reported a failure; `driver`, `exit_code` and `status` are set |\n" +
+	"| 422 | `unsafe_archive` | `GET .../files`: nothing safe to copy (a symlink, a device) |\n" +
+	"| 422 | `too_large` | `GET .../files`: over `max_download_bytes`, `_entries` or `_depth` |\n" +
 	"| 429 | `limit` | `serve_max_agents` or `serve_max_concurrent_turns` reached |\n" +
 	"| 500 | `internal` | unexpected server error |\n" +
 	"| 501 | `unsupported` | the driver does not support this |\n" +

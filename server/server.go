@@ -86,6 +86,8 @@ type Server struct {
 	order    []string // creation order, for listings
 	starting int      // creates under way (counted against MaxAgents)
 	closed   bool
+
+	sessions *inspectorSessions
 }
 
 // New returns a server; Handler serves it and Close destroys its agents.
@@ -109,10 +111,11 @@ func New(opts Options) (*Server, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		opts:   opts,
-		log:    opts.Logger,
-		turns:  make(chan struct{}, opts.MaxConcurrentTurns),
-		agents: map[string]*agent{},
+		opts:     opts,
+		log:      opts.Logger,
+		turns:    make(chan struct{}, opts.MaxConcurrentTurns),
+		agents:   map[string]*agent{},
+		sessions: &inspectorSessions{byID: map[string]time.Time{}},
 	}
 	s.mux = http.NewServeMux()
 	for _, r := range s.routes() {
@@ -169,14 +172,16 @@ func routePatterns() []string {
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		if r.URL.Path != "/login" && !s.authorized(r) {
-			if r.Method == http.MethodGet && r.URL.Path == "/" {
-				s.loginPage(w)
+		if r.URL.Path != "/login" {
+			if err := s.authorize(r); err != nil {
+				if r.Method == http.MethodGet && r.URL.Path == "/" {
+					s.loginPage(w)
+					return
+				}
+				w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox-agent"`)
+				writeError(w, err)
 				return
 			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox-agent"`)
-			writeError(w, &apiError{status: http.StatusUnauthorized, kind: KindUnauthorized, msg: "missing or wrong bearer token"})
-			return
 		}
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
@@ -185,22 +190,40 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// tokenCookie carries the token for the inspector: a browser's
-// EventSource cannot send an Authorization header.
-const tokenCookie = "sandbox_agent_token"
-
-func (s *Server) authorized(r *http.Request) bool {
-	var got string
+// authorize accepts the bearer token, or an inspector session's cookie
+// on a request from the inspector's own origin.
+func (s *Server) authorize(r *http.Request) error {
+	denied := &apiError{status: http.StatusUnauthorized, kind: KindUnauthorized, msg: "missing or wrong bearer token"}
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, tok, ok := strings.Cut(h, " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") {
-			return false
+		tok = strings.TrimSpace(tok)
+		if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) != 1 {
+			return denied
 		}
-		got = strings.TrimSpace(tok)
-	} else if c, err := r.Cookie(tokenCookie); err == nil {
-		got = c.Value
+		return nil
 	}
-	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.Token)) == 1
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || !s.sessions.valid(c.Value) {
+		return denied
+	}
+	// Browsers send a cookie to every port of a host (SameSite ignores
+	// ports), so a page served elsewhere on 127.0.0.1 could ride it:
+	// only the inspector's own origin may use it.
+	site := r.Header.Get("Sec-Fetch-Site")
+	origin := r.Header.Get("Origin")
+	self := "http://" + r.Host
+	if r.TLS != nil {
+		self = "https://" + r.Host
+	}
+	switch {
+	case site == "cross-site" || site == "same-site":
+	case origin != "" && origin != self:
+	case r.Method != http.MethodGet && r.Method != http.MethodHead && site != "same-origin" && origin != self:
+	default:
+		return nil
+	}
+	denied.msg = "the inspector's cookie is valid only on requests from its own pages"
+	return denied
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -252,9 +253,12 @@ func TestReroot(t *testing.T) {
 	}
 }
 
-func TestLoginPage(t *testing.T) {
+// TestInspectorSession: the login form opens a session whose cookie is
+// not the token and works only from the inspector's own origin.
+func TestInspectorSession(t *testing.T) {
 	ts := newTestServer(t, nil)
-	resp, err := ts.Client().Get(ts.URL + "/")
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Get(ts.URL + "/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,15 +267,99 @@ func TestLoginPage(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized || !bytes.Contains(page, []byte(`name="token"`)) || resp.Header.Get("Content-Security-Policy") == "" {
 		t.Errorf("GET / without a token: %d %s", resp.StatusCode, page)
 	}
-	req, _ := http.NewRequest("GET", ts.URL+"/", nil)
-	req.AddCookie(&http.Cookie{Name: tokenCookie, Value: testToken})
-	resp, err = ts.Client().Do(req)
+	resp, err = noRedirect.PostForm(ts.URL+"/login", url.Values{"token": {"wrong-token-0123456789"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	page, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !bytes.Contains(page, []byte("<script")) {
-		t.Errorf("GET / with the cookie: %d %.200s", resp.StatusCode, page)
+	if resp.StatusCode != http.StatusUnauthorized || len(resp.Cookies()) != 0 {
+		t.Errorf("a wrong token: %d %v", resp.StatusCode, resp.Cookies())
+	}
+	resp, err = noRedirect.PostForm(ts.URL+"/login", url.Values{"token": {testToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	cookies := resp.Cookies()
+	if resp.StatusCode != http.StatusSeeOther || len(cookies) != 1 {
+		t.Fatalf("login: %d %v", resp.StatusCode, cookies)
+	}
+	c := cookies[0]
+	if c.Name != sessionCookie || c.Value == testToken || strings.Contains(c.Value, testToken) || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
+		t.Errorf("session cookie %+v", c)
+	}
+	self := ts.URL
+	tests := []struct {
+		name, method, path, origin, site string
+		cookie                           *http.Cookie
+		status                           int
+	}{
+		{"page", "GET", "/", "", "none", c, 200},
+		{"same-origin fetch", "GET", "/v1/agents", "", "same-origin", c, 200},
+		{"a client without fetch metadata", "GET", "/v1/agents", "", "", c, 200},
+		{"same-origin POST", "POST", "/v1/agents", self, "same-origin", c, 400}, // past auth: the body is bad
+		{"POST from another port", "POST", "/v1/agents", "http://127.0.0.1:1", "same-site", c, 401},
+		{"POST with a foreign Origin only", "POST", "/v1/agents", "http://127.0.0.1:1", "", c, 401},
+		{"POST without Origin or fetch metadata", "POST", "/v1/agents", "", "", c, 401},
+		{"GET from another site", "GET", "/v1/agents", "", "cross-site", c, 401},
+		{"a forged session", "GET", "/v1/agents", "", "same-origin", &http.Cookie{Name: sessionCookie, Value: strings.Repeat("a", 64)}, 401},
+		{"the token as the cookie", "GET", "/v1/agents", "", "same-origin", &http.Cookie{Name: sessionCookie, Value: testToken}, 401},
+	}
+	for _, tt := range tests {
+		req, _ := http.NewRequest(tt.method, ts.URL+tt.path, strings.NewReader("{"))
+		req.AddCookie(tt.cookie)
+		if tt.origin != "" {
+			req.Header.Set("Origin", tt.origin)
+		}
+		if tt.site != "" {
+			req.Header.Set("Sec-Fetch-Site", tt.site)
+		}
+		resp, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.status {
+			t.Errorf("%s: %d, want %d", tt.name, resp.StatusCode, tt.status)
+		}
+	}
+}
+
+// stalledWriter is a client that reads nothing: every write blocks until
+// release is closed, then fails.
+type stalledWriter struct {
+	h       http.Header
+	release chan struct{}
+}
+
+func (w *stalledWriter) Header() http.Header { return w.h }
+func (w *stalledWriter) WriteHeader(int)     {}
+func (w *stalledWriter) Write(p []byte) (int, error) {
+	<-w.release
+	return 0, errors.New("connection gone")
+}
+
+// TestSSEStreamStalledClient: a turn stream whose client stops reading
+// never holds up the turn: push returns at once, the queue is bounded,
+// the turn is cancelled (once), and close returns when the write fails.
+func TestSSEStreamStalledClient(t *testing.T) {
+	w := &stalledWriter{h: http.Header{}, release: make(chan struct{})}
+	var gone int
+	goneCh := make(chan struct{}, 10)
+	s := newSSEStream(w, func() { gone++; goneCh <- struct{}{} })
+	for i := 0; i < 2*maxQueued+10; i++ { // run holds one batch at most
+		s.push("event", map[string]int{"i": i}) // the first write blocks in run
+	}
+	<-goneCh // the queue overflowed
+	s.mu.Lock()
+	queued := len(s.queue)
+	s.mu.Unlock()
+	if queued != 0 {
+		t.Errorf("%d events still queued after the stream broke", queued)
+	}
+	close(w.release)
+	s.close()
+	if gone != 1 {
+		t.Errorf("gone called %d times, want once", gone)
 	}
 }

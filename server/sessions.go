@@ -2,8 +2,11 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,7 +23,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	if a == nil {
 		return
 	}
-	if !a.idle(w) {
+	if !a.idle(w, r) {
 		return
 	}
 	defer a.turn.Unlock()
@@ -60,7 +63,7 @@ func (s *Server) dumpSession(w http.ResponseWriter, r *http.Request) {
 	if a == nil {
 		return
 	}
-	if !a.idle(w) {
+	if !a.idle(w, r) {
 		return
 	}
 	defer a.turn.Unlock()
@@ -78,7 +81,7 @@ func (s *Server) loadSession(w http.ResponseWriter, r *http.Request) {
 	if a == nil {
 		return
 	}
-	if !a.idle(w) {
+	if !a.idle(w, r) {
 		return
 	}
 	defer a.turn.Unlock()
@@ -105,7 +108,7 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) {
 	if a == nil {
 		return
 	}
-	if !a.idle(w) {
+	if !a.idle(w, r) {
 		return
 	}
 	defer a.turn.Unlock()
@@ -123,7 +126,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 	if a == nil {
 		return
 	}
-	if !a.idle(w) {
+	if !a.idle(w, r) {
 		return
 	}
 	defer a.turn.Unlock()
@@ -141,7 +144,7 @@ func (s *Server) setSession(w http.ResponseWriter, r *http.Request) {
 	if a == nil {
 		return
 	}
-	if !a.idle(w) {
+	if !a.idle(w, r) {
 		return
 	}
 	defer a.turn.Unlock()
@@ -155,11 +158,14 @@ func (s *Server) setSession(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// maxAuditEvents bounds one answer of GET .../sessions/{sid}/events.
-const maxAuditEvents = 20000
+// maxAuditLine bounds one line of events.jsonl the answer carries; a
+// longer one (a huge tool output) is left out and counted.
+const maxAuditLine = 16 << 20
 
-// sessionEvents reads a session's events.jsonl from the audit trail: the
-// folder of the agent's latest turn in that session.
+// sessionEvents streams a session's events.jsonl from the audit trail
+// (the folder of the agent's latest turn in that session) as one JSON
+// object, line by line: {"session_id", "audit_dir", "events": [...],
+// "skipped": N}.
 func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 	a := s.lookup(w, r)
 	if a == nil {
@@ -184,24 +190,70 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
-	events := []json.RawMessage{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	truncated := false
-	for sc.Scan() {
-		if len(events) == maxAuditEvents {
-			truncated = true
+	head, _ := json.Marshal(map[string]string{"session_id": sid, "audit_dir": dir})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriter(w)
+	defer bw.Flush()
+	bw.Write(head[:len(head)-1])
+	bw.WriteString(`,"events":[`)
+	br := bufio.NewReaderSize(f, 64<<10)
+	n, skipped := 0, 0
+	for {
+		line, err := readLine(br, maxAuditLine)
+		if line == nil && err != nil {
 			break
 		}
-		line := sc.Bytes()
-		if !json.Valid(line) {
-			continue // a line cut by a crash
+		switch {
+		case errors.Is(err, errLineTooLong), !json.Valid(line): // too long, or cut by a crash
+			skipped++
+		default:
+			if n > 0 {
+				bw.WriteByte(',')
+			}
+			bw.Write(line)
+			n++
 		}
-		events = append(events, append(json.RawMessage(nil), line...))
+		if err != nil && !errors.Is(err, errLineTooLong) {
+			break
+		}
 	}
-	if err := sc.Err(); err != nil {
-		writeError(w, err)
-		return
+	fmt.Fprintf(bw, `],"skipped":%d}`+"\n", skipped)
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// readLine reads one line without its newline; a line over max is
+// consumed and returned empty with errLineTooLong.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > max {
+			line = []byte{} // drop, but keep reading to the newline
+			if err == bufio.ErrBufferFull {
+				for err == bufio.ErrBufferFull {
+					_, err = br.ReadSlice('\n')
+				}
+			}
+			if err != nil && err != io.EOF {
+				return nil, err
+			}
+			return []byte{}, errLineTooLong
+		}
+		line = append(line, chunk...)
+		switch err {
+		case nil:
+			return bytes.TrimSuffix(line, []byte("\n")), nil
+		case bufio.ErrBufferFull:
+			continue
+		case io.EOF:
+			if len(line) == 0 {
+				return nil, io.EOF
+			}
+			return line, nil
+		default:
+			return nil, err
+		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"session_id": sid, "audit_dir": dir, "events": events, "truncated": truncated})
 }

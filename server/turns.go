@@ -33,7 +33,10 @@ type turnResult struct {
 }
 
 // turnRecord is a turn the server keeps; guarded by its agent's mu.
-type turnRecord struct{ res turnResult }
+type turnRecord struct {
+	res   turnResult
+	bytes int // the kept events' size, roughly
+}
 
 // snapshot copies the record, with or without its events.
 func (t *turnRecord) snapshot(events bool) turnResult {
@@ -98,14 +101,25 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, busy(a))
 		return
 	}
-	defer a.turn.Unlock()
 	select {
 	case s.turns <- struct{}{}:
-		defer func() { <-s.turns }()
 	default:
+		a.turn.Unlock()
 		writeError(w, &apiError{status: http.StatusTooManyRequests, kind: KindLimit, msg: "serve_max_concurrent_turns reached: try again when a turn ends"})
 		return
 	}
+	// The agent is free again as soon as its turn is recorded, before the
+	// answer is written: a client that sends the next turn the moment it
+	// reads the result must not get 409.
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			<-s.turns
+			a.turn.Unlock()
+		}
+	}
+	defer release()
 
 	// The request's context: a client that goes away aborts the turn
 	// (the session is kept); DELETE of the agent cancels it too.
@@ -124,43 +138,38 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request) {
 	a.turnNo++
 	rec := &turnRecord{res: turnResult{Turn: a.turnNo, Prompt: req.Prompt, Started: time.Now().UTC(), Running: true}}
 	a.running, a.cancel = rec, cancel
-	a.turns = append(a.turns, rec)
-	if len(a.turns) > maxTurnsKept {
-		a.turns = a.turns[len(a.turns)-maxTurnsKept:]
-	}
+	a.keep(rec)
 	a.broadcast(watchMsg{"turn_start", map[string]any{"turn": rec.res.Turn, "prompt": req.Prompt}})
 	a.mu.Unlock()
 
 	var out *sseStream
 	if wantsSSE(r) {
-		out = newSSEStream(w)
+		// A client that stops reading is a client gone: its turn is
+		// aborted like a disconnected one's.
+		out = newSSEStream(w, cancel)
 	}
 	res, turnErr := a.ag.Stream(ctx, req.Prompt, func(e sandboxagent.Event) {
 		a.mu.Lock()
 		if e.SessionID != "" {
-			a.session = e.SessionID
+			a.session = e.SessionID // shown while the turn runs
 		}
-		rec.res.EventCount++
-		if len(rec.res.Events) < maxEventsPerTurn {
-			rec.res.Events = append(rec.res.Events, e)
-		} else {
-			rec.res.Dropped++
-		}
+		rec.add(e)
 		a.broadcast(watchMsg{"event", e})
 		a.mu.Unlock()
 		if out != nil {
 			out.push("event", e)
 		}
 	})
+	// The library's own record of the current session (a CLI that died
+	// before naming its session does not change it).
+	session := a.ag.SessionID()
 
 	a.mu.Lock()
+	a.session = session
 	rr := &rec.res
 	rr.Running = false
 	rr.Reply, rr.SessionID, rr.ExitCode, rr.AuditDir = res.Reply, res.SessionID, res.ExitCode, res.AuditDir
 	rr.DurationMS = res.Duration.Milliseconds()
-	if res.SessionID != "" {
-		a.session = res.SessionID
-	}
 	var status int
 	var body errorBody
 	if turnErr != nil {
@@ -171,9 +180,13 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request) {
 		rr.Error, rr.Kind = body.Error, body.Kind
 	}
 	a.running, a.cancel = nil, nil
-	final := rec.snapshot(true)
+	// The answer carries every event of the turn (the library holds them
+	// anyway); the record keeps what its budget allows.
+	final := rec.snapshot(false)
+	final.Events, final.Dropped = res.Events, 0
 	a.broadcast(watchMsg{"turn_end", rec.snapshot(false)})
 	a.mu.Unlock()
+	release()
 
 	switch {
 	case out != nil:
@@ -185,6 +198,34 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, final)
 	}
+}
+
+// keep adds a turn's record, forgetting the oldest beyond maxTurnsKept
+// and the events of those beyond maxTurnsWithEvents. Called with a.mu.
+func (a *agent) keep(rec *turnRecord) {
+	a.turns = append(a.turns, rec)
+	if len(a.turns) > maxTurnsKept {
+		a.turns = a.turns[len(a.turns)-maxTurnsKept:]
+	}
+	if n := len(a.turns) - maxTurnsWithEvents; n > 0 {
+		old := a.turns[n-1]
+		old.res.Dropped += len(old.res.Events)
+		old.res.Events, old.bytes = nil, 0
+	}
+}
+
+// add records one event of the turn within the turn's budget. Called with
+// its agent's mu held.
+func (t *turnRecord) add(e sandboxagent.Event) {
+	t.res.EventCount++
+	p := e.Payload
+	size := 256 + len(p.Text) + len(p.Output) + len(p.Command) + len(p.Path) + len(p.Input) + len(p.Raw)
+	if len(t.res.Events) >= maxEventsPerTurn || t.bytes+size > maxTurnEventBytes {
+		t.res.Dropped++
+		return
+	}
+	t.bytes += size
+	t.res.Events = append(t.res.Events, e)
 }
 
 func (s *Server) listTurns(w http.ResponseWriter, r *http.Request) {
@@ -262,6 +303,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	sw := sseHeaders(w)
+	defer sw.done()
 	for _, m := range replay {
 		if sw.write(m.event, m.data) != nil {
 			return
@@ -291,6 +333,13 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// sseWriteTimeout bounds one write to an event stream: a client that
+// reads nothing for that long is treated as gone.
+const sseWriteTimeout = 30 * time.Second
+
+// maxQueued bounds the events waiting for a slow turn stream's client.
+const maxQueued = 10000
+
 // sseWriter writes server-sent events.
 type sseWriter struct {
 	w  http.ResponseWriter
@@ -311,39 +360,60 @@ func (s *sseWriter) write(event string, v any) error {
 	if err != nil {
 		return err
 	}
+	_ = s.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
 	_, err = fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, data)
 	return err
 }
 
 func (s *sseWriter) comment(c string) error {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
 	_, err := fmt.Fprintf(s.w, ": %s\n\n", c)
 	return err
 }
 
-func (s *sseWriter) flush() error { return s.rc.Flush() }
+func (s *sseWriter) flush() error {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+	return s.rc.Flush()
+}
+
+// done lifts the write deadline, for whatever the connection serves next.
+func (s *sseWriter) done() { _ = s.rc.SetWriteDeadline(time.Time{}) }
 
 // sseStream sends a turn's events to its client from a goroutine of its
-// own, so a slow client never holds up the CLI's output. The queue is
-// unbounded but a turn's events are bounded by the turn.
+// own, so a slow client never holds up the CLI's output. A client that
+// stops reading (a write past sseWriteTimeout, or maxQueued events
+// behind) breaks the stream: gone calls the turn's cancel.
 type sseStream struct {
 	sw     *sseWriter
+	gone   func() // called once, by goneOnce
+	once   sync.Once
 	mu     sync.Mutex
 	queue  []watchMsg
 	closed bool
+	broken bool
 	wake   chan struct{}
 	done   chan struct{}
 }
 
-func newSSEStream(w http.ResponseWriter) *sseStream {
-	s := &sseStream{sw: sseHeaders(w), wake: make(chan struct{}, 1), done: make(chan struct{})}
+func newSSEStream(w http.ResponseWriter, gone func()) *sseStream {
+	s := &sseStream{sw: sseHeaders(w), gone: gone, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	_ = s.sw.flush()
 	go s.run()
 	return s
 }
 
+func (s *sseStream) goneOnce() { s.once.Do(s.gone) }
+
 func (s *sseStream) push(event string, v any) {
 	s.mu.Lock()
-	s.queue = append(s.queue, watchMsg{event, v})
+	switch {
+	case s.broken:
+	case len(s.queue) >= maxQueued:
+		s.broken, s.queue = true, nil
+		go s.goneOnce()
+	default:
+		s.queue = append(s.queue, watchMsg{event, v})
+	}
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -351,7 +421,8 @@ func (s *sseStream) push(event string, v any) {
 	}
 }
 
-// close sends what is queued and returns when the stream is written.
+// close sends what is queued and returns when the stream is written (or
+// broken).
 func (s *sseStream) close() {
 	s.mu.Lock()
 	s.closed = true
@@ -361,23 +432,32 @@ func (s *sseStream) close() {
 	default:
 	}
 	<-s.done
+	s.sw.done()
 }
 
 func (s *sseStream) run() {
 	defer close(s.done)
-	broken := false
 	for range s.wake {
 		s.mu.Lock()
-		batch, closed := s.queue, s.closed
+		batch, closed, broken := s.queue, s.closed, s.broken
 		s.queue = nil
 		s.mu.Unlock()
-		for _, m := range batch {
-			if !broken && s.sw.write(m.event, m.data) != nil {
-				broken = true // the client went away: its context aborts the turn
+		if !broken && len(batch) > 0 {
+			err := error(nil)
+			for _, m := range batch {
+				if err = s.sw.write(m.event, m.data); err != nil {
+					break
+				}
 			}
-		}
-		if !broken && len(batch) > 0 && s.sw.flush() != nil {
-			broken = true
+			if err == nil {
+				err = s.sw.flush()
+			}
+			if err != nil {
+				s.mu.Lock()
+				s.broken, s.queue = true, nil
+				s.mu.Unlock()
+				s.goneOnce()
+			}
 		}
 		if closed {
 			return

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"crypto/rand"
 	"crypto/subtle"
 	"embed"
+	"encoding/hex"
 	"io/fs"
 	"mime"
 	"net/http"
 	"path"
+	"sync"
 	"time"
 )
 
@@ -53,8 +56,10 @@ func (s *Server) loginPage(w http.ResponseWriter) {
 	s.serveUI(w, "login.html", http.StatusUnauthorized)
 }
 
-// login checks the form's token and sets it as a cookie the inspector's
-// requests carry. SameSite=Strict keeps other sites' pages from riding it.
+// login checks the form's token and opens an inspector session: its
+// cookie holds a random id, never the token (a browser sends a host's
+// cookies to every port of it). SameSite=Strict and the origin check in
+// authorize keep other pages from riding it.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	tok := r.PostFormValue("token")
@@ -64,8 +69,59 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{
-		Name: tokenCookie, Value: tok, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		Name: sessionCookie, Value: s.sessions.open(), Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second),
 	})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// sessionCookie names the inspector session's cookie.
+const sessionCookie = "sandbox_agent_session"
+
+// sessionTTL is how long an inspector session lasts; maxSessions bounds
+// how many are open (the oldest goes first).
+const (
+	sessionTTL  = 12 * time.Hour
+	maxSessions = 256
+)
+
+// inspectorSessions are the inspector's open sessions: id → expiry.
+type inspectorSessions struct {
+	mu   sync.Mutex
+	byID map[string]time.Time
+}
+
+func (ss *inspectorSessions) open() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	now := time.Now()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for k, exp := range ss.byID {
+		if now.After(exp) {
+			delete(ss.byID, k)
+		}
+	}
+	for len(ss.byID) >= maxSessions {
+		oldest, at := "", time.Time{}
+		for k, exp := range ss.byID {
+			if oldest == "" || exp.Before(at) {
+				oldest, at = k, exp
+			}
+		}
+		delete(ss.byID, oldest)
+	}
+	ss.byID[id] = now.Add(sessionTTL)
+	return id
+}
+
+func (ss *inspectorSessions) valid(id string) bool {
+	if len(id) != 64 {
+		return false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	exp, ok := ss.byID[id]
+	return ok && time.Now().Before(exp)
 }

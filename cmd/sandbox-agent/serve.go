@@ -27,9 +27,12 @@ import (
 // defaultListen is serve's address: the loopback only.
 const defaultListen = "127.0.0.1:7860"
 
-// shutdownGrace bounds a graceful shutdown: the requests' end, then the
-// sandboxes' removal.
-const shutdownGrace = 2 * time.Minute
+// A graceful shutdown waits requestsGrace for the requests to end, then
+// shutdownGrace for the sandboxes' removal.
+const (
+	requestsGrace = 30 * time.Second
+	shutdownGrace = 2 * time.Minute
+)
 
 func runServe(ctx context.Context, a *app, args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -97,6 +100,7 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	hs := &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -116,9 +120,16 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	}
 	log.Info("shutting down: aborting turns, removing sandboxes")
 	stopRequests()
+	// The requests first (their turns are aborted), with a bound of their
+	// own: a client that reads nothing must not use up the sandboxes'
+	// time.
+	hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), requestsGrace)
+	if hs.Shutdown(hctx) != nil {
+		_ = hs.Close()
+	}
+	hcancel()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 	defer cancel()
-	_ = hs.Shutdown(sctx)
 	closeErr := srv.Close(sctx)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return a.fail(fmt.Errorf("serve: %w", serveErr))
@@ -220,6 +231,10 @@ func (a *app) serveStarter(noAudit bool, auditRoot string) server.Starter {
 		f.memory = req.Memory
 		f.pids = req.Pids
 		for k, v := range req.Env {
+			if k == "" || strings.ContainsAny(k, "=\x00") {
+				// Name the key only: the value may be a secret.
+				return nil, nil, fmt.Errorf("%w: env: key %q: want a name without '=' or NUL", sandboxagent.ErrInvalidArgument, k)
+			}
 			f.env = append(f.env, k+"="+v)
 		}
 		if len(req.FakeModelScript) > 0 && string(req.FakeModelScript) != "null" {

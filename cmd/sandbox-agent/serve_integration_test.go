@@ -341,6 +341,15 @@ func TestServeAPI(t *testing.T) {
 		if resp.StatusCode != http.StatusNoContent || resp.Header.Get("X-Sandbox-Agent-Skipped") != "1" {
 			t.Errorf("PUT tar: %d %s, skipped %q", resp.StatusCode, out, resp.Header.Get("X-Sandbox-Agent-Skipped"))
 		}
+		var empty bytes.Buffer
+		_ = tar.NewWriter(&empty).Close()
+		resp, out = s.do(t, http.MethodPut, agentPath+"/files?path=/tmp/emptydir", &empty, "Content-Type: application/x-tar")
+		if resp.StatusCode != http.StatusNoContent {
+			t.Errorf("PUT an empty tar: %d %s", resp.StatusCode, out)
+		}
+		if res := s.exec(t, id, []string{"sh", "-c", "test -d /tmp/emptydir && ls -A /tmp/emptydir | wc -l"}); res.Stdout != "0\n" {
+			t.Errorf("an empty tar should make an empty directory: %+v", res)
+		}
 		resp, out = s.do(t, http.MethodPut, agentPath+"/files?path=/tmp/up/single.bin", strings.NewReader("single"), "Content-Type: application/octet-stream")
 		if resp.StatusCode != http.StatusNoContent {
 			t.Errorf("PUT file: %d %s", resp.StatusCode, out)
