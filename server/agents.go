@@ -208,17 +208,11 @@ func (s *Server) listAgents(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"agents": views})
 }
 
-func (s *Server) getAgent(w http.ResponseWriter, r *http.Request) {
-	if a := s.lookup(w, r); a != nil {
-		writeJSON(w, http.StatusOK, a.view())
-	}
+func (s *Server) getAgent(w http.ResponseWriter, r *http.Request, a *agent) {
+	writeJSON(w, http.StatusOK, a.view())
 }
 
-func (s *Server) deleteAgent(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
+func (s *Server) deleteAgent(w http.ResponseWriter, r *http.Request, a *agent) {
 	s.mu.Lock()
 	delete(s.agents, a.id)
 	for i, id := range s.order {

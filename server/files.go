@@ -36,11 +36,7 @@ type execResult struct {
 	DurationMS int64  `json:"duration_ms"`
 }
 
-func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
+func (s *Server) exec(w http.ResponseWriter, r *http.Request, a *agent) {
 	var req execRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, err)
@@ -101,11 +97,7 @@ const uploadTop = "upload"
 // the same rules as downloads: only regular files and directories, under
 // the limits; then the checked tree is uploaded. X-Sandbox-Agent-Skipped
 // counts the entries left out.
-func (s *Server) putFiles(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
+func (s *Server) putFiles(w http.ResponseWriter, r *http.Request, a *agent) {
 	dst, err := containerPath(r)
 	if err != nil {
 		writeError(w, err)
@@ -232,11 +224,7 @@ func reroot(body io.Reader) *io.PipeReader {
 // it goes through Download (extracted on the host under the download
 // rules) and only what passed is packed again for the client, so no
 // symlink, device or outside path planted in the sandbox reaches it.
-func (s *Server) getFiles(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
+func (s *Server) getFiles(w http.ResponseWriter, r *http.Request, a *agent) {
 	src, err := containerPath(r)
 	if err != nil {
 		writeError(w, err)

@@ -136,26 +136,49 @@ func (s *Server) routes() []route {
 		{"GET /v1/openapi.json", s.openAPI},
 		{"POST /v1/agents", s.createAgent},
 		{"GET /v1/agents", s.listAgents},
-		{"GET /v1/agents/{id}", s.getAgent},
-		{"DELETE /v1/agents/{id}", s.deleteAgent},
-		{"POST /v1/agents/{id}/turns", s.postTurn},
-		{"GET /v1/agents/{id}/turns", s.listTurns},
-		{"GET /v1/agents/{id}/turns/{n}", s.getTurn},
-		{"GET /v1/agents/{id}/events", s.watch},
-		{"POST /v1/agents/{id}/exec", s.exec},
-		{"PUT /v1/agents/{id}/files", s.putFiles},
-		{"GET /v1/agents/{id}/files", s.getFiles},
-		{"GET /v1/agents/{id}/sessions", s.listSessions},
-		{"POST /v1/agents/{id}/sessions", s.loadSession},
-		{"GET /v1/agents/{id}/sessions/{sid}", s.dumpSession},
-		{"DELETE /v1/agents/{id}/sessions/{sid}", s.deleteSession},
-		{"POST /v1/agents/{id}/sessions/{sid}/fork", s.forkSession},
-		{"GET /v1/agents/{id}/sessions/{sid}/events", s.sessionEvents},
-		{"PUT /v1/agents/{id}/session", s.setSession},
+		{"GET /v1/agents/{id}", s.withAgent(s.getAgent)},
+		{"DELETE /v1/agents/{id}", s.withAgent(s.deleteAgent)},
+		{"POST /v1/agents/{id}/turns", s.withAgent(s.postTurn)},
+		{"GET /v1/agents/{id}/turns", s.withAgent(s.listTurns)},
+		{"GET /v1/agents/{id}/turns/{n}", s.withAgent(s.getTurn)},
+		{"GET /v1/agents/{id}/events", s.withAgent(s.watch)},
+		{"POST /v1/agents/{id}/exec", s.withAgent(s.exec)},
+		{"PUT /v1/agents/{id}/files", s.withAgent(s.putFiles)},
+		{"GET /v1/agents/{id}/files", s.withAgent(s.getFiles)},
+		{"GET /v1/agents/{id}/sessions", s.withIdleAgent(s.listSessions)},
+		{"POST /v1/agents/{id}/sessions", s.withIdleAgent(s.loadSession)},
+		{"GET /v1/agents/{id}/sessions/{sid}", s.withIdleAgent(s.dumpSession)},
+		{"DELETE /v1/agents/{id}/sessions/{sid}", s.withIdleAgent(s.deleteSession)},
+		{"POST /v1/agents/{id}/sessions/{sid}/fork", s.withIdleAgent(s.forkSession)},
+		{"GET /v1/agents/{id}/sessions/{sid}/events", s.withAgent(s.sessionEvents)},
+		{"PUT /v1/agents/{id}/session", s.withIdleAgent(s.setSession)},
 		{"GET /{$}", s.inspector},
 		{"GET /ui/{file}", s.asset},
 		{"POST /login", s.login},
 	}
+}
+
+// agentHandler serves a request about one agent, the one of its {id}.
+type agentHandler func(w http.ResponseWriter, r *http.Request, a *agent)
+
+// withAgent finds the agent of the request's {id} (or answers 404).
+func (s *Server) withAgent(h agentHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if a := s.lookup(w, r); a != nil {
+			h(w, r, a)
+		}
+	}
+}
+
+// withIdleAgent is withAgent for session calls, which run between turns
+// (agent.idle).
+func (s *Server) withIdleAgent(h agentHandler) http.HandlerFunc {
+	return s.withAgent(func(w http.ResponseWriter, r *http.Request, a *agent) {
+		if a.idle(w, r) {
+			defer a.turn.Unlock()
+			h(w, r, a)
+		}
+	})
 }
 
 // routePatterns lists the routes' ServeMux patterns.

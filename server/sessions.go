@@ -18,15 +18,7 @@ type sessionRef struct {
 	SessionID string `json:"session_id"`
 }
 
-func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
-	if !a.idle(w, r) {
-		return
-	}
-	defer a.turn.Unlock()
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request, a *agent) {
 	list, err := a.ag.ListSessions(r.Context())
 	if err != nil {
 		writeError(w, err)
@@ -58,15 +50,7 @@ func sessionErr(err error, sid string) error {
 	return err
 }
 
-func (s *Server) dumpSession(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
-	if !a.idle(w, r) {
-		return
-	}
-	defer a.turn.Unlock()
+func (s *Server) dumpSession(w http.ResponseWriter, r *http.Request, a *agent) {
 	sid := sessionID(a, r)
 	d, err := a.ag.DumpSession(r.Context(), sid)
 	if err != nil {
@@ -76,15 +60,7 @@ func (s *Server) dumpSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, d)
 }
 
-func (s *Server) loadSession(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
-	if !a.idle(w, r) {
-		return
-	}
-	defer a.turn.Unlock()
+func (s *Server) loadSession(w http.ResponseWriter, r *http.Request, a *agent) {
 	var d sandboxagent.SessionDump
 	if err := decode(r, &d); err != nil {
 		writeError(w, err)
@@ -103,15 +79,7 @@ func (s *Server) loadSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, sessionRef{SessionID: id})
 }
 
-func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
-	if !a.idle(w, r) {
-		return
-	}
-	defer a.turn.Unlock()
+func (s *Server) forkSession(w http.ResponseWriter, r *http.Request, a *agent) {
 	sid := sessionID(a, r)
 	id, err := a.ag.Fork(r.Context(), sid)
 	if err != nil {
@@ -121,15 +89,7 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, sessionRef{SessionID: id})
 }
 
-func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
-	if !a.idle(w, r) {
-		return
-	}
-	defer a.turn.Unlock()
+func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, a *agent) {
 	sid := sessionID(a, r)
 	if err := a.ag.DeleteSession(r.Context(), sid); err != nil {
 		writeError(w, sessionErr(err, sid))
@@ -139,15 +99,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) setSession(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
-	if !a.idle(w, r) {
-		return
-	}
-	defer a.turn.Unlock()
+func (s *Server) setSession(w http.ResponseWriter, r *http.Request, a *agent) {
 	var ref sessionRef
 	if err := decode(r, &ref); err != nil {
 		writeError(w, err)
@@ -166,11 +118,7 @@ const maxAuditLine = 16 << 20
 // (the folder of the agent's latest turn in that session) as one JSON
 // object, line by line: {"session_id", "audit_dir", "events": [...],
 // "skipped": N}.
-func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
+func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request, a *agent) {
 	sid := sessionID(a, r)
 	var dir string
 	a.mu.Lock()

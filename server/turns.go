@@ -78,11 +78,7 @@ func wantsSSE(r *http.Request) bool {
 	return strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 }
 
-func (s *Server) postTurn(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
+func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 	var req turnRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, err)
@@ -228,11 +224,7 @@ func (t *turnRecord) add(e sandboxagent.Event) {
 	t.res.Events = append(t.res.Events, e)
 }
 
-func (s *Server) listTurns(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
+func (s *Server) listTurns(w http.ResponseWriter, r *http.Request, a *agent) {
 	a.mu.Lock()
 	out := make([]turnResult, 0, len(a.turns))
 	for _, t := range a.turns {
@@ -242,11 +234,7 @@ func (s *Server) listTurns(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"turns": out})
 }
 
-func (s *Server) getTurn(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
+func (s *Server) getTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 	n, err := strconv.Atoi(r.PathValue("n"))
 	if err != nil || n < 1 {
 		writeError(w, badRequest("turn %q: want a turn number from 1", r.PathValue("n")))
@@ -273,11 +261,7 @@ const pingEvery = 15 * time.Second
 
 // watch streams an agent's turns as they happen: turn_start, every event,
 // turn_end. A turn running when the watcher connects is replayed first.
-func (s *Server) watch(w http.ResponseWriter, r *http.Request) {
-	a := s.lookup(w, r)
-	if a == nil {
-		return
-	}
+func (s *Server) watch(w http.ResponseWriter, r *http.Request, a *agent) {
 	ch := make(chan watchMsg, watcherBuffer)
 	a.mu.Lock()
 	if a.closed {
