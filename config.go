@@ -21,6 +21,9 @@ type Config struct {
 	// Keepalive is how long a sandbox may sit idle (no command running)
 	// before it stops and removes itself, even if the host process died.
 	Keepalive time.Duration
+	// MaxLifetime is the longest a sandbox lives, busy or not: a backstop
+	// for an orphan whose keepalive something keeps renewing (0 = none).
+	MaxLifetime time.Duration
 
 	// ImageName replaces the repository part of every derived image tag
 	// (for a private registry).
@@ -43,6 +46,11 @@ type Config struct {
 	// MaxOutputBytes caps what Exec captures of stdout and of stderr.
 	MaxOutputBytes int64
 
+	// Bounds on what one turn of an agent CLI may put on the host: the
+	// CLI's output is written by the sandbox. Past any of them the turn
+	// ends with ErrOutputLimit (see Limits).
+	Limits Limits
+
 	// Egress is the network policy of sandboxes that name none ("" = the
 	// defaults: EgressModel for agents, EgressNone for bare sandboxes).
 	Egress Egress
@@ -57,6 +65,18 @@ type Config struct {
 	AuditEnabled       bool
 	AuditRoot          string
 	AuditRetentionDays int
+}
+
+// Limits bound what a sandbox's CLI output can cost the host per turn
+// (memory, lines) and what its audit trail can take on disk. A line is
+// also cut at 8 MiB whatever these say.
+type Limits struct {
+	TurnLines         int   // raw output lines of one turn
+	TurnEvents        int   // events one turn keeps (TurnResult.Events, the audit)
+	TurnEventBytes    int64 // bytes of text those events hold
+	AuditTurnBytes    int64 // audit bytes one turn writes
+	AuditSessionBytes int64 // audit bytes of one session's folder, all turns
+	AuditDayBytes     int64 // audit bytes of one date folder, as this process sees it
 }
 
 // Timeouts groups every timeout by category.
@@ -77,12 +97,21 @@ func DefaultConfig() Config {
 			Copy:  5 * time.Minute,
 		},
 		Keepalive:          time.Hour,
+		MaxLifetime:        24 * time.Hour,
 		ImagePolicy:        ImagePullOrBuild,
 		ImageVerify:        ImageVerifyOff,
 		MaxDownloadBytes:   1 << 30,
 		MaxDownloadEntries: 100_000,
 		MaxDownloadDepth:   64,
 		MaxOutputBytes:     64 << 20,
+		Limits: Limits{
+			TurnLines:         200_000,
+			TurnEvents:        50_000,
+			TurnEventBytes:    64 << 20,
+			AuditTurnBytes:    64 << 20,
+			AuditSessionBytes: 512 << 20,
+			AuditDayBytes:     4 << 30,
+		},
 		AuditEnabled:       true,
 		AuditRoot:          filepath.Join(os.TempDir(), fmt.Sprintf("sandbox-agent-%d", os.Getuid())),
 		AuditRetentionDays: 7,
@@ -97,6 +126,7 @@ var configKeys = []configfile.Key[Config]{
 	configfile.Duration("timeout_ask", func(c *Config) *time.Duration { return &c.Timeouts.Ask }),
 	configfile.Duration("timeout_copy", func(c *Config) *time.Duration { return &c.Timeouts.Copy }),
 	configfile.Duration("keepalive", func(c *Config) *time.Duration { return &c.Keepalive }),
+	configfile.Duration("max_lifetime", func(c *Config) *time.Duration { return &c.MaxLifetime }),
 	configfile.String("image_name", "SANDBOX_AGENT_IMAGE_NAME", func(c *Config) *string { return &c.ImageName }),
 	{Name: "image_policy", Env: "SANDBOX_AGENT_IMAGE_POLICY", Apply: func(c *Config, raw string) error {
 		p, err := ParseImagePolicy(strings.TrimSpace(raw))
@@ -113,6 +143,12 @@ var configKeys = []configfile.Key[Config]{
 	configfile.Int("max_download_entries", 1, func(c *Config, n int64) { c.MaxDownloadEntries = int(n) }),
 	configfile.Int("max_download_depth", 1, func(c *Config, n int64) { c.MaxDownloadDepth = int(n) }),
 	configfile.Int("max_output_bytes", 1, func(c *Config, n int64) { c.MaxOutputBytes = n }),
+	configfile.Int("max_turn_lines", 1, func(c *Config, n int64) { c.Limits.TurnLines = int(n) }),
+	configfile.Int("max_turn_events", 1, func(c *Config, n int64) { c.Limits.TurnEvents = int(n) }),
+	configfile.Int("max_turn_event_bytes", 1, func(c *Config, n int64) { c.Limits.TurnEventBytes = n }),
+	configfile.Int("max_audit_turn_bytes", 1, func(c *Config, n int64) { c.Limits.AuditTurnBytes = n }),
+	configfile.Int("max_audit_session_bytes", 1, func(c *Config, n int64) { c.Limits.AuditSessionBytes = n }),
+	configfile.Int("max_audit_day_bytes", 1, func(c *Config, n int64) { c.Limits.AuditDayBytes = n }),
 	{Name: "egress", Env: "SANDBOX_AGENT_EGRESS", Apply: func(c *Config, raw string) error {
 		e, err := ParseEgress(strings.TrimSpace(raw))
 		c.Egress = e

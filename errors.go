@@ -23,6 +23,10 @@ var (
 	// ErrUnsafeArchive: a download carried something that could escape the
 	// destination (see safetar for the policy).
 	ErrUnsafeArchive = errors.New("unsafe archive")
+	// ErrOutputLimit: a turn's CLI output passed one of Config.Limits
+	// (lines, events, their bytes, audit bytes); the turn was ended and
+	// what was dropped is recorded in the audit trail.
+	ErrOutputLimit = errors.New("turn output limit")
 	// ErrLimitExceeded: a download or output cap was hit.
 	ErrLimitExceeded = errors.New("limit exceeded")
 	// ErrHardening: a hardening setting did not stick on the engine.
