@@ -1,0 +1,238 @@
+package trajectory
+
+import (
+	"encoding/json"
+	"reflect"
+)
+
+// Wait returns once every request that can be parsed has been: those of
+// ended exchanges (parsed on their own goroutines) and those of exchanges
+// still streaming whose body has fully arrived. Queries that need request
+// data (tool results, which responses were agent-loop ones) call it.
+func (r *Record) Wait() {
+	r.mu.Lock()
+	xs := append([]*Exchange(nil), r.xs...)
+	r.mu.Unlock()
+	for _, x := range xs {
+		r.mu.Lock()
+		ended := x.ended
+		r.mu.Unlock()
+		if ended {
+			<-x.reqDone
+		} else {
+			x.parseRequest(false)
+		}
+	}
+}
+
+// Exchanges is the number of completion requests recorded.
+func (r *Record) Exchanges() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.xs)
+}
+
+// Truncated reports whether anything was dropped for a bound: negative
+// answers of the queries are then not proof of absence.
+func (r *Record) Truncated() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.truncated
+}
+
+// ToolCall returns the call the model asked for with this id in this
+// Record's responses.
+func (r *Record) ToolCall(id string) (ToolCall, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.callByID[id]
+	if !ok || id == "" {
+		return ToolCall{}, false
+	}
+	return c.snapshot(), true
+}
+
+func (c *call) snapshot() ToolCall {
+	t := c.ToolCall
+	t.Arguments = string(c.args)
+	return t
+}
+
+// ToolCalls returns every call the model asked for, in order, for checks
+// the other queries do not cover.
+func (r *Record) ToolCalls() []ToolCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]ToolCall, len(r.calls))
+	for i, c := range r.calls {
+		out[i] = c.snapshot()
+	}
+	return out
+}
+
+// FindToolCall returns the first call named name ("" matches any name)
+// whose arguments equal input as JSON values (key order and spacing do not
+// matter; nil input matches any arguments). It is for CLIs whose events
+// carry no call id the model sent.
+func (r *Record) FindToolCall(name string, input json.RawMessage) (ToolCall, bool) {
+	var want any
+	if input != nil {
+		if json.Unmarshal(input, &want) != nil {
+			return ToolCall{}, false
+		}
+	}
+	for _, c := range r.ToolCalls() {
+		if name != "" && c.Name != name {
+			continue
+		}
+		if input == nil {
+			return c, true
+		}
+		var got any
+		if json.Unmarshal(c.Input(), &got) == nil && reflect.DeepEqual(got, want) {
+			return c, true
+		}
+	}
+	return ToolCall{}, false
+}
+
+// FindCommand returns the first call whose arguments carry the shell
+// command a CLI reported (see CommandMatches for the rules).
+func (r *Record) FindCommand(command string) (ToolCall, bool) {
+	for _, c := range r.ToolCalls() {
+		if CommandMatches(c, command) {
+			return c, true
+		}
+	}
+	return ToolCall{}, false
+}
+
+// Result is a tool result the CLI sent the model.
+type Result struct {
+	Output   string `json:"output"`   // as sent: content blocks' texts joined by \n
+	IsError  bool   `json:"is_error"` // Anthropic is_error (the other APIs have none)
+	Exchange int    `json:"exchange"` // the exchange whose request carried it first
+}
+
+// ToolResult returns what the CLI sent the model for callID, when a
+// response of this Record asked for that call (results of older turns,
+// repeated in every request's history, do not count). The first request
+// that carried it wins. It waits for pending request parses.
+func (r *Record) ToolResult(callID string) (Result, bool) {
+	r.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res, ok := r.results[callID]
+	if !ok {
+		return Result{}, false
+	}
+	return Result{Output: res.output, IsError: res.isError, Exchange: res.n}, true
+}
+
+// ResultMatches reports whether output, a tool result as a CLI reported
+// it, agrees with what the CLI sent the model for callID (see
+// OutputMatches). False when no result for callID was recorded.
+func (r *Record) ResultMatches(callID, output string) bool {
+	res, ok := r.ToolResult(callID)
+	return ok && OutputMatches(res.Output, output)
+}
+
+// HasText reports whether s (a whole part or a delta) occurs in the
+// assistant text of this Record's responses, whitespace-normalised: in one
+// part, or across the parts of one response. Blank s is trivially true.
+func (r *Record) HasText(s string) bool { return r.has(kindText, s) }
+
+// HasReasoning is HasText for reasoning (thinking, reasoning summaries).
+func (r *Record) HasReasoning(s string) bool { return r.has(kindReasoning, s) }
+
+func (r *Record) has(kind partKind, s string) bool {
+	n := normalize(s)
+	if n == "" {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, x := range r.xs {
+		k := 0
+		for _, p := range x.parts {
+			if p.kind == kind {
+				k++
+				if containsNorm(p.norm.b, n) {
+					return true
+				}
+			}
+		}
+		// A CLI may print a response's parts as one message, joined
+		// with or without a separator.
+		if k > 1 && (containsNorm(joinNorm(x.parts, kind, ""), n) || containsNorm(joinNorm(x.parts, kind, " "), n)) {
+			return true
+		}
+	}
+	return false
+}
+
+// FinalAnswer returns the model's final answer: the text of the last
+// completed agent-loop response, when that response asked for no tool.
+// Agent-loop responses are those whose request offered tools; when no
+// request did, every response counts. ok is false when there is none, or
+// the last one asked for a tool (the turn was cut short). Text parts are
+// joined by a blank line. It waits for pending request parses.
+func (r *Record) FinalAnswer() (string, bool) {
+	r.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	anyTools := false
+	for _, x := range r.xs {
+		anyTools = anyTools || x.offersTools
+	}
+	var last *Exchange
+	for _, x := range r.xs {
+		if !x.completed || x.failed || (anyTools && !x.offersTools) {
+			continue
+		}
+		if last == nil || x.doneSeq > last.doneSeq {
+			last = x
+		}
+	}
+	if last == nil || !last.endsLoop() {
+		return "", false
+	}
+	return joinRaw(last.parts, kindText, "\n\n"), true
+}
+
+// Summary is a Record's counts, for status reports.
+type Summary struct {
+	Exchanges   int  `json:"exchanges"`    // completion requests
+	Responses   int  `json:"responses"`    // completed responses
+	Failed      int  `json:"failed"`       // HTTP errors, transport errors, error events
+	ToolCalls   int  `json:"tool_calls"`   // calls the model asked for
+	ToolResults int  `json:"tool_results"` // results sent back for those calls
+	Unparsed    int  `json:"unparsed"`     // responses or requests that could not be read
+	BadEvents   int  `json:"bad_events"`   // stream events that were not JSON
+	Truncated   bool `json:"truncated"`    // something was dropped for a bound
+	FinalAnswer bool `json:"final_answer"` // FinalAnswer would return ok
+}
+
+// Summary returns the counts. It waits for pending request parses.
+func (r *Record) Summary() Summary {
+	_, final := r.FinalAnswer() // waits
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := Summary{Exchanges: len(r.xs), ToolCalls: len(r.calls), ToolResults: r.nResults, Truncated: r.truncated, FinalAnswer: final}
+	for _, x := range r.xs {
+		if x.completed && !x.failed {
+			s.Responses++
+		}
+		if x.failed {
+			s.Failed++
+		}
+		if x.unparsed {
+			s.Unparsed++
+		}
+		if x.reqState == reqUnparsed {
+			s.Unparsed++
+		}
+		s.BadEvents += x.badEvents
+	}
+	return s
+}

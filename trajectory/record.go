@@ -1,0 +1,432 @@
+package trajectory
+
+import (
+	"encoding/json"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// Default bounds. A Record is fed by an upstream the host trusts, but a
+// turn can be long and a buggy or hostile upstream endless: memory must
+// stay bounded whatever it sends.
+const (
+	// MaxKept bounds the text, reasoning, tool arguments and tool results
+	// kept per Record (each part, call and result also counts a fixed
+	// overhead). Past it the Record is marked truncated and drops the rest.
+	MaxKept = 16 << 20
+	// MaxLine bounds one SSE event's data and a non-streamed JSON body;
+	// longer ones are skipped and mark the Record truncated.
+	MaxLine = 8 << 20
+	// MaxRequest bounds a buffered request body; a longer one is not
+	// parsed (its exchange's request counts as unparsed).
+	MaxRequest = 32 << 20
+)
+
+// overhead is what a part, call or result costs besides its text, so that
+// a stream of tiny parts cannot grow the Record without bound.
+const overhead = 128
+
+type limits struct {
+	kept    int64
+	line    int
+	request int
+}
+
+// Record is what the model proxy saw of one turn: every completion
+// exchange, the model's answers parsed as they streamed, and the tool
+// results the CLI sent back. It is safe for concurrent use; the zero value
+// is ready.
+type Record struct {
+	lim limits // zero: the defaults (tests shrink them)
+
+	mu        sync.Mutex
+	xs        []*Exchange
+	calls     []*call          // every tool call, in order of appearance
+	callByID  map[string]*call // by the model's call id
+	results   map[string]*result
+	nResults  int
+	kept      int64
+	truncated bool
+	doneSeq   int // orders completed responses
+}
+
+func (r *Record) limits() limits {
+	l := r.lim
+	if l.kept == 0 {
+		l.kept = MaxKept
+	}
+	if l.line == 0 {
+		l.line = MaxLine
+	}
+	if l.request == 0 {
+		l.request = MaxRequest
+	}
+	return l
+}
+
+// take accounts n more kept bytes; false (and truncated) past the bound.
+// r.mu is held.
+func (r *Record) take(x *Exchange, n int) bool {
+	if r.kept+int64(n) > r.limits().kept {
+		r.truncated = true
+		if x != nil {
+			x.truncated = true
+		}
+		return false
+	}
+	r.kept += int64(n)
+	return true
+}
+
+// Begin starts recording one forwarded request. It returns nil for routes
+// that are not completions (see DetectAPI); the methods of a nil
+// *Exchange do nothing, so a nil result may be used like any other (but
+// note that a nil *Exchange in an interface is not a nil interface).
+func (r *Record) Begin(method, path string) *Exchange {
+	api := DetectAPI(method, path)
+	if api == "" {
+		return nil
+	}
+	x := &Exchange{r: r, api: api, lim: r.limits(), reqDone: make(chan struct{})}
+	r.mu.Lock()
+	r.xs = append(r.xs, x)
+	x.n = len(r.xs)
+	r.mu.Unlock()
+	return x
+}
+
+// Exchange records one completion request and its response. Its methods
+// have the shape of the model proxy's tap: RequestBody may run on another
+// goroutine than the others; Response, ResponseBody and End run on one
+// goroutine in that order, End once and last.
+type Exchange struct {
+	r   *Record
+	api API
+	n   int // 1-based, in Begin order
+	lim limits
+
+	// Request side. RequestBody runs on the transport's goroutine.
+	reqMu     sync.Mutex
+	reqBuf    []byte
+	reqOver   bool
+	reqClosed bool // parsed or given up: later bytes are dropped
+
+	parseMu   sync.Mutex // serialises request parses
+	reqParsed bool       // under parseMu
+	endOnce   sync.Once
+	reqDone   chan struct{} // closed once End's request parse finished
+
+	// Response framing: only the proxy's goroutine touches these.
+	sc scanner
+
+	// Everything below is under r.mu.
+	reqState    reqState
+	model       string
+	offersTools bool
+	stream      bool
+
+	status    int
+	parts     []*part
+	partBy    map[string]*part
+	calls     []*call
+	callBy    map[string]*call
+	stop      string // the API's stop reason / finish reason / status
+	completed bool   // a terminal event (or whole JSON answer) was seen
+	doneSeq   int
+	ended     bool
+	failed    bool // HTTP error, transport error or error event
+	unparsed  bool // the response could not be read (encoding, framing, bound)
+	badEvents int  // events that were not JSON
+	truncated bool
+}
+
+type reqState int
+
+const (
+	reqPending reqState = iota
+	reqOK
+	reqUnparsed
+)
+
+type partKind uint8
+
+const (
+	kindText partKind = iota
+	kindReasoning
+)
+
+// part is one text or reasoning block, with its whitespace-normalised form
+// kept alongside so that queries need not re-normalise megabytes.
+type part struct {
+	kind partKind
+	raw  []byte
+	norm normBuf
+}
+
+type call struct {
+	ToolCall
+	args      []byte
+	fromStart bool // args are content_block_start's placeholder input
+}
+
+type result struct {
+	output  string
+	isError bool
+	n       int // the exchange whose request carried it
+}
+
+// RequestBody buffers a chunk of the request body (p is not retained).
+func (x *Exchange) RequestBody(p []byte) {
+	if x == nil || len(p) == 0 {
+		return
+	}
+	x.reqMu.Lock()
+	defer x.reqMu.Unlock()
+	switch {
+	case x.reqClosed || x.reqOver:
+	case len(x.reqBuf)+len(p) > x.lim.request:
+		x.reqOver, x.reqBuf = true, nil
+	default:
+		x.reqBuf = append(x.reqBuf, p...)
+	}
+}
+
+// Response notes the status and how the body is framed.
+func (x *Exchange) Response(status int, header http.Header) {
+	if x == nil {
+		return
+	}
+	x.r.mu.Lock()
+	x.status = status
+	if status < 200 || status > 299 {
+		x.failed = true
+	}
+	x.r.mu.Unlock()
+	if status < 200 || status > 299 {
+		x.sc.mode = modeOff // an error body is no answer
+		return
+	}
+	if ce := header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		x.sc.mode = modeOff
+		x.markUnparsed()
+		return
+	}
+	mt, _, _ := mime.ParseMediaType(header.Get("Content-Type"))
+	switch {
+	case mt == "text/event-stream":
+		x.sc.mode = modeSSE
+	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+		x.sc.mode = modeJSON
+	}
+}
+
+// ResponseBody parses a chunk of the upstream's answer before it goes on
+// to the sandbox (p is not retained): by the time the CLI can print a
+// part or a call, the Record holds it.
+func (x *Exchange) ResponseBody(p []byte) {
+	if x == nil {
+		return
+	}
+	x.sc.write(x, p)
+}
+
+// End closes the exchange. The request is parsed on a goroutine of its
+// own, off the proxy's path; queries that need it wait for it.
+func (x *Exchange) End(err error) {
+	if x == nil {
+		return
+	}
+	x.endOnce.Do(func() {
+		x.sc.finish(x)
+		x.r.mu.Lock()
+		x.ended = true
+		if err != nil && !x.completed {
+			x.failed = true
+		}
+		x.r.mu.Unlock()
+		go func() {
+			defer close(x.reqDone)
+			x.parseRequest(true)
+		}()
+	})
+}
+
+func (x *Exchange) markUnparsed() {
+	x.r.mu.Lock()
+	x.unparsed = true
+	x.r.mu.Unlock()
+}
+
+// handle parses one SSE event's data, or a whole JSON answer.
+func (x *Exchange) handle(data []byte) {
+	var err error
+	switch x.api {
+	case AnthropicMessages:
+		err = x.anthropic(data)
+	case OpenAIChat:
+		err = x.chat(data)
+	case OpenAIResponses:
+		err = x.responses(data)
+	}
+	if err != nil {
+		x.r.mu.Lock()
+		x.badEvents++
+		x.r.mu.Unlock()
+	}
+}
+
+// ---- helpers for the API parsers; r.mu is held ----
+
+func (x *Exchange) part(key string, kind partKind) *part {
+	if p := x.partBy[key]; p != nil {
+		return p
+	}
+	if !x.r.take(x, overhead) {
+		return nil
+	}
+	p := &part{kind: kind}
+	if x.partBy == nil {
+		x.partBy = map[string]*part{}
+	}
+	x.partBy[key] = p
+	x.parts = append(x.parts, p)
+	return p
+}
+
+// appendPart adds a delta to a part.
+func (x *Exchange) appendPart(key string, kind partKind, s string) {
+	if s == "" {
+		return
+	}
+	p := x.part(key, kind)
+	if p == nil || !x.r.take(x, len(s)) {
+		return
+	}
+	p.raw = append(p.raw, s...)
+	p.norm.add(s)
+}
+
+// fillPart sets a part from a whole-text event (…done, a finished item, a
+// non-streamed answer) unless deltas already filled it: both come from the
+// upstream, and the deltas were what the CLI saw first.
+func (x *Exchange) fillPart(key string, kind partKind, s string) {
+	if s == "" {
+		return
+	}
+	if p := x.partBy[key]; p != nil && len(p.raw) > 0 {
+		return
+	}
+	x.appendPart(key, kind, s)
+}
+
+// callFor returns the call under key, creating it.
+func (x *Exchange) callFor(key, kind string) *call {
+	if c := x.callBy[key]; c != nil {
+		return c
+	}
+	if !x.r.take(x, overhead) {
+		return nil
+	}
+	c := &call{ToolCall: ToolCall{Kind: kind, Exchange: x.n}}
+	if x.callBy == nil {
+		x.callBy = map[string]*call{}
+	}
+	x.callBy[key] = c
+	x.calls = append(x.calls, c)
+	x.r.calls = append(x.r.calls, c)
+	return c
+}
+
+// setID gives a call its id once (the first id the model sent wins).
+func (x *Exchange) setID(c *call, id string) {
+	if c == nil || id == "" || c.ID != "" {
+		return
+	}
+	c.ID = id
+	if x.r.callByID == nil {
+		x.r.callByID = map[string]*call{}
+	}
+	if _, dup := x.r.callByID[id]; !dup {
+		x.r.callByID[id] = c
+	}
+}
+
+func (x *Exchange) setName(c *call, name string) {
+	if c != nil && c.Name == "" {
+		c.Name = name
+	}
+}
+
+func (x *Exchange) appendArgs(c *call, s string) {
+	if c == nil || s == "" {
+		return
+	}
+	if c.fromStart {
+		x.r.kept -= int64(len(c.args))
+		c.args, c.fromStart = c.args[:0], false
+	}
+	if !x.r.take(x, len(s)) {
+		return
+	}
+	c.args = append(c.args, s...)
+}
+
+// setArgs replaces a call's arguments with the whole value the upstream
+// sent at the end (equal to the deltas unless some were dropped).
+func (x *Exchange) setArgs(c *call, s string) {
+	if c == nil || string(c.args) == s {
+		return
+	}
+	x.r.kept -= int64(len(c.args))
+	c.args, c.fromStart = c.args[:0], false
+	if !x.r.take(x, len(s)) {
+		return
+	}
+	c.args = append(c.args, s...)
+}
+
+// complete marks the response finished, with its stop reason.
+func (x *Exchange) complete(stop string) {
+	if stop != "" {
+		x.stop = stop
+	}
+	if x.completed {
+		return
+	}
+	x.completed = true
+	x.r.doneSeq++
+	x.doneSeq = x.r.doneSeq
+	for _, c := range x.calls {
+		c.Complete = true
+	}
+}
+
+// clientCalls counts the calls the CLI must run (not the provider's own
+// server-side tools).
+func (x *Exchange) clientCalls() int {
+	n := 0
+	for _, c := range x.calls {
+		if c.Kind != KindServer {
+			n++
+		}
+	}
+	return n
+}
+
+// endsLoop reports whether the response finished without asking the CLI
+// for a tool: the agent loop stops there.
+func (x *Exchange) endsLoop() bool {
+	if !x.completed || x.failed || x.clientCalls() > 0 {
+		return false
+	}
+	switch x.stop {
+	case "tool_use", "tool_calls", "function_call", "pause_turn", "failed":
+		return false
+	}
+	return true
+}
+
+// unmarshal decodes JSON; it exists so the parsers read uniformly.
+func unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
