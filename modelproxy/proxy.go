@@ -8,9 +8,19 @@
 // answer back unbuffered (SSE arrives event by event). Revoke cuts the
 // sandbox off when its agent closes.
 //
+// Only the model API is forwarded: the method and path below the
+// upstream's base path must be one of the routes of Options.APIs (see
+// API), e.g. POST /v1/messages, POST /chat/completions, POST /responses,
+// GET /models; anything else (a gateway's /key/generate or admin routes,
+// which would run with the real key) gets 403 and a Record with Denied
+// set. The real key and the token are redacted from the response headers
+// and, as it streams, from the response body, so an upstream that echoes
+// the request cannot hand the key to the sandbox.
+//
 // Each request ends with one Record (method, path, status, byte counts,
 // latencies, token usage read from the response) for the caller's log;
-// Records never hold bodies, the key or the token.
+// Records never hold bodies, the key or the token. Options.Tap lets a
+// recorder see each forwarded exchange's bodies as they pass.
 //
 // The caller serves a Proxy with http.Server, normally on a Unix socket.
 //
@@ -44,8 +54,8 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	pathpkg "path"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -74,6 +84,39 @@ type Options struct {
 	// Log, when set, is called once per request after it ended. It never
 	// receives the key, the token or any body.
 	Log func(Record)
+	// APIs are the wire APIs whose routes are forwarded; empty = all of
+	// them (AllAPIs). Every other request gets 403.
+	APIs []API
+	// Tap, when set, is called for each request that passed the token and
+	// route checks, before it is forwarded; a nil Exchange means not
+	// observed.
+	Tap func(method, path string) Exchange
+}
+
+// Exchange sees one forwarded exchange as it passes, synchronously, on
+// the proxy's goroutines. The proxy never makes two calls on one Exchange
+// at the same time, but RequestBody may come from the transport's
+// goroutine while the others come from the handler's.
+//
+// The bodies and headers are raw: the key, should the upstream echo it,
+// is in them (the redaction applies to what the sandbox gets).
+type Exchange interface {
+	// RequestBody gets chunks of the request body as they are forwarded
+	// (p must not be retained). A chunk the transport reads after the
+	// exchange ended (the upstream answered without waiting for the whole
+	// body) is not passed on: End is always the last call.
+	RequestBody(p []byte)
+	// Response gets the upstream's status and headers (a copy, before
+	// redaction), before any body. It is not called when the upstream
+	// could not be reached.
+	Response(status int, header http.Header)
+	// ResponseBody gets chunks of the upstream's response body (raw,
+	// before redaction), each called before those bytes are written
+	// toward the sandbox (p must not be retained).
+	ResponseBody(p []byte)
+	// End is called once, after the exchange ended and after every other
+	// call; err is the failure, if any (its text is Record.Error).
+	End(err error)
 }
 
 // Record describes one finished request, for the caller's log.
@@ -86,8 +129,9 @@ type Record struct {
 	BytesOut    int64     `json:"bytes_out"`     // response body bytes to the sandbox
 	FirstByteMS float64   `json:"first_byte_ms"` // latency to the upstream's response headers
 	DurationMS  float64   `json:"duration_ms"`
-	Usage       *Usage    `json:"usage,omitempty"` // nil when the response reported none
-	Error       string    `json:"error,omitempty"` // why it failed; never a secret
+	Usage       *Usage    `json:"usage,omitempty"`  // nil when the response reported none
+	Error       string    `json:"error,omitempty"`  // why it failed; never a secret
+	Denied      bool      `json:"denied,omitempty"` // refused by the route allow-list (403), never forwarded
 }
 
 // Usage is the token usage an upstream reported in its response: the
@@ -101,13 +145,16 @@ type Usage struct {
 // Proxy is one sandbox's proxy: one upstream, one key, one token. It is an
 // http.Handler.
 type Proxy struct {
-	up      *url.URL
-	prefix  string // upstream path without trailing slash; "" for the root
-	key     string
-	token   []byte
-	log     func(Record)
-	rp      *httputil.ReverseProxy
-	revoked atomic.Bool
+	up        *url.URL
+	prefix    string // upstream path without trailing slash; "" for the root
+	escPrefix string // the same, escaped
+	routes    []route
+	key       string
+	token     []byte
+	log       func(Record)
+	tap       func(method, path string) Exchange
+	rp        *httputil.ReverseProxy
+	revoked   atomic.Bool
 }
 
 // The places a credential can come in, and go out, besides the key query
@@ -144,6 +191,10 @@ func New(o Options) (*Proxy, error) {
 	case o.CACertFile != "" && o.Transport != nil:
 		return nil, errors.New("modelproxy: CACertFile applies to the default transport; configure a custom Transport's TLS yourself")
 	}
+	routes, err := routesFor(o.APIs)
+	if err != nil {
+		return nil, err
+	}
 	rt := o.Transport
 	if rt == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -168,7 +219,10 @@ func New(o Options) (*Proxy, error) {
 		}
 		rt = t
 	}
-	p := &Proxy{up: up, prefix: strings.TrimSuffix(up.Path, "/"), key: o.Key, token: []byte(o.Token), log: o.Log}
+	p := &Proxy{
+		up: up, prefix: strings.TrimSuffix(up.Path, "/"), escPrefix: strings.TrimSuffix(up.EscapedPath(), "/"),
+		routes: routes, key: o.Key, token: []byte(o.Token), log: o.Log, tap: o.Tap,
+	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
 		Transport:      rt,
@@ -201,13 +255,48 @@ type exchange struct {
 	firstByte time.Duration
 	scan      *usageScanner
 	err       string
+
+	// The tap, if any. mu serializes its calls (RequestBody comes from the
+	// transport's goroutine); after ended, none is made.
+	tap   Exchange
+	mu    sync.Mutex
+	ended bool
+}
+
+func (x *exchange) requestBody(p []byte) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.ended {
+		x.tap.RequestBody(p)
+	}
+}
+
+func (x *exchange) response(status int, h http.Header) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.tap.Response(status, h)
+}
+
+func (x *exchange) responseBody(p []byte) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.tap.ResponseBody(p)
+}
+
+func (x *exchange) end(err error) {
+	x.mu.Lock()
+	x.ended = true
+	x.mu.Unlock()
+	// After ended is set no other call starts, and the mutex ordered any
+	// earlier one before this.
+	x.tap.End(err)
 }
 
 // ServeHTTP checks the token and the path, then proxies the request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{start: time.Now()}
-	rec := Record{Time: x.start.UTC(), Method: r.Method, Path: r.URL.Path}
-	cw := &countWriter{ResponseWriter: w}
+	rec := Record{Time: x.start.UTC(), Method: r.Method, Path: p.redactString(r.URL.Path)}
+	cw := &countWriter{ResponseWriter: w, red: p.newRedactor()}
 	in := &countReader{rc: r.Body, size: r.ContentLength}
 	// Deferred so that it also runs when ReverseProxy aborts a broken
 	// stream with panic(http.ErrAbortHandler).
@@ -226,6 +315,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		default:
 			rec.Error = "client: " + p.redact(cw.err)
 		}
+		if x.tap != nil {
+			var err error
+			if rec.Error != "" {
+				err = errors.New(rec.Error)
+			}
+			x.end(err)
+		}
 		if p.log != nil {
 			p.log(rec)
 		}
@@ -235,13 +331,28 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(cw, http.StatusUnauthorized, "authentication_error", "unknown or revoked token")
 		return
 	}
-	if !p.inPrefix(r.URL.Path) || !p.inPrefix(r.URL.EscapedPath()) {
-		rec.Error = "path outside the upstream base path"
-		writeError(cw, http.StatusNotFound, "not_found_error", "path outside the upstream base path")
+	// A protocol upgrade would splice the raw connections, past the
+	// redaction and the tap; no model route needs one.
+	if !p.allowed(r.Method, r.URL) || r.Header.Get("Upgrade") != "" {
+		route := r.Method + " " + rec.Path
+		if len(route) > 200 {
+			route = route[:200] + "…"
+		}
+		if r.Header.Get("Upgrade") != "" {
+			route += " (protocol upgrade)"
+		}
+		rec.Error, rec.Denied = "route not allowed: "+route, true
+		writeError(cw, http.StatusForbidden, "permission_error", "route not allowed: "+route+" (only the model API is forwarded)")
 		return
+	}
+	if p.tap != nil {
+		x.tap = p.tap(r.Method, r.URL.Path)
 	}
 	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, x))
 	if r.Body != nil && r.Body != http.NoBody {
+		if x.tap != nil {
+			in.x = x
+		}
 		r.Body = in // shallow copy: the caller's request keeps its body
 	}
 	p.rp.ServeHTTP(cw, r)
@@ -282,23 +393,6 @@ func bearer(v string) string {
 	return ""
 }
 
-// inPrefix reports whether path lies under the upstream's path, also once
-// dot segments are resolved: the proxy relays only the configured API.
-// Backslashes, semicolons and segments starting with ".." are refused
-// outright: some servers read "..;" or "..\" as a parent directory.
-func (p *Proxy) inPrefix(path string) bool {
-	if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, `\;`) { // CONNECT, OPTIONS *
-		return false
-	}
-	for _, seg := range strings.Split(path, "/") {
-		if strings.HasPrefix(seg, "..") {
-			return false
-		}
-	}
-	under := func(s string) bool { return s == p.prefix || strings.HasPrefix(s, p.prefix+"/") }
-	return p.prefix == "" || under(path) && under(pathpkg.Clean(path))
-}
-
 // rewrite aims the request at the upstream and puts the key where the
 // token was; authorize has checked that every credential there is the token.
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
@@ -335,10 +429,17 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 func (p *Proxy) modifyResponse(res *http.Response) error {
 	x := res.Request.Context().Value(ctxKey{}).(*exchange)
 	x.firstByte = time.Since(x.start)
-	// A 101 body must stay the raw connection for ReverseProxy to splice.
+	if x.tap != nil {
+		x.response(res.StatusCode, res.Header.Clone())
+	}
+	// A 101 body must stay the raw connection for ReverseProxy to splice
+	// (ServeHTTP refuses upgrades, so the upstream cannot switch).
 	if res.StatusCode != http.StatusSwitchingProtocols {
 		x.scan = newUsageScanner(res.Header)
-		res.Body = &teeBody{rc: res.Body, p: p, x: x}
+		// Redaction can change the body's length.
+		res.Header.Del("Content-Length")
+		res.ContentLength = -1
+		res.Body = &teeBody{rc: res.Body, p: p, x: x, res: res, red: p.newRedactor()}
 	}
 	return nil
 }
@@ -356,10 +457,19 @@ func (p *Proxy) redact(err error) string {
 	if ue, ok := errors.AsType[*url.Error](err); ok {
 		err = ue.Err
 	}
-	s := err.Error()
+	return p.redactString(err.Error())
+}
+
+// newRedactor returns a redactor for the key and the token. A key shorter
+// than 8 characters is still redacted (it is a known string), at the cost
+// of also replacing innocent text that happens to hold it.
+func (p *Proxy) newRedactor() *redactor { return newRedactor(p.key, string(p.token)) }
+
+// redactString returns s without the key or the token.
+func (p *Proxy) redactString(s string) string {
 	for _, secret := range []string{p.key, string(p.token)} {
 		if secret != "" {
-			s = strings.ReplaceAll(s, secret, "[REDACTED]")
+			s = strings.ReplaceAll(s, secret, redacted)
 		}
 	}
 	return s
@@ -377,10 +487,12 @@ func writeError(w http.ResponseWriter, status int, typ, msg string) {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// countWriter counts the response bytes and keeps the status. Unwrap lets
-// ReverseProxy's ResponseController reach the real Flush and Hijack.
+// countWriter counts the response bytes, keeps the status and redacts
+// the headers as they go out. Unwrap lets ReverseProxy's
+// ResponseController reach the real Flush and Hijack.
 type countWriter struct {
 	http.ResponseWriter
+	red    *redactor
 	status int
 	n      int64
 	err    error
@@ -394,12 +506,15 @@ func (w *countWriter) WriteHeader(code int) {
 	if code >= 200 && w.status == 0 {
 		w.status = code
 	}
+	// Every header block passes here, 1xx included: an upstream that
+	// echoes the request's headers would otherwise return the key.
+	w.red.header(w.Header())
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *countWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
 	n, err := w.ResponseWriter.Write(b)
 	w.n += int64(n)
@@ -413,7 +528,8 @@ func (w *countWriter) Write(b []byte) (int, error) {
 // after the handler returns, hence the atomic.
 type countReader struct {
 	rc   io.ReadCloser
-	size int64 // Content-Length, or -1
+	size int64     // Content-Length, or -1
+	x    *exchange // set when the exchange is tapped
 	n    atomic.Int64
 }
 
@@ -428,29 +544,71 @@ func (c *countReader) Read(b []byte) (int, error) {
 		err = io.EOF
 	}
 	c.n.Add(int64(n))
+	if n > 0 && c.x != nil {
+		c.x.requestBody(b[:n])
+	}
 	return n, err
 }
 
 func (c *countReader) Close() error { return c.rc.Close() }
 
-// teeBody hands the upstream's response bytes to the usage scanner as they
-// pass, synchronously (no goroutine, no extra buffering), and keeps a read
-// error for the Record.
+// teeBody hands the upstream's response bytes, as they pass, to the usage
+// scanner and the tap (raw), then redacts them for the sandbox, and keeps
+// a read error for the Record. All synchronously: no goroutine, and
+// nothing held back but a possible secret's beginning (see redactor).
 type teeBody struct {
-	rc io.ReadCloser
-	p  *Proxy
-	x  *exchange
+	rc  io.ReadCloser
+	p   *Proxy
+	x   *exchange
+	res *http.Response // for its trailers
+	red *redactor
+	raw []byte // what was read from rc
+	out []byte // redacted bytes not yet returned
+	off int    // of out
+	err error  // rc's error, returned once out is drained
 }
 
 func (t *teeBody) Read(b []byte) (int, error) {
-	n, err := t.rc.Read(b)
-	if n > 0 && t.x.scan != nil {
-		t.x.scan.write(b[:n])
+	for {
+		if t.off < len(t.out) {
+			n := copy(b, t.out[t.off:])
+			t.off += n
+			return n, nil
+		}
+		if t.err != nil || len(b) == 0 {
+			return 0, t.err
+		}
+		if cap(t.raw) < len(b) {
+			t.raw = make([]byte, len(b))
+		}
+		n, err := t.rc.Read(t.raw[:len(b)])
+		t.out, t.off = t.out[:0], 0
+		if n > 0 {
+			raw := t.raw[:n]
+			if t.x.scan != nil {
+				t.x.scan.write(raw)
+			}
+			if t.x.tap != nil {
+				t.x.responseBody(raw)
+			}
+			t.out = t.red.write(t.out, raw)
+		}
+		switch {
+		case err == io.EOF:
+			t.out = t.red.flush(t.out)
+		case err != nil && t.x.err == "":
+			t.x.err = "upstream: " + t.p.redact(err)
+		}
+		t.err = err
+		// Bytes held back as a possible secret's beginning leave nothing
+		// to return yet: read on.
 	}
-	if err != nil && err != io.EOF && t.x.err == "" {
-		t.x.err = "upstream: " + t.p.redact(err)
-	}
-	return n, err
 }
 
-func (t *teeBody) Close() error { return t.rc.Close() }
+// Close closes the upstream body, which fills in its trailers: they are
+// redacted before ReverseProxy copies them out.
+func (t *teeBody) Close() error {
+	err := t.rc.Close()
+	t.red.header(t.res.Trailer)
+	return err
+}

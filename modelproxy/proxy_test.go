@@ -246,34 +246,220 @@ func TestRevokeConcurrent(t *testing.T) {
 	}
 }
 
-func TestPathPrefix(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) }))
-	defer up.Close()
-	p, purl, rc := startProxy(t, Options{Upstream: up.URL + "/v1/", Key: testKey})
-	if got := p.BaseURL("http://127.0.0.1:9/"); got != "http://127.0.0.1:9/v1" {
-		t.Errorf("BaseURL = %q", got)
-	}
-	for _, tc := range []struct {
-		path string
-		code int
-	}{
-		{"/v1/chat/completions", 200}, {"/v1", 200}, {"/v1/", 200},
-		{"/v2/chat/completions", 404}, {"/v1x", 404}, {"/", 404},
-		{"/v1/../admin", 404}, {"/v1/%2e%2e/admin", 404},
-		{"/v1/..;/admin", 404}, {"/v1/..%5Cadmin", 404}, {"/v1/x;y", 404}, {"/v1/...", 404},
-	} {
-		req := newReq(t, "GET", purl+tc.path, "")
-		withToken(req, "Authorization", testToken)
-		if code, _ := do(t, req); code != tc.code {
-			t.Errorf("%s: %d, want %d", tc.path, code, tc.code)
-		}
-		if rec := rc.next(t); rec.Status != tc.code || (tc.code == 404) != (rec.Error != "") {
-			t.Errorf("%s: record %+v", tc.path, rec)
-		}
+func TestBaseURL(t *testing.T) {
+	p, err := New(Options{Upstream: "http://127.0.0.1:1/v1/", Token: testToken})
+	if err != nil || p.BaseURL("http://127.0.0.1:9/") != "http://127.0.0.1:9/v1" {
+		t.Errorf("BaseURL: %v %q", err, p.BaseURL("http://127.0.0.1:9/"))
 	}
 	root, err := New(Options{Upstream: "https://api.anthropic.com", Token: testToken})
 	if err != nil || root.BaseURL("http://127.0.0.1:9") != "http://127.0.0.1:9" {
 		t.Errorf("root BaseURL: %v %q", err, root.BaseURL("http://127.0.0.1:9"))
+	}
+}
+
+// rawStatus sends one request line exactly as given (no client-side
+// cleaning or escaping) with the token and returns the status.
+func rawStatus(t *testing.T, purl, method, target string, extra ...string) int {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(purl, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := method + " " + target + " HTTP/1.1\r\nHost: sandbox\r\nX-Api-Key: " + testToken + "\r\nContent-Length: 2\r\nConnection: close\r\n"
+	for _, h := range extra {
+		req += h + "\r\n"
+	}
+	if _, err := io.WriteString(c, req+"\r\n{}"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, target, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	noSecrets(t, "response body", string(b))
+	if resp.StatusCode == 403 && method != "HEAD" && !strings.Contains(string(b), `"type":"permission_error"`) {
+		t.Errorf("%s %s: 403 body %s", method, target, b)
+	}
+	return resp.StatusCode
+}
+
+// TestAllowList sends each API's routes, and what must not pass, to a
+// proxy with a path-less and with a /v1 base URL: an allowed route must
+// reach the upstream at the same path, a refused one must get 403, a
+// Denied Record and no upstream request.
+func TestAllowList(t *testing.T) {
+	type tc struct {
+		method, path string // path below the base
+		ok           bool
+	}
+	model := func(prefix string) []tc {
+		return []tc{
+			{"GET", prefix + "/models", true}, {"GET", prefix + "/models/gpt-4.1-mini", true},
+			{"GET", prefix + "/models/claude-sonnet-4-5@20250929", true}, {"GET", prefix + "/models/llama3:8b", true},
+			{"POST", prefix + "/models", false}, {"DELETE", prefix + "/models/x", false},
+			{"GET", prefix + "/models/", false}, {"GET", prefix + "/models/a/b", false},
+			{"GET", prefix + "/models/.x", false}, {"GET", prefix + "/models/..", false},
+			{"GET", prefix + "/models/%2e%2e", false}, {"GET", prefix + "/models/a%2Fb", false},
+			{"GET", prefix + "/models/a%20b", false}, {"GET", prefix + "/models/../key/generate", false},
+		}
+	}
+	// Refused whatever the API.
+	common := []tc{
+		{"POST", "/key/generate", false}, {"GET", "/admin/x", false}, {"POST", "/admin/x", false},
+		{"GET", "/", false}, {"GET", "", false}, {"POST", "/v1/key/generate", false},
+		{"POST", "/v1/messages/../../key/generate", false}, {"POST", "/messages/../key/generate", false},
+		{"POST", "/v1/%2e%2e/key/generate", false}, {"POST", "/%2e%2e/key/generate", false},
+		{"POST", "/v1%2Fmessages", false}, {"POST", "/v1/messages%2F..%2F..%2Fkey", false},
+		{"POST", "//key/generate", false}, {"POST", "//v1/messages", false}, {"POST", "/v1//messages", false},
+		{"POST", "//messages", false}, {"POST", "/v1/messagesX", false}, {"POST", "/messagesX", false},
+		{"POST", "/v1/messages/x/../..", false}, {"POST", "/v1/messages/", false}, {"POST", "/v1/messages/.", false},
+		{"POST", "/v1/messages;x", false}, {"POST", "/v1/messages%3Bx", false}, {"POST", "/v1/..;/key/generate", false},
+		{"POST", "/v1/..%5Ckey/generate", false}, {"POST", "/v1/...", false}, {"POST", "/v1/messages/batches", false},
+		{"POST", "/chat/completions/../../key/generate", false}, {"POST", "/responses/../key/generate", false},
+		{"POST", "/responses/compact", false}, {"GET", "/responses", false}, {"POST", "/v1/responses", false},
+		{"POST", "/v1/chat/completions", false}, {"POST", "/completions", false}, {"POST", "/embeddings", false},
+		{"POST", "/files", false}, {"HEAD", "/", false}, {"GET", "/api/hello", false}, {"POST", "/api/hello", false},
+		{"POST", "/%6Dessages", false},
+	}
+	for _, m := range []string{"OPTIONS", "PUT", "DELETE", "GET", "PATCH", "HEAD"} {
+		for _, p := range []string{"/v1/messages", "/messages", "/messages/count_tokens", "/chat/completions", "/responses"} {
+			common = append(common, tc{m, p, false})
+		}
+	}
+	anthropic := append([]tc{
+		{"POST", "/v1/messages", true}, {"POST", "/messages", true}, {"POST", "/v1/messages?beta=true", true},
+		{"POST", "/v1/messages/count_tokens", true}, {"POST", "/messages/count_tokens?beta=true", true},
+		{"HEAD", "/api/hello", true}, {"POST", "/chat/completions", false}, {"POST", "/responses", false},
+		{"POST", "/v1/v1/messages", false}, {"POST", "/v1/messages/count_tokens/x", false},
+	}, append(model(""), model("/v1")...)...)
+	chat := append([]tc{
+		{"POST", "/chat/completions", true}, {"POST", "/chat/completions?x=1", true},
+		{"POST", "/messages", false}, {"POST", "/responses", false}, {"HEAD", "/api/hello", false},
+		{"GET", "/v1/models", false}, {"POST", "/chat/completions/", false}, {"POST", "/chat//completions", false},
+	}, model("")...)
+	responses := append([]tc{
+		{"POST", "/responses", true}, {"POST", "/messages", false}, {"POST", "/chat/completions", false},
+		{"GET", "/v1/models", false}, {"POST", "/responses/", false}, {"GET", "/responses/resp_1", false},
+	}, model("")...)
+	all := append(append(append([]tc{}, anthropic...), chat...), responses...)
+
+	var seen atomic.Value
+	var hits atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		seen.Store(r.URL.RequestURI())
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	for _, api := range []struct {
+		name  string
+		apis  []API
+		cases []tc
+	}{
+		{"anthropic", []API{APIAnthropicMessages}, anthropic},
+		{"chat", []API{APIOpenAIChat}, chat},
+		{"responses", []API{APIOpenAIResponses}, responses},
+		{"union", nil, all},
+		{"two", []API{APIOpenAIChat, APIOpenAIResponses}, append(append([]tc{}, chat...), responses...)},
+	} {
+		for _, base := range []string{"", "/v1", "/api/coding/paas/v4"} {
+			t.Run(api.name+base, func(t *testing.T) {
+				_, purl, rc := startProxy(t, Options{Upstream: up.URL + base, Key: testKey, APIs: api.apis})
+				cases := append(append([]tc{}, api.cases...), common...)
+				if base != "" {
+					// Outside the base path, even with a model route.
+					cases = append(cases, tc{"POST", "/../messages", false}, tc{"POST", "/../chat/completions", false})
+				}
+				// A route one API allows can be refused by another in the
+				// union cases: the first verdict for a method and path wins.
+				verdict := map[string]bool{}
+				for _, c := range cases {
+					if _, dup := verdict[c.method+" "+c.path]; !dup {
+						verdict[c.method+" "+c.path] = c.ok
+					}
+				}
+				for _, c := range cases {
+					ok := verdict[c.method+" "+c.path]
+					if api.name == "union" || api.name == "two" {
+						ok = false
+						for _, d := range api.cases {
+							if d.method == c.method && d.path == c.path && d.ok {
+								ok = true
+							}
+						}
+					}
+					if base+c.path == "" {
+						continue // not a request line
+					}
+					before := hits.Load()
+					code := rawStatus(t, purl, c.method, base+c.path)
+					rec := rc.next(t)
+					switch {
+					case ok && (code != 200 || hits.Load() != before+1 || seen.Load() != base+c.path || rec.Denied):
+						t.Errorf("%s %s%s: %d (upstream saw %v), want it forwarded; record %+v", c.method, base, c.path, code, seen.Load(), rec)
+					case !ok && (code != 403 || hits.Load() != before || !rec.Denied || rec.Status != 403 ||
+						!strings.HasPrefix(rec.Error, "route not allowed: "+c.method+" ")):
+						t.Errorf("%s %s%s: %d, record %+v, want 403 and a Denied record", c.method, base, c.path, code, rec)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestModelRoutesThroughProxy: the routes the CLIs call reach a real
+// fakemodel with the real key, from a path-less and a /v1 base URL.
+func TestModelRoutesThroughProxy(t *testing.T) {
+	fm, err := fakemodel.New(fakemodel.Script{ExpectKey: testKey, Responses: []fakemodel.Step{{Text: "hi"}, {Text: "hi"}, {Text: "hi"}, {Text: "hi"}}}, fakemodel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fm.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	defer fm.Close()
+	for _, tc := range []struct {
+		base, method, path, place, body, want string
+		api                                   API
+	}{
+		{"", "POST", "/v1/messages?beta=true", "X-Api-Key", `{"stream":true}`, "message_stop", APIAnthropicMessages},
+		{"", "POST", "/v1/messages/count_tokens", "X-Api-Key", `{"model":"m","messages":[]}`, "input_tokens", APIAnthropicMessages},
+		{"", "GET", "/v1/models", "X-Api-Key", "", "fake-model", APIAnthropicMessages},
+		{"", "HEAD", "/api/hello", "X-Api-Key", "", "", APIAnthropicMessages},
+		{"/v1", "POST", "/messages", "X-Api-Key", `{"stream":true}`, "message_stop", APIAnthropicMessages},
+		{"/v1", "GET", "/models/fake-model", "Authorization", "", "fake-model", APIOpenAIChat},
+		{"/v1", "POST", "/chat/completions", "Authorization", `{"stream":true}`, "[DONE]", APIOpenAIChat},
+		{"/v1", "POST", "/responses", "Authorization", `{"stream":true}`, "response.completed", APIOpenAIResponses},
+		{"", "POST", "/chat/completions", "Authorization", `{}`, `"usage"`, APIOpenAIChat},
+	} {
+		t.Run(tc.base+tc.path, func(t *testing.T) {
+			_, purl, rc := startProxy(t, Options{Upstream: fm.URL() + tc.base, Key: testKey, APIs: []API{tc.api}})
+			req := newReq(t, tc.method, purl+tc.base+tc.path, tc.body)
+			withToken(req, tc.place, testToken)
+			code, body := do(t, req)
+			if code != 200 || !strings.Contains(body, tc.want) {
+				t.Errorf("got %d %s", code, body)
+			}
+			if rec := rc.next(t); rec.Denied || rec.Error != "" {
+				t.Errorf("record %+v", rec)
+			}
+		})
+	}
+}
+
+func TestUpgradeRefused(t *testing.T) {
+	var hits atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer up.Close()
+	_, purl, rc := startProxy(t, Options{Upstream: up.URL, Key: testKey})
+	if code := rawStatus(t, purl, "POST", "/v1/messages", "Connection: Upgrade", "Upgrade: websocket"); code != 403 {
+		t.Errorf("upgrade: %d", code)
+	}
+	if rec := rc.next(t); !rec.Denied || !strings.Contains(rec.Error, "upgrade") || hits.Load() != 0 {
+		t.Errorf("record %+v, upstream hits %d", rec, hits.Load())
 	}
 }
 
@@ -326,12 +512,12 @@ func TestNoSecretsInRecords(t *testing.T) {
 		code              int
 	}{
 		{"stream", "/v1/messages", "X-Api-Key", false, 200},
-		{"query token", "/v1/models", "key", false, 200},
+		{"query token", "/v1/responses", "key", false, 200},
 		{"unknown token", "/v1/messages", "", false, 401},
-		{"outside prefix", "/admin", "Authorization", false, 404},
-		{"transport error bearer", "/v1/chat", "Authorization", true, 502},
-		{"transport error query", "/v1/chat", "key", true, 502},
-		{"transport error x-api-key", "/v1/chat", "X-Api-Key", true, 502},
+		{"outside prefix", "/admin", "Authorization", false, 403},
+		{"transport error bearer", "/v1/chat/completions", "Authorization", true, 502},
+		{"transport error query", "/v1/chat/completions", "key", true, 502},
+		{"transport error x-api-key", "/v1/chat/completions", "X-Api-Key", true, 502},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fail.Store(tc.fail)
@@ -366,7 +552,7 @@ func TestBytesCounted(t *testing.T) {
 		if chunked {
 			body = struct{ io.Reader }{body} // unknown length: sent chunked
 		}
-		req, _ := http.NewRequest("POST", purl+"/upload", body)
+		req, _ := http.NewRequest("POST", purl+"/v1/messages", body)
 		withToken(req, "Authorization", testToken)
 		code, got := do(t, req)
 		if code != 200 || len(got) != 24690 {
@@ -425,6 +611,8 @@ func TestNewValidates(t *testing.T) {
 		{"ca missing", func(o *Options) { o.CACertFile = filepath.Join(dir, "missing.pem") }},
 		{"ca not pem", func(o *Options) { o.CACertFile = notPEM }},
 		{"ca with transport", func(o *Options) { o.CACertFile, o.Transport = notPEM, http.DefaultTransport }},
+		{"unknown api", func(o *Options) { o.APIs = []API{"openai-completions"} }},
+		{"empty api", func(o *Options) { o.APIs = []API{APIOpenAIChat, ""} }},
 	} {
 		o := good
 		tc.mod(&o)
@@ -483,7 +671,7 @@ func TestStreamNotBuffered(t *testing.T) {
 			}
 			got := make(chan result, 1)
 			go func() {
-				req, _ := http.NewRequest("POST", purl+"/v1/stream", strings.NewReader(`{"stream":true}`))
+				req, _ := http.NewRequest("POST", purl+"/v1/messages", strings.NewReader(`{"stream":true}`))
 				withToken(req, "Authorization", testToken)
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
@@ -592,7 +780,7 @@ func TestUsageFixtures(t *testing.T) {
 			}))
 			defer up.Close()
 			_, purl, rc := startProxy(t, Options{Upstream: up.URL})
-			req := newReq(t, "GET", purl+"/x", "")
+			req := newReq(t, "POST", purl+"/v1/messages", "{}")
 			withToken(req, "Api-Key", testToken)
 			if code, body := do(t, req); code != 200 || body != tc.body {
 				t.Fatalf("got %d, body intact %t", code, body == tc.body)
