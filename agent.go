@@ -44,6 +44,7 @@ type Agent struct {
 	session  string
 	turns    int
 	sessions map[string]*sessionState
+	auditDay auditDay
 }
 
 type agentOptions struct {
@@ -194,7 +195,7 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 		a.log.Warn("sandbox-agent: driver cannot use the model proxy: its API key enters the sandbox", "driver", drv.Name())
 	}
 	if a.audit {
-		a.net = &networkLog{root: cfg.AuditRoot, date: time.Now(), folder: sopts.Name, secrets: a.secrets, log: a.log}
+		a.net = &networkLog{root: cfg.AuditRoot, date: time.Now(), folder: sopts.Name, secrets: a.secrets, log: a.log, max: cfg.Limits.AuditSessionBytes}
 	}
 	if egress == EgressOpen {
 		a.log.Warn("sandbox-agent: egress open: the agent can reach the internet and the host's services", "driver", drv.Name())

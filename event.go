@@ -21,6 +21,10 @@ const (
 	// KindEgressDenied: the egress proxy refused a connection of the
 	// sandbox (payload.host is "host:port", payload.text the reason).
 	KindEgressDenied EventKind = "egress_denied"
+	// KindOutputLimit: the CLI's output passed a bound (Config.Limits);
+	// the turn was ended with ErrOutputLimit and payload.text says which
+	// bound and what was dropped.
+	KindOutputLimit EventKind = "output_limit"
 )
 
 // Event is one normalized thing that happened in a turn. Field names are

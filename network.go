@@ -20,10 +20,17 @@ type networkLog struct {
 	secrets      []string
 	log          *slog.Logger
 
-	mu     sync.Mutex
-	files  map[string]*audit.Lines
-	warned bool
-	closed bool // a late record (a handler outliving Close) is dropped
+	// max bounds each file's bytes: a sandbox can make requests (and
+	// so lines) as fast as it likes. Past it lines are counted, and the
+	// count is the file's last line at close.
+	max int64
+
+	mu      sync.Mutex
+	files   map[string]*audit.Lines
+	written map[string]int64
+	dropped map[string]int64
+	warned  bool
+	closed  bool // a late record (a handler outliving Close) is dropped
 }
 
 func (n *networkLog) dir() string { return audit.Folder(n.root, n.date, n.folder) }
@@ -36,6 +43,12 @@ func (n *networkLog) write(file string, v any) {
 	}
 	if n.files == nil {
 		n.files = map[string]*audit.Lines{}
+		n.written = map[string]int64{}
+		n.dropped = map[string]int64{}
+	}
+	if n.max > 0 && n.written[file] >= n.max {
+		n.dropped[file]++
+		return
 	}
 	l := n.files[file]
 	var err error
@@ -45,7 +58,9 @@ func (n *networkLog) write(file string, v any) {
 		}
 	}
 	if err == nil {
-		err = l.Write(v)
+		var size int64
+		size, err = l.WriteSized(v)
+		n.written[file] += size
 	}
 	if err != nil && !n.warned {
 		n.warned = true
@@ -56,7 +71,11 @@ func (n *networkLog) write(file string, v any) {
 func (n *networkLog) close() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, l := range n.files {
+	for name, l := range n.files {
+		if d := n.dropped[name]; d > 0 {
+			_, _ = l.WriteSized(map[string]any{"time": time.Now().UTC(), "dropped": d,
+				"error": fmt.Sprintf("max_audit_session_bytes: %d later records were not written", d)})
+		}
 		l.Close()
 	}
 	n.files = nil

@@ -72,10 +72,22 @@ type turn struct {
 	events    []Event
 	log       *audit.Log
 	auditErr  bool
+
+	// Bounds (Config.Limits): what this turn has taken so far, and the
+	// limit it passed, after which lines are only counted.
+	cancel      context.CancelCauseFunc
+	turnLines   int
+	eventBytes  int64
+	pendingSize int64 // bytes of pending
+	auditStart  int64 // the session log's size when this turn opened it
+	limitErr    error
+	dropped     struct{ lines, bytes int64 }
 }
 
 func (t *turn) run(ctx context.Context) (TurnResult, error) {
 	a := t.a
+	ctx, t.cancel = context.WithCancelCause(ctx)
+	defer t.cancel(nil)
 	ll, longLived := a.longLived()
 	var inv Invocation
 	var err error
@@ -109,6 +121,8 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 	res := TurnResult{ExitCode: xres.ExitCode, Duration: time.Since(t.started)}
 	stderr := t.redact(string(xres.Stderr))
 	switch {
+	case t.limitErr != nil:
+		err = fmt.Errorf("%s turn: %w; the CLI's turn was stopped", a.drv.Name(), t.limitErr)
 	case xres.TimedOut && ctx.Err() != nil:
 		err = fmt.Errorf("%s turn interrupted: %w", a.drv.Name(), ctx.Err())
 	case xres.TimedOut:
@@ -151,6 +165,9 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 			err = &DriverError{Driver: a.drv.Name(), Message: ErrNoOutput.Error(), ExitCode: xres.ExitCode, Stderr: stderr, Err: ErrNoOutput}
 		}
 	}
+	if t.limitErr != nil {
+		t.recordDropped()
+	}
 	if t.session == "" && t.lines > 0 {
 		// The CLI never named its session (it crashed early, say): keep
 		// its output under the container's name.
@@ -184,12 +201,34 @@ func (t *turn) redact(s string) string {
 
 // line handles one raw stdout line.
 func (t *turn) line(raw []byte, cut bool) {
+	if t.limitErr != nil {
+		t.dropped.lines++
+		t.dropped.bytes += int64(len(raw)) + 1
+		return
+	}
 	t.emitDenied()
+	t.turnLines++
+	if lim := t.a.cfg.Limits.TurnLines; lim > 0 && t.turnLines > lim {
+		t.overLimit(raw, "max_turn_lines: more than %d output lines", lim)
+		return
+	}
+	if t.log != nil {
+		if why := t.auditOver(int64(len(raw)) + 1); why != "" {
+			t.overLimit(raw, "%s", why)
+			return
+		}
+	}
 	t.lines++
 	no := t.lines
 	if t.log != nil {
 		t.writeRaw(raw)
 	} else if t.a.audit && t.session == "" {
+		t.pendingSize += int64(len(raw)) + 1
+		if lim := t.a.cfg.Limits.AuditTurnBytes; lim > 0 && t.pendingSize > lim {
+			t.lines--
+			t.overLimit(raw, "max_audit_turn_bytes: more than %d bytes before the CLI named its session", lim)
+			return
+		}
 		t.pending = append(t.pending, append([]byte(nil), raw...))
 	}
 	evs := t.parser.Parse(raw)
@@ -204,8 +243,72 @@ func (t *turn) line(raw []byte, cut bool) {
 			t.setSession(ev.SessionID)
 		}
 		ev.Line = no
+		if !t.keep(ev) {
+			return
+		}
 		t.emit(ev)
 	}
+}
+
+// eventSize approximates the bytes an event holds.
+func eventSize(ev Event) int64 {
+	p := ev.Payload
+	return int64(200 + len(p.Text) + len(p.Tool) + len(p.CallID) + len(p.Command) + len(p.Path) + len(p.Input) + len(p.Output) + len(p.Host) + len(p.Raw) + len(ev.SessionID))
+}
+
+// keep reports whether the turn may keep one more parsed event, ending the
+// turn when it may not (max_turn_events, max_turn_event_bytes).
+func (t *turn) keep(ev Event) bool {
+	if t.limitErr != nil {
+		return false
+	}
+	lim := t.a.cfg.Limits
+	switch size := eventSize(ev); {
+	case lim.TurnEvents > 0 && len(t.events) >= lim.TurnEvents:
+		t.overLimit(nil, "max_turn_events: more than %d events", lim.TurnEvents)
+	case lim.TurnEventBytes > 0 && t.eventBytes+size > lim.TurnEventBytes:
+		t.overLimit(nil, "max_turn_event_bytes: events holding more than %d bytes", lim.TurnEventBytes)
+	case t.log != nil && t.auditOver(2*size) != "":
+		t.overLimit(nil, "%s", t.auditOver(2*size))
+	default:
+		t.eventBytes += size
+		return true
+	}
+	return false
+}
+
+// auditOver names the audit bound that n more bytes would pass, or "".
+func (t *turn) auditOver(n int64) string {
+	lim := t.a.cfg.Limits
+	size := t.log.Size()
+	switch {
+	case lim.AuditTurnBytes > 0 && size-t.auditStart+n > lim.AuditTurnBytes:
+		return fmt.Sprintf("max_audit_turn_bytes: the turn's audit would pass %d bytes", lim.AuditTurnBytes)
+	case lim.AuditSessionBytes > 0 && size+n > lim.AuditSessionBytes:
+		return fmt.Sprintf("max_audit_session_bytes: the session's audit would pass %d bytes", lim.AuditSessionBytes)
+	case lim.AuditDayBytes > 0 && t.a.auditDay.bytes+size-t.auditStart+n > lim.AuditDayBytes:
+		return fmt.Sprintf("max_audit_day_bytes: the day's audit would pass %d bytes", lim.AuditDayBytes)
+	}
+	return ""
+}
+
+// overLimit ends the turn: the CLI's output passed a bound. Later lines
+// are counted, not kept; the CLI is stopped through the turn's context.
+func (t *turn) overLimit(raw []byte, format string, args ...any) {
+	t.limitErr = fmt.Errorf("%w: %s", ErrOutputLimit, fmt.Sprintf(format, args...))
+	if raw != nil {
+		t.dropped.lines++
+		t.dropped.bytes += int64(len(raw)) + 1
+	}
+	t.cancel(t.limitErr)
+}
+
+// recordDropped writes what a turn past a bound left out, once, to the
+// audit (past the bound: it is one short line).
+func (t *turn) recordDropped() {
+	t.emit(Event{Kind: KindOutputLimit, Payload: Payload{
+		Text: fmt.Sprintf("%v; %d more output lines (%d bytes) were dropped", t.limitErr, t.dropped.lines, t.dropped.bytes), IsError: true,
+	}})
 }
 
 // setSession records the session id and opens its audit folder, writing
@@ -235,6 +338,8 @@ func (t *turn) setSession(id string) {
 		return
 	}
 	t.log = l
+	t.auditStart = l.Size()
+	t.a.auditDay.open(t.a.cfg.AuditRoot, st.created)
 	for _, raw := range t.pending {
 		t.writeRaw(raw)
 	}
@@ -314,7 +419,22 @@ func (t *turn) finish(res TurnResult, err error) {
 		}
 	}
 	if t.log != nil {
+		t.a.auditDay.bytes += t.log.Size() - t.auditStart
 		t.log.Close()
+	}
+}
+
+// auditDay is what the agent knows of its audit date folder's size: read
+// once from disk, then grown by its own turns.
+type auditDay struct {
+	date  string
+	bytes int64
+}
+
+func (d *auditDay) open(root string, date time.Time) {
+	if day := date.Format(audit.DateLayout); day != d.date {
+		d.date = day
+		d.bytes, _ = audit.DaySize(root, date)
 	}
 }
 

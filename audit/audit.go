@@ -42,9 +42,10 @@ type Log struct {
 	dir     string
 	secrets []string
 
-	mu     sync.Mutex
-	events *os.File
-	raw    *os.File
+	mu      sync.Mutex
+	events  *os.File
+	raw     *os.File
+	written int64 // bytes in events.jsonl and session.jsonl, including what was there at Open
 }
 
 var safeID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -83,6 +84,11 @@ func Open(root string, date time.Time, sessionID string, secrets []string) (*Log
 		l.events.Close()
 		return nil, err
 	}
+	for _, f := range []*os.File{l.events, l.raw} {
+		if fi, err := f.Stat(); err == nil {
+			l.written += fi.Size()
+		}
+	}
 	return l, nil
 }
 
@@ -111,7 +117,8 @@ func (l *Log) Raw(line []byte) error {
 	buf := append(l.redact(line), '\n')
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, err := l.raw.Write(buf)
+	n, err := l.raw.Write(buf)
+	l.written += int64(n)
 	return err
 }
 
@@ -124,8 +131,38 @@ func (l *Log) Event(v any) error {
 	buf := append(l.redact(b), '\n')
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, err = l.events.Write(buf)
+	n, err := l.events.Write(buf)
+	l.written += int64(n)
 	return err
+}
+
+// Size is the bytes of the session's events.jsonl and session.jsonl: what
+// was there when it was opened plus what was written since.
+func (l *Log) Size() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.written
+}
+
+// DaySize is the bytes of every file in root's folder for date, for a
+// bound on what one day's audit may take. A missing folder is 0.
+func DaySize(root string, date time.Time) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(filepath.Join(root, date.Format(DateLayout)), func(_ string, d os.DirEntry, err error) error {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n, err
 }
 
 // Status replaces status.json atomically (write, then rename).
@@ -197,17 +234,23 @@ func OpenLines(root string, date time.Time, name, file string, secrets []string)
 
 // Write appends v as one JSON line, secrets redacted.
 func (l *Lines) Write(v any) error {
+	_, err := l.WriteSized(v)
+	return err
+}
+
+// WriteSized is Write, also returning the bytes written.
+func (l *Lines) WriteSized(v any) (int64, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("audit: %w", err)
+		return 0, fmt.Errorf("audit: %w", err)
 	}
 	for _, s := range l.secrets {
 		b = []byte(strings.ReplaceAll(string(b), s, Redacted))
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, err = l.f.Write(append(b, '\n'))
-	return err
+	n, err := l.f.Write(append(b, '\n'))
+	return int64(n), err
 }
 
 // Close closes the file.
