@@ -24,6 +24,8 @@ const (
 	LabelManaged   = "sandbox-agent.managed" // "true"
 	LabelCreated   = "sandbox-agent.created" // Unix seconds (a valid value on every engine, Kubernetes too)
 	LabelKeepalive = "sandbox-agent.keepalive"
+	// LabelMaxLifetime is the sandbox's hard lifetime in seconds (0: none).
+	LabelMaxLifetime = "sandbox-agent.max-lifetime"
 	LabelHost      = "sandbox-agent.host"
 	LabelPID       = "sandbox-agent.pid"
 	// LabelSockets names the sandbox's socket folder (its base name), so
@@ -62,6 +64,10 @@ type SandboxOptions struct {
 	Labels  map[string]string // extra labels (ours are always added)
 	// Keepalive overrides Config.Keepalive for this sandbox.
 	Keepalive time.Duration
+	// MaxLifetime overrides Config.MaxLifetime for this sandbox: the
+	// container stops (and removes itself) this long after it started,
+	// busy or not. 0 takes Config.MaxLifetime; a negative value is none.
+	MaxLifetime time.Duration
 
 	// Egress is the network policy (default EgressNone: no network at
 	// all; EgressOpen: the engine's bridge network, an explicit opt-in).
@@ -117,7 +123,8 @@ type SandboxOptions struct {
 const caPath = "/sandbox-agent/ca.pem"
 
 // Sandbox is one running container. Close destroys it; if the host
-// process dies first, the container removes itself after Keepalive idle.
+// process dies first, the container removes itself after Keepalive idle
+// (no command the host started running), and in any case at MaxLifetime.
 type Sandbox struct {
 	rt      Runtime
 	id      string
@@ -326,6 +333,14 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 		kaSecs = 1
 	}
 	interval := min(max(kaSecs/10, 1), 5)
+	lifetime := opts.MaxLifetime
+	if lifetime == 0 {
+		lifetime = cfg.MaxLifetime
+	}
+	var lifeSecs int64 // 0: none
+	if lifetime > 0 {
+		lifeSecs = max(int64(lifetime.Round(time.Second)/time.Second), 1)
+	}
 
 	name := opts.Name
 	if name == "" {
@@ -351,6 +366,7 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 	labels[LabelManaged] = "true"
 	labels[LabelCreated] = strconv.FormatInt(time.Now().Unix(), 10)
 	labels[LabelKeepalive] = strconv.FormatInt(kaSecs, 10)
+	labels[LabelMaxLifetime] = strconv.FormatInt(lifeSecs, 10)
 	labels[LabelHost] = host
 	labels[LabelPID] = strconv.Itoa(os.Getpid())
 
@@ -388,7 +404,7 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 	return ContainerSpec{
 		Name:            name,
 		Image:           opts.Image,
-		Cmd:             []string{"/bin/sh", "-c", keepaliveLauncher, "sandbox-agent-keepalive", keepaliveScript, strconv.FormatInt(kaSecs, 10), strconv.FormatInt(interval, 10)},
+		Cmd:             []string{"/bin/sh", "-c", keepaliveLauncher, "sandbox-agent-keepalive", keepaliveScript, strconv.FormatInt(kaSecs, 10), strconv.FormatInt(interval, 10), strconv.FormatInt(lifeSecs, 10)},
 		Env:             env,
 		User:            opts.User,
 		WorkDir:         opts.WorkDir,

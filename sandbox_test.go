@@ -103,11 +103,39 @@ func TestContainerSpecDefaultsAreHardened(t *testing.T) {
 			t.Errorf("label %s missing", l)
 		}
 	}
-	if spec.Labels[LabelKeepalive] != "3600" || spec.Cmd[len(spec.Cmd)-2] != "3600" || spec.Cmd[len(spec.Cmd)-1] != "5" {
-		t.Errorf("keepalive: label %s cmd %v", spec.Labels[LabelKeepalive], spec.Cmd[len(spec.Cmd)-2:])
+	if spec.Labels[LabelKeepalive] != "3600" || strings.Join(spec.Cmd[len(spec.Cmd)-3:], " ") != "3600 5 86400" {
+		t.Errorf("keepalive: label %s cmd %v", spec.Labels[LabelKeepalive], spec.Cmd[len(spec.Cmd)-3:])
+	}
+	if spec.Labels[LabelMaxLifetime] != "86400" {
+		t.Errorf("max lifetime label %q, want the default 24 h", spec.Labels[LabelMaxLifetime])
 	}
 	if !strings.HasPrefix(spec.Name, "sandbox-agent-") || len(spec.Name) != len("sandbox-agent-")+16 {
 		t.Errorf("name %q", spec.Name)
+	}
+}
+
+// The watchdog's third argument and the label are the lifetime in
+// seconds: the sandbox's own, else the Config's; 0 is none.
+func TestContainerSpecMaxLifetime(t *testing.T) {
+	cfg := DefaultConfig()
+	for _, c := range []struct {
+		sandbox, config time.Duration
+		want            string
+	}{
+		{0, 24 * time.Hour, "86400"},
+		{6 * time.Second, 24 * time.Hour, "6"},
+		{-1, 24 * time.Hour, "0"},
+		{0, 0, "0"},
+		{300 * time.Millisecond, 0, "1"},
+	} {
+		cfg.MaxLifetime = c.config
+		spec, err := containerSpec(SandboxOptions{Image: "img", MaxLifetime: c.sandbox}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := spec.Cmd[len(spec.Cmd)-1]; got != c.want || spec.Labels[LabelMaxLifetime] != c.want {
+			t.Errorf("sandbox %v, config %v: argument %s, label %s; want %s", c.sandbox, c.config, got, spec.Labels[LabelMaxLifetime], c.want)
+		}
 	}
 }
 

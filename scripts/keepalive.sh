@@ -1,28 +1,45 @@
 # shellcheck shell=sh
 # The container's main process, run by keepalive-launch.sh under bash or,
 # without bash, under sh: it exits (and the container removes itself)
-# once no other process has run for $1 seconds, checking every $2
-# seconds. Any process but init (pid 1) and this shell is a running
-# command: counting against a baseline taken at start would miss a
-# command that started before the shell did.
+# once no command the host started has run for $1 seconds, checking
+# every $2 seconds, or once it has run for $3 seconds (0: no limit), busy
+# or not.
+#
+# A command the host started is the root of an exec: it enters the
+# container's pid namespace from outside, so its parent is outside too
+# and its PPid reads 0. What it forks has a parent inside, and an orphan
+# is reparented to pid 1 (init, or this shell): a leftover such as
+# "setsid nohup sleep 1000 &" never counts. pid 1 (also PPid 0) is init
+# or this shell. Zombies (an exec root not yet reaped) are not running.
+# The relays to the host's proxies (forward.pl, tunnel.pl, named
+# sa-forward) are exec roots that run as long as the sandbox does: they
+# are not activity. Each check looks at what is alive then, not against a
+# baseline taken at start: that would miss a command started before it.
 #
 # Under bash it waits with read -t on a pipe that never delivers, so it
 # forks nothing after start: a fork bomb that exhausts the pids limit must
 # not kill the watchdog (and with it the container) with a failed fork.
 # The one fork, the process substitution that makes the pipe, is reaped
 # at once: bash does not reap it by itself until a later command, and a
-# zombie child would count against the pids limit and as activity. Other
-# shells fork sleep, and wait for it.
-#
-# The relays to the host's proxies (forward.pl, named sa-forward) run as
-# long as the sandbox does: they are not activity.
-ka=$1; iv=$2
+# zombie child would count against the pids limit. Other shells fork
+# sleep, and wait for it.
+ka=$1; iv=$2; life=${3:-0}
 busy() {
   for p in /proc/[0-9]*; do
     case ${p#/proc/} in 1|"$$") continue ;; esac
-    comm=
-    read -r comm < "$p/comm" 2>/dev/null
-    [ "$comm" = sa-forward ] || return 0
+    # /proc/PID/status begins Name, Umask, State, Tgid, Ngid, Pid, PPid:
+    # builtin reads, no fork. A process gone meanwhile leaves ppid empty.
+    name='' state='' ppid=''
+    while read -r k v; do
+      case $k in
+        Name:) name=$v ;;
+        State:) state=$v ;;
+        PPid:) ppid=$v; break ;;
+      esac
+    done 2>/dev/null < "$p/status"
+    [ "$ppid" = 0 ] || continue
+    case $state in Z*) continue ;; esac
+    [ "$name" = sa-forward ] || return 0
   done
   return 1
 }
@@ -36,10 +53,14 @@ if [ -n "$BASH_VERSION" ]; then
 else
   nap() { sleep "$iv"; }
 fi
-read -r up _ < /proc/uptime; last=${up%.*}
+read -r up _ < /proc/uptime; start=${up%.*}; last=$start
 while :; do
   nap
   read -r up _ < /proc/uptime; now=${up%.*}
+  if [ "$life" -gt 0 ] && [ $((now - start)) -ge "$life" ]; then
+    echo "sandbox-agent: max lifetime of $life s reached" >&2
+    exit 0
+  fi
   if busy; then last=$now; fi
   if [ $((now - last)) -ge "$ka" ]; then exit 0; fi
 done

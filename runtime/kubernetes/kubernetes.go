@@ -90,7 +90,8 @@ type Options struct {
 	// node takes many sandboxes that are mostly idle.
 	CPURequest, MemoryRequest string
 	// MaxLifetime is the pod's activeDeadlineSeconds, the backstop
-	// behind the keepalive watchdog (default 24h).
+	// behind the keepalive watchdog (default 24h); a sandbox with a
+	// shorter max lifetime (its label) gets its own.
 	MaxLifetime time.Duration
 	// ScheduleTimeout is how long a pod may stay unschedulable before
 	// Create fails with ErrUnschedulable. 0 (the default): as long as

@@ -97,6 +97,25 @@ func TestPodForRoundTrip(t *testing.T) {
 	}
 }
 
+// A sandbox's max lifetime shorter than the runtime's is the pod's
+// deadline; a longer one, none (0) or a broken label leaves the runtime's.
+func TestPodForDeadline(t *testing.T) {
+	r, _ := fakeRuntime(t) // MaxLifetime 1 h
+	for label, want := range map[string]int64{"": 3600, "0": 3600, "6": 6, "86400": 3600, "x": 3600} {
+		spec := hardenedSpec()
+		if label != "" {
+			spec.Labels[sandboxagent.LabelMaxLifetime] = label
+		}
+		pod, _, err := r.podFor(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := pod.Spec.ActiveDeadlineSeconds; d == nil || *d != want {
+			t.Errorf("label %q: deadline %v, want %d", label, d, want)
+		}
+	}
+}
+
 // What a pod cannot do is refused by name, never dropped.
 func TestPodForRefuses(t *testing.T) {
 	r, _ := fakeRuntime(t)

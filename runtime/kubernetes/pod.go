@@ -179,7 +179,14 @@ func (r *Runtime) podFor(spec sandboxagent.ContainerSpec) (*corev1.Pod, *corev1.
 	if spec.Runtime != "" {
 		runtimeClass = spec.Runtime
 	}
+	// The sandbox's own lifetime (its watchdog ends it then) binds the
+	// pod too when it is shorter than the runtime's: activeDeadlineSeconds
+	// holds even if the watchdog is gone. It counts from the pod's start,
+	// a little before the watchdog's.
 	deadline := int64(r.opts.MaxLifetime / time.Second)
+	if n, err := strconv.ParseInt(spec.Labels[sandboxagent.LabelMaxLifetime], 10, 64); err == nil && n > 0 && n < deadline {
+		deadline = n
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Labels: podLabels},
 		Spec: corev1.PodSpec{
