@@ -26,8 +26,8 @@ const (
 	LabelKeepalive = "sandbox-agent.keepalive"
 	// LabelMaxLifetime is the sandbox's hard lifetime in seconds (0: none).
 	LabelMaxLifetime = "sandbox-agent.max-lifetime"
-	LabelHost      = "sandbox-agent.host"
-	LabelPID       = "sandbox-agent.pid"
+	LabelHost        = "sandbox-agent.host"
+	LabelPID         = "sandbox-agent.pid"
 	// LabelSockets names the sandbox's socket folder (its base name), so
 	// gc can remove it when the owner died.
 	LabelSockets = "sandbox-agent.sockets"
