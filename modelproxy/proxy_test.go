@@ -2,6 +2,7 @@ package modelproxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"encoding/pem"
@@ -12,9 +13,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -844,5 +848,319 @@ func TestBodyClosedBeforeExcessCheck(t *testing.T) {
 	do(t, newReq(t, "POST", srv.URL, "0123456789"))
 	if err := <-got; err != io.EOF {
 		t.Errorf("read after the server closed the body: %v, want EOF", err)
+	}
+}
+
+// echoUpstream answers every request with its headers echoed as response
+// headers, a 103 and trailers echoing them too, and an SSE body echoing
+// the request's headers and body, then the key split at every position
+// across two flushed writes.
+func echoUpstream(t *testing.T) *httptest.Server {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		key := r.Header.Get("X-Api-Key")
+		w.Header().Set("Link", "<"+key+">")
+		w.WriteHeader(http.StatusEarlyHints)
+		for k, vs := range r.Header {
+			w.Header()["Echo-"+k] = vs
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Trailer", "Echo-Trailer")
+		flush := func() { http.NewResponseController(w).Flush() }
+		hb, _ := json.Marshal(r.Header)
+		fmt.Fprintf(w, "data: %s\n\ndata: %s\n\n", hb, body)
+		flush()
+		for i := range len(key) + 1 {
+			fmt.Fprintf(w, "data: %d %s", i, key[:i])
+			flush()
+			fmt.Fprintf(w, "%s\n\n", key[i:])
+			flush()
+		}
+		w.Header().Set("Echo-Trailer", key)
+	}))
+	t.Cleanup(up.Close)
+	return up
+}
+
+func TestEchoingUpstreamRedacted(t *testing.T) {
+	up := echoUpstream(t)
+	_, purl, rc := startProxy(t, Options{Upstream: up.URL, Key: testKey})
+	var early http.Header
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		early = http.Header(h).Clone()
+		return nil
+	}}
+	req := newReq(t, "POST", purl+"/v1/messages?beta=true", `{"messages":[{"content":"my token is `+testToken+`"}]}`)
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+	withToken(req, "X-Api-Key", testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	noSecrets(t, "response body", string(b))
+	for _, h := range []http.Header{resp.Header, resp.Trailer, early} {
+		hb, _ := json.Marshal(h)
+		noSecrets(t, "response headers", string(hb))
+	}
+	if resp.Header.Get("Echo-X-Api-Key") != redacted || resp.Trailer.Get("Echo-Trailer") != redacted || early.Get("Link") != "<"+redacted+">" {
+		t.Errorf("echoed headers %v, trailers %v, 103 %v", resp.Header, resp.Trailer, early)
+	}
+	// Every split of the key came back as one [REDACTED], in its event.
+	for i := range len(testKey) + 1 {
+		if want := fmt.Sprintf("data: %d %s\n\n", i, redacted); !strings.Contains(string(b), want) {
+			t.Errorf("missing %q", want)
+		}
+	}
+	if !strings.Contains(string(b), "my token is "+redacted) {
+		t.Errorf("the echoed request body: %s", b)
+	}
+	if rec := rc.next(t); rec.Status != 200 || rec.Error != "" || rec.BytesOut != int64(len(b)) {
+		t.Errorf("record %+v (body %d bytes)", rec, len(b))
+	}
+}
+
+// TestEchoWithContentLength: redaction changes the body's length, so the
+// upstream's Content-Length must not reach the client.
+func TestEchoWithContentLength(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body := `{"error":{"message":"bad key ` + r.Header.Get("Authorization") + `"}}`
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+		io.WriteString(w, body)
+	}))
+	defer up.Close()
+	_, purl, rc := startProxy(t, Options{Upstream: up.URL + "/v1", Key: testKey})
+	req := newReq(t, "POST", purl+"/v1/chat/completions", "{}")
+	withToken(req, "Authorization", testToken)
+	if code, body := do(t, req); code != 200 || body != `{"error":{"message":"bad key Bearer `+redacted+`"}}` {
+		t.Errorf("got %d %s", code, body)
+	}
+	if rec := rc.next(t); rec.Error != "" {
+		t.Errorf("record %+v", rec)
+	}
+}
+
+// tapRec is an Exchange that records what it saw and checks the order
+// and that no two calls overlap.
+type tapRec struct {
+	mu               sync.Mutex
+	calls            []string
+	req, resp        bytes.Buffer
+	status           int
+	header           http.Header
+	err              error
+	ends             int
+	overlap, badTurn bool
+	inCall           atomic.Int32
+}
+
+func (x *tapRec) enter(call string) func() {
+	if x.inCall.Add(1) != 1 {
+		x.overlap = true
+	}
+	x.mu.Lock()
+	if x.ends > 0 || call != "req" && call != "resp" && len(x.calls) == 0 && call != "end" {
+		x.badTurn = true
+	}
+	if call == "body" && !slices.Contains(x.calls, "resp") {
+		x.badTurn = true
+	}
+	x.calls = append(x.calls, call)
+	return func() { x.mu.Unlock(); x.inCall.Add(-1) }
+}
+
+func (x *tapRec) RequestBody(p []byte) { defer x.enter("req")(); x.req.Write(p) }
+func (x *tapRec) Response(status int, h http.Header) {
+	defer x.enter("resp")()
+	x.status, x.header = status, h
+}
+func (x *tapRec) ResponseBody(p []byte) { defer x.enter("body")(); x.resp.Write(p) }
+func (x *tapRec) End(err error) {
+	defer x.enter("end")()
+	x.ends++
+	x.err = err
+}
+
+func (x *tapRec) respBody() string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.resp.String()
+}
+
+// TestTap: the tap sees the request body and the raw response body whole
+// and in order, each response chunk before the client can read it, and
+// End once, last.
+func TestTap(t *testing.T) {
+	const first = "event: message_start\ndata: {\"type\":\"message_start\"}\n\n"
+	received := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, first)
+		http.NewResponseController(w).Flush()
+		select {
+		case <-received:
+		case <-time.After(5 * time.Second):
+		}
+		fmt.Fprintf(w, "data: %d bytes, key %s\n\n", len(body), r.Header.Get("X-Api-Key"))
+	}))
+	defer up.Close()
+	var taps []*tapRec
+	var tapped []string
+	tap := func(method, path string) Exchange {
+		x := &tapRec{}
+		taps, tapped = append(taps, x), append(tapped, method+" "+path)
+		return x
+	}
+	_, purl, rc := startProxy(t, Options{Upstream: up.URL, Key: testKey, Tap: tap})
+
+	// The body goes out in pieces (chunked).
+	pr, pw := io.Pipe()
+	var sent strings.Builder
+	go func() {
+		for i := range 50 {
+			s := fmt.Sprintf("{\"part\":%d,\"pad\":%q}\n", i, strings.Repeat("x", i*97))
+			sent.WriteString(s)
+			io.WriteString(pw, s)
+		}
+		pw.Close()
+	}()
+	req, _ := http.NewRequest("POST", purl+"/v1/messages", pr)
+	withToken(req, "X-Api-Key", testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	var got strings.Builder
+	for !strings.HasSuffix(got.String(), "\n\n") {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.WriteString(l)
+	}
+	// The client has the first event: the tap had it before.
+	if len(taps) != 1 || taps[0].respBody() != first {
+		t.Fatalf("when the client read the first event the tap had %q", taps[0].respBody())
+	}
+	close(received)
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noSecrets(t, "response body", string(rest))
+	rc.next(t) // Log comes after End
+	x := taps[0]
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	raw := first + fmt.Sprintf("data: %d bytes, key %s\n\n", sent.Len(), testKey)
+	switch {
+	case tapped[0] != "POST /v1/messages":
+		t.Errorf("Tap called with %q", tapped[0])
+	case x.req.String() != sent.String():
+		t.Errorf("request body seen %d bytes, sent %d", x.req.Len(), sent.Len())
+	case x.resp.String() != raw:
+		t.Errorf("response body seen %q, want the raw %q", x.resp.String(), raw)
+	case x.status != 200 || x.header.Get("Content-Type") != "text/event-stream":
+		t.Errorf("Response(%d, %v)", x.status, x.header)
+	case x.ends != 1 || x.err != nil || x.calls[len(x.calls)-1] != "end":
+		t.Errorf("End called %d times, err %v, calls %v", x.ends, x.err, x.calls)
+	case x.overlap || x.badTurn:
+		t.Errorf("calls overlapped (%t) or out of order: %v", x.overlap, x.calls)
+	}
+}
+
+// TestTapNotCalledForRefused: no Tap for a bad token or a refused route;
+// a nil Exchange forwards normally; an unreachable upstream ends with an
+// error and no Response.
+func TestTapNotCalledForRefused(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	var calls atomic.Int32
+	_, purl, rc := startProxy(t, Options{Upstream: up.URL, Key: testKey, Tap: func(string, string) Exchange {
+		calls.Add(1)
+		return nil
+	}})
+	for _, tc := range []struct {
+		path, tok string
+		code      int
+		tapped    bool
+	}{
+		{"/v1/messages", NewToken(), 401, false},
+		{"/key/generate", testToken, 403, false},
+		{"/v1/messages", testToken, 200, true},
+	} {
+		before := calls.Load()
+		req := newReq(t, "POST", purl+tc.path, "{}")
+		withToken(req, "X-Api-Key", tc.tok)
+		if code, _ := do(t, req); code != tc.code {
+			t.Errorf("%s: %d", tc.path, code)
+		}
+		rc.next(t)
+		if (calls.Load() > before) != tc.tapped {
+			t.Errorf("%s: tapped %t", tc.path, calls.Load() > before)
+		}
+	}
+
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	down := ln.Addr().String()
+	ln.Close()
+	x := &tapRec{}
+	_, purl, rc = startProxy(t, Options{Upstream: "http://" + down, Key: testKey, Tap: func(string, string) Exchange { return x }})
+	req := newReq(t, "POST", purl+"/v1/messages", "{}")
+	withToken(req, "X-Api-Key", testToken)
+	if code, _ := do(t, req); code != 502 {
+		t.Errorf("down: %d", code)
+	}
+	rc.next(t)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.ends != 1 || x.err == nil || !strings.HasPrefix(x.err.Error(), "upstream: ") || slices.Contains(x.calls, "resp") {
+		t.Errorf("down: calls %v, err %v", x.calls, x.err)
+	}
+	noSecrets(t, "End's error", x.err.Error())
+}
+
+// TestTapEndIsLast: the upstream answers without reading the request
+// body, which the client keeps sending; whatever the transport still
+// reads after the exchange ended is not passed on after End.
+func TestTapEndIsLast(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "early") }))
+	defer up.Close()
+	x := &tapRec{}
+	_, purl, rc := startProxy(t, Options{Upstream: up.URL, Key: testKey, Tap: func(string, string) Exchange { return x }})
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 200 {
+			if _, err := pw.Write(bytes.Repeat([]byte("y"), 4096)); err != nil {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		pw.Close()
+	}()
+	req, _ := http.NewRequest("POST", purl+"/v1/messages", pr)
+	withToken(req, "X-Api-Key", testToken)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	rc.next(t)
+	pw.CloseWithError(errors.New("test over"))
+	<-done
+	time.Sleep(50 * time.Millisecond) // let a late transport read happen
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.ends != 1 || x.badTurn || x.overlap || x.calls[len(x.calls)-1] != "end" {
+		t.Errorf("calls %v (bad order %t, overlap %t)", x.calls, x.badTurn, x.overlap)
 	}
 }
