@@ -130,7 +130,9 @@ func openHostSide(services map[string]http.Handler) (*hostSide, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host proxy sockets: %w", err)
 	}
-	dir, err := os.MkdirTemp(root, "s-")
+	// s-<our PID>-<random>: gc and later processes remove the folder
+	// once that process is gone (sweepSocketDirs).
+	dir, err := os.MkdirTemp(root, "s-"+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return nil, fmt.Errorf("host proxy sockets: %w", err)
 	}

@@ -216,6 +216,9 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	if err != nil {
 		return nil, err
 	}
+	if host != nil {
+		sweepLeftoverSockets(rt) // where we add one, clear the dead's
+	}
 	mountSockets := FeaturesOf(rt).BindMounts
 	if host != nil && mountSockets {
 		spec.Mounts = append(spec.Mounts, host.mount())
