@@ -80,6 +80,7 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts s
 			return nil, stop, err
 		}
 		ep.APIKey = fakeKey()
+		a.red.add(ep.APIKey)
 		script.ExpectKey = ep.APIKey
 		srv, err := fakemodel.New(script, fakemodel.Options{})
 		if err != nil {
@@ -196,33 +197,18 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 		}
 	}
 	var onEvent func(sandboxagent.Event)
-	enc := json.NewEncoder(a.stdout)
+	enc := a.jsonOut()
 	switch {
 	case *asJSON:
 		onEvent = func(e sandboxagent.Event) { _ = enc.Encode(e) }
-	case !*quiet && isTerminal(a.stderr):
+	case !*quiet && isTerminal(a.rawStderr):
 		onEvent = newProgress(a.stderr).event
 	}
 	res, turnErr := ag.Stream(ctx, prompt, onEvent)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeouts.Copy)
 	defer cancel()
 	dlErr := a.download(dctx, ag.Container(), downs)
-	if *asJSON {
-		rl := resultLine{Kind: "result", Reply: res.Reply, SessionID: res.SessionID, ExitCode: res.ExitCode, AuditDir: res.AuditDir}
-		if turnErr != nil {
-			rl.Error = turnErr.Error()
-		}
-		_ = enc.Encode(rl)
-	} else if turnErr == nil {
-		fmt.Fprintln(a.stdout, res.Reply)
-	}
-	if turnErr != nil {
-		fmt.Fprintf(a.stderr, "sandbox-agent: %v\n", turnErr)
-		var de *sandboxagent.DriverError
-		if errors.As(turnErr, &de) && de.Stderr != "" {
-			fmt.Fprintf(a.stderr, "%s stderr:\n%s\n", de.Driver, indent(de.Stderr))
-		}
-	}
+	a.printResult(enc, *asJSON, res, turnErr)
 	if dlErr != nil {
 		return a.fail(dlErr)
 	}
@@ -235,6 +221,28 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 		return exitAgentFailed
 	default:
 		return exitError
+	}
+}
+
+// printResult prints the turn's outcome: the result line (--json), or the
+// reply on stdout and the error on stderr. Both go through the doors of
+// output.go: the reply is the agent's text, hostile like all of it.
+func (a *app) printResult(enc *json.Encoder, asJSON bool, res sandboxagent.TurnResult, turnErr error) {
+	if asJSON {
+		rl := resultLine{Kind: "result", Reply: res.Reply, SessionID: res.SessionID, ExitCode: res.ExitCode, AuditDir: res.AuditDir}
+		if turnErr != nil {
+			rl.Error = turnErr.Error()
+		}
+		_ = enc.Encode(rl)
+	} else if turnErr == nil {
+		fmt.Fprintln(a.stdout, res.Reply)
+	}
+	if turnErr != nil {
+		fmt.Fprintf(a.stderr, "sandbox-agent: %s\n", errText(turnErr))
+		var de *sandboxagent.DriverError
+		if errors.As(turnErr, &de) && de.Stderr != "" {
+			fmt.Fprintf(a.stderr, "%s stderr:\n%s\n", line(de.Driver), indent(de.Stderr))
+		}
 	}
 }
 

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	units "github.com/docker/go-units"
+	"io"
 	"strings"
 	"time"
 
+	units "github.com/docker/go-units"
+
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/termsafe"
 )
 
 // defaultExecImage is the image exec uses when given none.
@@ -123,14 +126,23 @@ func (a *app) download(ctx context.Context, sb *sandboxagent.Sandbox, downs []co
 	var errs []error
 	for _, d := range downs {
 		rep, err := sb.Download(ctx, d.ctr, d.host)
-		for _, s := range rep.Skipped {
-			fmt.Fprintf(a.stderr, "sandbox-agent: download %s: skipped %s: %s\n", d.ctr, s.Name, s.Reason)
-		}
+		a.reportSkipped(d.ctr, rep)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// reportSkipped prints the entries a download skipped. The names come
+// from the sandbox: one line each, escaped.
+func (a *app) reportSkipped(ctr string, rep sandboxagent.DownloadReport) {
+	for _, s := range rep.Skipped {
+		fmt.Fprintf(a.stderr, "sandbox-agent: download %s: skipped %s: %s\n", line(ctr), line(s.Name), line(s.Reason))
+	}
+	if rep.SkippedOmitted > 0 {
+		fmt.Fprintf(a.stderr, "sandbox-agent: download %s: skipped %d more\n", line(ctr), rep.SkippedOmitted)
+	}
 }
 
 func runExec(ctx context.Context, a *app, args []string) int {
@@ -177,16 +189,18 @@ func runExec(ctx context.Context, a *app, args []string) int {
 			return a.fail(err)
 		}
 	}
+	stdout, stderr, flush := a.execStreams()
 	res, err := sb.Run(ctx, sandboxagent.ExecRequest{
 		Cmd: cmd, WorkDir: *workdir, User: *user, Timeout: *timeout,
-		Stdin: nil, Stdout: a.stdout, Stderr: a.stderr,
+		Stdin: nil, Stdout: stdout, Stderr: stderr,
 	})
+	flush()
 	var rerr *sandboxagent.ResourceError
 	switch {
 	case errors.As(err, &rerr):
 		// CMD hit a limit: say so, keep its exit code (137 for an OOM
 		// kill) and still download what it left.
-		fmt.Fprintf(a.stderr, "sandbox-agent: %v\n", err)
+		fmt.Fprintf(a.stderr, "sandbox-agent: %s\n", errText(err))
 	case err != nil && !res.TimedOut:
 		return a.fail(err)
 	}
@@ -206,9 +220,31 @@ func runExec(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	if err := sb.Close(); err != nil {
-		fmt.Fprintf(a.stderr, "sandbox-agent: %v\n", err)
+		fmt.Fprintf(a.stderr, "sandbox-agent: %s\n", errText(err))
 	}
 	return res.ExitCode
+}
+
+// execStreams are where CMD's stdout and stderr go. They are data, passed
+// through like docker exec's, so byte-exact into a pipe or a file; only a
+// terminal gets them escaped (termsafe), as a terminal would act on them.
+// Secrets are not redacted there: exec's sandbox is given no key.
+func (a *app) execStreams() (stdout, stderr io.Writer, flush func()) {
+	stdout, stderr = a.rawStdout, a.rawStderr
+	var ws []*termsafe.Writer
+	if isTerminal(stdout) {
+		w := termsafe.NewWriter(stdout)
+		stdout, ws = w, append(ws, w)
+	}
+	if isTerminal(stderr) {
+		w := termsafe.NewWriter(stderr)
+		stderr, ws = w, append(ws, w)
+	}
+	return stdout, stderr, func() {
+		for _, w := range ws {
+			_ = w.Flush()
+		}
+	}
 }
 
 func runGC(ctx context.Context, a *app, args []string) int {
@@ -232,10 +268,10 @@ func runGC(ctx context.Context, a *app, args []string) int {
 		verb = "would remove"
 	}
 	for _, e := range res.Removed {
-		fmt.Fprintf(a.stdout, "%s %s %s (%s)\n", verb, shortID(e.ID), e.Name, e.Reason)
+		fmt.Fprintf(a.stdout, "%s %s %s (%s)\n", verb, line(shortID(e.ID)), line(e.Name), line(e.Reason))
 	}
 	for _, e := range res.Kept {
-		fmt.Fprintf(a.stdout, "kept %s %s (%s)\n", shortID(e.ID), e.Name, e.Reason)
+		fmt.Fprintf(a.stdout, "kept %s %s (%s)\n", line(shortID(e.ID)), line(e.Name), line(e.Reason))
 	}
 	if err != nil {
 		return a.fail(err)
@@ -261,10 +297,10 @@ func runVersion(ctx context.Context, a *app, args []string) int {
 	}
 	info, err := rt.Info(ctx)
 	if err != nil {
-		fmt.Fprintf(a.stdout, "engine: unavailable (%v)\n", err)
+		fmt.Fprintf(a.stdout, "engine: unavailable (%s)\n", line(err.Error()))
 		return exitOK
 	}
-	fmt.Fprintf(a.stdout, "engine: %s %s (API %s)\n", info.Name, info.Version, info.APIVersion)
+	fmt.Fprintf(a.stdout, "engine: %s %s (API %s)\n", line(info.Name), line(info.Version), line(info.APIVersion))
 	return exitOK
 }
 
@@ -280,7 +316,8 @@ func (a *app) egressNotes(opts *sandboxagent.SandboxOptions) {
 	}
 	opts.OnEgress = func(r sandboxagent.EgressRecord) {
 		if !r.Allowed {
-			fmt.Fprintf(a.stderr, "sandbox-agent: egress to %s:%d denied: %s\n", r.Host, r.Port, r.Reason)
+			// The host is what the sandbox asked for.
+			fmt.Fprintf(a.stderr, "sandbox-agent: egress to %s:%d denied: %s\n", line(r.Host), r.Port, line(r.Reason))
 		}
 	}
 }

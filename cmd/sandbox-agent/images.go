@@ -160,15 +160,22 @@ func (a *app) imageSource(ctx context.Context) (sandboxagent.ImageSource, error)
 		return nil, nil // the cluster pulls by imagePullPolicy (image_policy)
 	}
 	tty := false
-	if f, ok := a.stderr.(*os.File); ok {
+	if f, ok := a.rawStderr.(*os.File); ok {
 		tty = images.IsTerminal(f)
+	}
+	// The pull progress redraws its line with its own controls, so it
+	// writes to the raw stream; the only text in it, the ref, is escaped.
+	pw := images.NewProgressWriter(a.rawStderr, tty)
+	onPull := func(pp images.PullProgress) {
+		pp.Ref = line(a.red.redact(pp.Ref))
+		pw.Pull(pp)
 	}
 	// The build trusts ca_cert_file as `images build` does: an unreadable
 	// one fails the build with its name rather than build without it.
 	return &images.Provider{
 		Engine: eng.images, Policy: a.cfg.ImagePolicy,
 		Build:  images.Options{Repo: a.cfg.ImageName, CACertFile: a.cfg.CACertFile, Progress: a.stderr},
-		OnPull: images.NewProgressWriter(a.stderr, tty).Pull, Log: a.stderr, Verify: a.cfg.ImageVerify,
+		OnPull: onPull, Log: a.stderr, Verify: a.cfg.ImageVerify,
 	}, nil
 }
 
@@ -347,7 +354,7 @@ func (a *app) digestFailures(errs []error) int {
 		return exitOK
 	}
 	for _, e := range errs {
-		fmt.Fprintf(a.stderr, "sandbox-agent: %v\n", e)
+		fmt.Fprintf(a.stderr, "sandbox-agent: %s\n", errText(e))
 	}
 	fmt.Fprintf(a.stderr, "sandbox-agent: %v: %d image(s) are not the expected ones\n", sandboxagent.ErrImageDigest, len(errs))
 	return exitDigest

@@ -29,9 +29,14 @@ type app struct {
 	cfg    sandboxagent.Config
 	cli    settings
 	getenv func(string) string
-	stdout io.Writer
-	stderr io.Writer
-	eng    *engine
+	// stdout and stderr print messages: redacted and terminal-safe
+	// (output.go). rawStdout and rawStderr are the streams themselves,
+	// for exec's data and the JSON lines.
+	stdout, stderr       io.Writer
+	rawStdout, rawStderr io.Writer
+	// red holds the secrets this run knows, never printed.
+	red *redactor
+	eng *engine
 	// images, when set, is the image source every agent shares (serve).
 	images sandboxagent.ImageSource
 }
@@ -60,7 +65,7 @@ func (a *app) engine(ctx context.Context) (*engine, error) {
 
 // fail prints a sandbox-agent error and returns its exit code.
 func (a *app) fail(err error) int {
-	fmt.Fprintf(a.stderr, "sandbox-agent: %v\n", err)
+	fmt.Fprintf(a.stderr, "sandbox-agent: %s\n", errText(err))
 	return exitError
 }
 
@@ -97,7 +102,12 @@ func usage(w io.Writer) {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	a := &app{stdout: stdout, stderr: stderr, getenv: getenv}
+	red := &redactor{}
+	a := &app{
+		stdout: &msgWriter{w: stdout, red: red}, stderr: &msgWriter{w: stderr, red: red},
+		rawStdout: stdout, rawStderr: stderr, red: red, getenv: getenv,
+	}
+	stdout, stderr = a.stdout, a.stderr
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stdout)
 		if len(args) == 0 {
@@ -116,6 +126,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return a.fail(err)
 	}
 	a.cfg, a.cli = cfg, cli
+	// The keys this run may use, known before anything can fail and
+	// quote one; realEndpoint, the fake model and serve add theirs.
+	for _, k := range []string{cli.gatewayKey, getenv("GATEWAY_KEY"), getenv("ZHIPUAI_CODING_TOKEN")} {
+		red.add(k)
+	}
 	defer func() {
 		if a.eng != nil {
 			a.eng.close()

@@ -7,10 +7,12 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/term"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/termsafe"
 )
 
 // progress prints one line per event of a running turn for a person
@@ -84,13 +86,18 @@ func (p *progress) event(e sandboxagent.Event) {
 	fmt.Fprintf(p.w, "%7.1fs  %s\n", p.now().Sub(p.start).Seconds(), line)
 }
 
-// clean makes s one line of printable characters, at most p.width runes.
+// clean makes s one short line: runs of white space become one space, at
+// most p.width characters are kept, and what a terminal would act on is
+// shown escaped (termsafe), not dropped, so the reader sees it was there.
 func (p *progress) clean(s string) string {
 	var b strings.Builder
 	n := 0
 	space := false
-	for _, r := range s {
-		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		raw := s[i : i+size] // an invalid byte stays itself, for Line to show
+		i += size
+		if unicode.IsSpace(r) {
 			space = b.Len() > 0
 			continue
 		}
@@ -105,9 +112,9 @@ func (p *progress) clean(s string) string {
 			b.WriteString("…")
 			break
 		}
-		b.WriteRune(r)
+		b.WriteString(raw)
 	}
-	return b.String()
+	return termsafe.Line(b.String())
 }
 
 // isTerminal reports whether w is a terminal.

@@ -31,8 +31,9 @@ func TestProgressLines(t *testing.T) {
 		{"raw", sandboxagent.Event{Kind: sandboxagent.KindRaw, Payload: sandboxagent.Payload{Raw: "x"}}, ""},
 		{"done", sandboxagent.Event{Kind: sandboxagent.KindDone}, "done"},
 		// Hostile output: escapes and control characters never reach
-		// the terminal.
-		{"escapes", sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{Tool: "bash\x1b[2J", Command: "echo \x1b]0;owned\x07\r\x00x"}}, "tool    bash [2J: echo ]0;owned x"},
+		// the terminal; they are shown escaped.
+		{"escapes", sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{Tool: "bash\x1b[2J", Command: "echo \x1b]0;owned\x07\r\x00x"}}, `tool    bash\x1b[2J: echo \x1b]0;owned\x07 \x00x`},
+		{"C1, bidi, invalid UTF-8", sandboxagent.Event{Kind: sandboxagent.KindText, Payload: sandboxagent.Payload{Text: "a\u009b2J \x9b2J \u202eexe.txt \xff"}}, `text    a\u009b2J \x9b2J \u202eexe.txt \xff`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer

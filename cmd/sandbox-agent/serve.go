@@ -62,6 +62,7 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(fmt.Errorf("serve: %w", err))
 	}
+	a.red.add(token)
 	log := slog.New(slog.NewTextHandler(a.stderr, nil))
 	if created {
 		log.Info("generated a bearer token", "token_file", *tokenFile)

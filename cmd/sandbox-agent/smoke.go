@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -79,7 +78,7 @@ func runSmoke(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	var mu sync.Mutex
-	enc := json.NewEncoder(a.stdout)
+	enc := a.jsonOut()
 	results := smoke.Run(ctx, smoke.Options{
 		Runtime: sandboxagent.LimitStarts(rt, a.cli.maxConcurrentStarts), Config: a.cfg, Fake: *fake, Image: *image,
 		Egress: egress, AllowHosts: allow, Images: src,
@@ -90,7 +89,7 @@ func runSmoke(ctx context.Context, a *app, args []string) int {
 				_ = enc.Encode(r)
 				return
 			}
-			fmt.Fprintf(a.stderr, "%-9s %-15s %-4s %6.1fs %s\n", r.Driver, r.Step, r.Status, r.Duration.Seconds(), firstLine(r.Detail))
+			fmt.Fprintf(a.stderr, "%-9s %-15s %-4s %6.1fs %s\n", r.Driver, r.Step, r.Status, r.Duration.Seconds(), line(firstLine(r.Detail)))
 		},
 	}, targets)
 	failed := 0
@@ -137,7 +136,8 @@ func printSummary(a *app, names []string, results []smoke.StepResult) {
 	var fails []string
 	for _, r := range results {
 		if r.Status == smoke.Fail {
-			fails = append(fails, fmt.Sprintf("  %s/%s: %s", r.Driver, r.Step, r.Detail))
+			// Details quote the agents: continuation lines indented.
+			fails = append(fails, fmt.Sprintf("  %s/%s: %s", r.Driver, r.Step, strings.ReplaceAll(r.Detail, "\n", "\n    ")))
 		}
 	}
 	slices.Sort(fails)
