@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+
+	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 )
 
 // ContainerOps are the only three primitives a Driver may use to touch the
@@ -226,4 +228,19 @@ type ModelRouter interface {
 type ModelRoute struct {
 	Upstream string // base URL, e.g. "https://api.anthropic.com" or "http://127.0.0.1:8080/v1"
 	Key      string // "" = none
+	// APIs are the wire APIs the CLI speaks there, as modelproxy names
+	// them ("anthropic-messages", "openai-chat", "openai-responses"; no ""
+	// entries): the proxy forwards only their routes and refuses the rest
+	// of the upstream (a gateway's key or admin routes) with 403. Empty =
+	// all three.
+	APIs []string
+}
+
+// proxyAPIs converts APIs for modelproxy.Options.
+func (r ModelRoute) proxyAPIs() []modelproxy.API {
+	apis := make([]modelproxy.API, len(r.APIs))
+	for i, a := range r.APIs {
+		apis[i] = modelproxy.API(a)
+	}
+	return apis
 }

@@ -1,6 +1,9 @@
 package claude
 
-import sandboxagent "github.com/sandbox-agent/sandbox-agent"
+import (
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/modelproxy"
+)
 
 // DefaultBaseURL is Anthropic's API, where the CLI goes without a BaseURL.
 const DefaultBaseURL = "https://api.anthropic.com"
@@ -13,7 +16,8 @@ func (d *Driver) ModelRoute() (sandboxagent.ModelRoute, error) {
 	if u == "" {
 		u = DefaultBaseURL
 	}
-	return sandboxagent.ModelRoute{Upstream: u, Key: d.o.APIKey}, nil
+	// claude calls POST /v1/messages (and probes HEAD /api/hello).
+	return sandboxagent.ModelRoute{Upstream: u, Key: d.o.APIKey, APIs: []string{string(modelproxy.APIAnthropicMessages)}}, nil
 }
 
 // Routed implements sandboxagent.ModelRouter.

@@ -1,6 +1,9 @@
 package dsh
 
-import sandboxagent "github.com/sandbox-agent/sandbox-agent"
+import (
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/modelproxy"
+)
 
 // DeepSeekBaseURL is DeepSeek's API, where dsh's DeepSeek adapter goes
 // without a BaseURL.
@@ -14,7 +17,9 @@ func (d *Driver) ModelRoute() (sandboxagent.ModelRoute, error) {
 	if u == "" {
 		u = DeepSeekBaseURL
 	}
-	return sandboxagent.ModelRoute{Upstream: u, Key: d.o.APIKey}, nil
+	// Both the DeepSeek adapter and the generic route (pi-ai's
+	// openai-completions) append /chat/completions to the base URL.
+	return sandboxagent.ModelRoute{Upstream: u, Key: d.o.APIKey, APIs: []string{string(modelproxy.APIOpenAIChat)}}, nil
 }
 
 // Routed implements sandboxagent.ModelRouter. The adapter stays the same

@@ -4,7 +4,16 @@ import (
 	"fmt"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 )
+
+// proxyAPIs map pi's custom-provider APIs to the model proxy's: the
+// proxy forwards only these wire APIs' routes.
+var proxyAPIs = map[string]modelproxy.API{
+	"openai-completions": modelproxy.APIOpenAIChat,
+	"openai-responses":   modelproxy.APIOpenAIResponses,
+	"anthropic-messages": modelproxy.APIAnthropicMessages,
+}
 
 var _ sandboxagent.ModelRouter = (*Driver)(nil)
 
@@ -16,7 +25,12 @@ func (d *Driver) ModelRoute() (sandboxagent.ModelRoute, error) {
 		return sandboxagent.ModelRoute{}, fmt.Errorf("%w: pi: built-in provider %q: set Options.BaseURL (and API) to its endpoint to route it through the model proxy, or use egress open",
 			sandboxagent.ErrInvalidArgument, d.provider())
 	}
-	return sandboxagent.ModelRoute{Upstream: d.o.BaseURL, Key: d.o.APIKey}, nil
+	api, ok := proxyAPIs[d.api()]
+	if !ok {
+		return sandboxagent.ModelRoute{}, fmt.Errorf("%w: pi: API %q: the model proxy forwards only openai-completions, openai-responses and anthropic-messages; use egress open",
+			sandboxagent.ErrInvalidArgument, d.api())
+	}
+	return sandboxagent.ModelRoute{Upstream: d.o.BaseURL, Key: d.o.APIKey, APIs: []string{string(api)}}, nil
 }
 
 // Routed implements sandboxagent.ModelRouter.
