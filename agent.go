@@ -183,7 +183,7 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 		token = modelproxy.NewToken()
 		a.secrets = append(a.secrets, token)
 		a.proxy, err = modelproxy.New(modelproxy.Options{
-			Upstream: route.Upstream, Key: route.Key, Token: token, CACertFile: cfg.CACertFile, Log: a.modelRecord,
+			Upstream: route.Upstream, Key: route.Key, Token: token, CACertFile: cfg.CACertFile, Log: a.modelRecord, APIs: route.proxyAPIs(),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: model proxy: %w", ErrInvalidArgument, drv.Name(), err)
