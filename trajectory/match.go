@@ -47,7 +47,10 @@ func OutputMatches(sent, reported string) bool {
 	if strings.Contains(nb, o) {
 		return true
 	}
-	pieces := truncMarkerRE.Split(body, -1)
+	var pieces []string
+	for _, p := range inlineCutRE.Split(body, -1) {
+		pieces = append(pieces, cutLineRE.Split(p, -1)...)
+	}
 	if len(pieces) < 2 {
 		return false
 	}
@@ -68,9 +71,10 @@ func OutputMatches(sent, reported string) bool {
 
 var (
 	placeholderRE = regexp.MustCompile(`(?i)^\(.*\bno output\b.*\)$`)
-	// A whole line about a cut, or codex's inline "…N tokens truncated…".
-	truncMarkerRE = regexp.MustCompile(`(?im)^[^\n]*\b(truncated|omitted)\b[^\n]*$|…\d+ \w+ truncated…`)
-	headerLineRE  = regexp.MustCompile(`^(Process exited with code -?\d+|Process running with session ID \d+|[A-Z][A-Za-z ]{1,40}: .*)$`)
+	// Codex's inline "…N tokens truncated…", then whole lines about a cut.
+	inlineCutRE  = regexp.MustCompile(`…\d+ \w+ truncated…`)
+	cutLineRE    = regexp.MustCompile(`(?im)^[^\n]*\b(truncated|omitted)\b[^\n]*$`)
+	headerLineRE = regexp.MustCompile(`^(Process exited with code -?\d+|Process running with session ID \d+|[A-Z][A-Za-z ]{1,40}: .*)$`)
 )
 
 // envelopeBody returns the output inside codex's result envelope: header

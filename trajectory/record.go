@@ -109,7 +109,8 @@ type Exchange struct {
 
 	// Request side. RequestBody runs on the transport's goroutine.
 	reqMu     sync.Mutex
-	reqBuf    []byte
+	reqBuf    [][]byte // blocks of reqBlock bytes: growing never copies
+	reqLen    int
 	reqOver   bool
 	reqClosed bool // parsed or given up: later bytes are dropped
 
@@ -186,12 +187,26 @@ func (x *Exchange) RequestBody(p []byte) {
 	defer x.reqMu.Unlock()
 	switch {
 	case x.reqClosed || x.reqOver:
-	case len(x.reqBuf)+len(p) > x.lim.request:
+	case x.reqLen+len(p) > x.lim.request:
 		x.reqOver, x.reqBuf = true, nil
 	default:
-		x.reqBuf = append(x.reqBuf, p...)
+		x.reqLen += len(p)
+		for len(p) > 0 {
+			n := len(x.reqBuf)
+			if n == 0 || len(x.reqBuf[n-1]) == cap(x.reqBuf[n-1]) {
+				x.reqBuf = append(x.reqBuf, make([]byte, 0, reqBlock))
+				n++
+			}
+			b := x.reqBuf[n-1]
+			k := min(len(p), cap(b)-len(b))
+			x.reqBuf[n-1] = append(b, p[:k]...)
+			p = p[k:]
+		}
 	}
 }
+
+// reqBlock is the size of a request buffer block.
+const reqBlock = 64 << 10
 
 // Response notes the status and how the body is framed.
 func (x *Exchange) Response(status int, header http.Header) {

@@ -135,13 +135,20 @@ func (x *Exchange) parseRequest(final bool) {
 		return
 	}
 	x.reqMu.Lock()
-	// Appends never touch bytes below len, so the slice can be read
-	// without the lock while RequestBody goes on appending.
-	buf, over := x.reqBuf[:len(x.reqBuf):len(x.reqBuf)], x.reqOver
+	// Appends never touch bytes below a block's len, so the blocks can be
+	// read without the lock while RequestBody goes on appending.
+	blocks, n, over := append([][]byte(nil), x.reqBuf...), x.reqLen, x.reqOver
 	if final {
 		x.reqClosed = true
 	}
 	x.reqMu.Unlock()
+	if !final && !over && !endsObject(blocks) {
+		return // still arriving: do not copy megabytes for nothing
+	}
+	buf := make([]byte, 0, n)
+	for _, b := range blocks {
+		buf = append(buf, b...)
+	}
 
 	var info reqInfo
 	err := errIncomplete
@@ -153,7 +160,7 @@ func (x *Exchange) parseRequest(final bool) {
 	}
 	x.reqParsed = true
 	x.reqMu.Lock()
-	x.reqBuf, x.reqClosed = nil, true
+	x.reqBuf, x.reqLen, x.reqClosed = nil, 0, true
 	x.reqMu.Unlock()
 
 	r := x.r
@@ -186,4 +193,15 @@ func (x *Exchange) parseRequest(final bool) {
 		r.results[res.callID] = &result{output: res.output, isError: res.isError, n: x.n}
 		r.nResults++
 	}
+}
+
+// endsObject reports whether the buffered bytes end with '}' (ignoring
+// trailing whitespace), as a whole JSON object must.
+func endsObject(blocks [][]byte) bool {
+	for i := len(blocks) - 1; i >= 0; i-- {
+		if t := bytes.TrimRight(blocks[i], " \t\r\n"); len(t) > 0 {
+			return t[len(t)-1] == '}'
+		}
+	}
+	return false
 }
