@@ -18,13 +18,13 @@ func (a *app) realEndpoint(name, provider, keyEnv string) (drivers.Endpoint, err
 		if key == "" {
 			return drivers.Endpoint{}, fmt.Errorf("no API key for opencode: set %s (or use --fake-model)", keyEnv)
 		}
-		a.red.add(key)
+		a.secret(key)
 		return drivers.Endpoint{Provider: provider, APIKey: key}, nil
 	}
 	ep := drivers.Endpoint{BaseURL: a.cli.gatewayURL, APIKey: a.cli.gatewayKey}
 	if keyEnv != "" {
 		ep.APIKey = a.getenv(keyEnv)
 	}
-	a.red.add(ep.APIKey)
+	a.secret(ep.APIKey)
 	return ep, nil
 }

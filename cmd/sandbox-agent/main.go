@@ -129,7 +129,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	// The keys this run may use, known before anything can fail and
 	// quote one; realEndpoint, the fake model and serve add theirs.
 	for _, k := range []string{cli.gatewayKey, getenv("GATEWAY_KEY"), getenv("ZHIPUAI_CODING_TOKEN")} {
-		red.add(k)
+		a.secret(k)
 	}
 	defer func() {
 		if a.eng != nil {

@@ -71,6 +71,15 @@ func (r *redactor) redact(s string) string {
 	return s
 }
 
+// secret registers k with the run's redactor. The built-in gateway key is
+// a public placeholder, not a secret: redacting it would only garble
+// text that happens to contain it.
+func (a *app) secret(k string) {
+	if k != defaultSettings().gatewayKey {
+		a.red.add(k)
+	}
+}
+
 // msgWriter prints messages for a person: each write is redacted, then
 // escaped. Writers print a message per write (fmt, slog, tabwriter's
 // cells), so a secret or a character is not cut between two.

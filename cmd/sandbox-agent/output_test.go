@@ -217,3 +217,25 @@ func TestRunRedactsEnvironmentKeys(t *testing.T) {
 		t.Errorf("exit %d stderr %q", code, stderr)
 	}
 }
+
+// The key an endpoint uses is redacted from then on; the built-in gateway
+// placeholder is not a secret.
+func TestEndpointKeysAreRedacted(t *testing.T) {
+	a, _, errb := testApp()
+	a.cli = defaultSettings()
+	a.getenv = func(k string) string {
+		return map[string]string{"MY_KEY": "sk-mine-0123456789", "ZHIPUAI_CODING_TOKEN": "zk-0123456789"}[k]
+	}
+	for _, n := range []string{"claude", "opencode"} {
+		if _, err := a.realEndpoint(n, "p", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.realEndpoint("pi", "", "MY_KEY"); err != nil {
+		t.Fatal(err)
+	}
+	a.fail(errors.New("keys: sk-mine-0123456789 zk-0123456789 " + defaultSettings().gatewayKey))
+	if want := "sandbox-agent: keys: [REDACTED] [REDACTED] sk-sandbox-agent\n"; errb.String() != want {
+		t.Errorf("got %q, want %q", errb.String(), want)
+	}
+}
