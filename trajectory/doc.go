@@ -45,4 +45,13 @@
 //     shapes it does not know are counted as unparsed, not guessed at.
 //   - Text matching is whitespace-normalised containment: a CLI event that
 //     prints a fragment of the model's text matches, as a delta must.
+//
+// # Cost
+//
+//	go test -run '^$' -bench BenchmarkRecordExchange ./trajectory/
+//
+// On a 2-core CI machine: a 200-event Anthropic SSE answer costs the proxy
+// about 1.4 ms in all (7 µs an event, parsed as it passes); buffering a
+// 500 KB request about 1.1 ms (64 KiB blocks, never copied on the path);
+// parsing that request, off the path, about 21 ms.
 package trajectory
