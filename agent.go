@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandbox-agent/sandbox-agent/audit"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
+	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
 
 // unknownSessionPrefix starts the session id of a turn whose CLI never
@@ -31,7 +32,8 @@ type Agent struct {
 
 	srv atomic.Pointer[cliServer] // the long-lived CLI process (LongLived drivers)
 
-	proxy *modelproxy.Proxy // nil when the CLI holds its own key (EgressOpen, unroutable driver)
+	proxy *modelproxy.Proxy                 // nil when the CLI holds its own key (EgressOpen, unroutable driver)
+	rec   atomic.Pointer[trajectory.Record] // the running turn's, for the proxy's tap
 	net   *networkLog
 
 	secrets []string // the driver's own and the routed copy's: redacted everywhere
@@ -184,6 +186,7 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 		a.secrets = append(a.secrets, token)
 		a.proxy, err = modelproxy.New(modelproxy.Options{
 			Upstream: route.Upstream, Key: route.Key, Token: token, CACertFile: cfg.CACertFile, Log: a.modelRecord, APIs: route.proxyAPIs(),
+			Tap: a.tap,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: model proxy: %w", ErrInvalidArgument, drv.Name(), err)

@@ -25,6 +25,10 @@ const (
 	// the turn was ended with ErrOutputLimit and payload.text says which
 	// bound and what was dropped.
 	KindOutputLimit EventKind = "output_limit"
+	// KindUnverified: an event the CLI printed is not backed by what the
+	// model proxy saw (a forged line, say); Line names it, payload.text
+	// says what was missing. The event itself is kept, with verified false.
+	KindUnverified EventKind = "unverified"
 )
 
 // Event is one normalized thing that happened in a turn. Field names are
@@ -39,6 +43,12 @@ type Event struct {
 	Line int `json:"line"`
 	// Turn is the 1-based turn of the agent that produced it.
 	Turn int `json:"turn"`
+	// Verified says whether the model proxy's record backs a tool_call,
+	// tool_result, text or thinking event: true when it does, false when
+	// it does not (the line may be forged), absent when the event was not
+	// checked (other kinds, no model proxy) or, while the turn runs, not
+	// yet decided (TurnResult.Events hold the final verdicts).
+	Verified *bool `json:"verified,omitempty"`
 }
 
 // Payload carries an event's data; only the fields that apply are set.

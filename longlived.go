@@ -238,6 +238,10 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 	timeout := time.NewTimer(a.cfg.Timeouts.Ask)
 	defer timeout.Stop()
 	var settle <-chan time.Time
+	// An end line the model's record did not back: the turn goes on
+	// until a backed end, or quiet (see unbackedQuiet).
+	var quiet <-chan time.Time
+	unbacked := false
 	aborting := ctx.Done()
 	lines := 0 // of this turn
 	for {
@@ -246,13 +250,32 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 			lines++
 			settle = nil
 			t.line(l.raw, l.cut)
-			if done, wait := ender.Ended(); done && (wait <= 0 || abortBy != nil) {
+			done, wait := ender.Ended()
+			switch {
+			case !done:
+			case abortBy == nil && !t.endBacked():
+				// Not the model's end (a forged line, say): read on.
+				unbacked = true
+				quiet = time.After(t.unbackedQuiet())
+			case unbacked && abortBy == nil:
+				settle = time.After(forgedEndSettle)
+			case wait <= 0 || abortBy != nil:
 				return ended(), false, nil
-			} else if done {
+			default:
 				settle = time.After(wait)
 			}
 		case <-settle:
 			return ended(), false, nil
+		case <-quiet:
+			switch {
+			case t.endBacked():
+				return ended(), false, nil
+			case t.rec.InFlight():
+				quiet = time.After(t.unbackedQuiet())
+			default:
+				t.unbackedEnd = true
+				return ended(), false, nil
+			}
 		case err := <-written:
 			written = nil
 			if err != nil && s.alive() {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/audit"
+	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
 
 // sessionState is what the agent knows of one CLI session: where its
@@ -47,6 +48,9 @@ type turnStatus struct {
 	Events     int       `json:"events"`
 	FirstLine  int       `json:"first_line,omitempty"`
 	LastLine   int       `json:"last_line,omitempty"`
+	// Verification is the check of the CLI's events against the model
+	// proxy's record (absent without a model proxy).
+	Verification *turnVerification `json:"verification,omitempty"`
 }
 
 // maxLineBytes bounds one line of CLI output held in memory; a longer
@@ -82,12 +86,24 @@ type turn struct {
 	auditStart  int64 // the session log's size when this turn opened it
 	limitErr    error
 	dropped     struct{ lines, bytes int64 }
+
+	// rec is what the model proxy saw of this turn (nil without a proxy);
+	// verification is the check of the CLI's events against it.
+	rec          *trajectory.Record
+	verification *turnVerification
+	unbackedEnd  bool              // a long-lived turn ended on the CLI's word alone
+	callIDs      map[string]string // the CLI's tool call id -> the model's, where they differ
 }
 
 func (t *turn) run(ctx context.Context) (TurnResult, error) {
 	a := t.a
 	ctx, t.cancel = context.WithCancelCause(ctx)
 	defer t.cancel(nil)
+	if a.proxy != nil {
+		t.rec = &trajectory.Record{}
+		a.rec.Store(t.rec)
+		defer a.rec.Store(nil)
+	}
 	ll, longLived := a.longLived()
 	var inv Invocation
 	var err error
@@ -140,6 +156,9 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 			t.setSession(out.SessionID)
 		}
 		res.Reply = out.Reply
+		if t.rec != nil {
+			res.Reply, t.verification = t.verifyTurn(out.Reply)
+		}
 		var de *DriverError
 		switch {
 		case errors.As(ferr, &de):
@@ -164,6 +183,12 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 		case t.lines < t.firstLine && out.Reply == "":
 			err = &DriverError{Driver: a.drv.Name(), Message: ErrNoOutput.Error(), ExitCode: xres.ExitCode, Stderr: stderr, Err: ErrNoOutput}
 		}
+	}
+	if t.rec != nil && t.verification == nil { // the turn failed before its outcome
+		_, t.verification = t.verifyTurn("")
+	}
+	if t.verification != nil && t.unbackedEnd {
+		t.verification.UnbackedEnd = true
 	}
 	if t.limitErr != nil {
 		t.recordDropped()
@@ -246,6 +271,7 @@ func (t *turn) line(raw []byte, cut bool) {
 		if !t.keep(ev) {
 			return
 		}
+		t.verifyNow(&ev)
 		t.emit(ev)
 	}
 }
@@ -404,6 +430,7 @@ func (t *turn) finish(res TurnResult, err error) {
 		if err != nil {
 			ts.Error = t.redact(err.Error())
 		}
+		ts.Verification = t.verification
 		st.status.Turns = append(st.status.Turns, ts)
 		st.status.SessionID = t.session
 		st.status.Driver = a.drv.Name()

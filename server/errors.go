@@ -24,6 +24,7 @@ const (
 	KindUnsupported       = "unsupported"
 	KindEngineUnavailable = "engine_unavailable"
 	KindTimeout           = "timeout"
+	KindOutputLimit       = "output_limit"
 	KindInterrupted       = "interrupted"
 	KindInternal          = "internal"
 )
@@ -84,6 +85,9 @@ func classify(err error) (int, errorBody) {
 		status, body.Kind = http.StatusNotFound, KindNotFound
 	case errors.Is(err, sandboxagent.ErrUnsupported), errors.Is(err, sandboxagent.ErrUnsupportedByRuntime):
 		status, body.Kind = http.StatusNotImplemented, KindUnsupported
+	case errors.Is(err, sandboxagent.ErrOutputLimit):
+		// The sandbox's CLI output passed a max_turn_*/max_audit_* bound.
+		status, body.Kind = http.StatusUnprocessableEntity, KindOutputLimit
 	case errors.Is(err, sandboxagent.ErrLimitExceeded):
 		// A download over max_download_* (the request was fine).
 		status, body.Kind = http.StatusUnprocessableEntity, KindTooLarge

@@ -170,6 +170,7 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("x: %w", sandboxagent.ErrUnsupported), 501, KindUnsupported},
 		{fmt.Errorf("x: %w", sandboxagent.ErrUnsafeArchive), 422, KindUnsafeArchive},
 		{fmt.Errorf("x: %w", sandboxagent.ErrLimitExceeded), 422, KindTooLarge},
+		{fmt.Errorf("x: %w", sandboxagent.ErrOutputLimit), 422, KindOutputLimit},
 		{fmt.Errorf("x: %w", sandboxagent.ErrCLIExited), 422, KindDriverError},
 		{&sandboxagent.ResourceError{}, 422, KindDriverError},
 		{&http.MaxBytesError{Limit: 5}, 413, KindTooLarge},

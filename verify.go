@@ -1,0 +1,238 @@
+package sandboxagent
+
+// Verification: the CLI's output travels through the sandbox, where a
+// tool (code the model chose) can write into the same pipe. What the
+// model proxy saw on the host (trajectory.Record) cannot be written from
+// inside, so each event the CLI printed is checked against it, and the
+// turn's reply is the model's final answer as the proxy saw it.
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/modelproxy"
+	"github.com/sandbox-agent/sandbox-agent/trajectory"
+)
+
+// tap hands the model proxy's exchanges during a turn to the turn's
+// record; outside a turn nothing is recorded.
+func (a *Agent) tap(method, path string) modelproxy.Exchange {
+	r := a.rec.Load()
+	if r == nil {
+		return nil
+	}
+	if x := r.Begin(method, path); x != nil {
+		return x
+	}
+	return nil
+}
+
+// verifiable reports whether events of kind k can be checked against the
+// model's record.
+func verifiable(ev Event) bool {
+	switch ev.Kind {
+	case KindToolCall:
+		return true
+	case KindToolResult:
+		return ev.Payload.CallID != ""
+	case KindText, KindThinking:
+		return strings.TrimSpace(ev.Payload.Text) != ""
+	}
+	return false
+}
+
+// backed reports whether the model's record holds ev, and if not, what is
+// missing. A CLI that names tool calls with ids of its own (codex's
+// item ids) has its calls matched by command or input, and the model's id
+// is remembered for the call's result.
+func (t *turn) backed(ev Event) (bool, string) {
+	r, p := t.rec, ev.Payload
+	switch ev.Kind {
+	case KindToolCall:
+		if p.CallID != "" {
+			if _, ok := r.ToolCall(p.CallID); ok {
+				return true, ""
+			}
+		}
+		var c trajectory.ToolCall
+		ok := false
+		if p.Command != "" {
+			c, ok = r.FindCommand(p.Command)
+		}
+		if !ok && p.Tool != "" && len(p.Input) > 0 {
+			c, ok = r.FindToolCall(p.Tool, p.Input)
+		}
+		if ok {
+			if p.CallID != "" && c.ID != "" && c.ID != p.CallID {
+				if t.callIDs == nil {
+					t.callIDs = map[string]string{}
+				}
+				t.callIDs[p.CallID] = c.ID
+			}
+			return true, ""
+		}
+		return false, fmt.Sprintf("tool call %q (%s) that the model never asked for", p.CallID, clip(firstOf(p.Command, p.Tool), 200))
+	case KindToolResult:
+		id := p.CallID
+		if mid, ok := t.callIDs[id]; ok {
+			id = mid
+		}
+		if r.ResultMatches(id, p.Output) {
+			return true, ""
+		}
+		if _, ok := r.ToolCall(id); !ok {
+			return false, fmt.Sprintf("tool result for call %q, which the model never asked for", p.CallID)
+		}
+		return false, fmt.Sprintf("tool result for call %q that differs from what the CLI sent the model", p.CallID)
+	case KindText:
+		if r.HasText(p.Text) {
+			return true, ""
+		}
+		return false, "text the model never sent"
+	case KindThinking:
+		if r.HasReasoning(p.Text) {
+			return true, ""
+		}
+		return false, "reasoning the model never sent"
+	}
+	return false, ""
+}
+
+// verifyNow marks ev verified when the record already backs it. The
+// model's answers are parsed before the proxy forwards them, so a tool
+// call or text the CLI prints is normally backed at once; what is not is
+// decided at the turn's end (tool results reach the model only later).
+func (t *turn) verifyNow(ev *Event) {
+	if t.rec == nil || !verifiable(*ev) {
+		return
+	}
+	if ok, _ := t.backed(*ev); ok {
+		ev.Verified = &verifiedTrue
+	}
+}
+
+var verifiedTrue, verifiedFalse = true, false
+
+// maxReportedUnverified bounds the unverified events a turn reports one by
+// one; the count covers the rest.
+const maxReportedUnverified = 1000
+
+// turnVerification is status.json's account of a turn's check against
+// the model proxy's record.
+type turnVerification struct {
+	Model      trajectory.Summary `json:"model"`
+	Verified   int                `json:"verified"`
+	Unverified int                `json:"unverified"`
+	// UnverifiedLines are the session.jsonl lines of unverified events
+	// (the first maxReportedUnverified).
+	UnverifiedLines []int `json:"unverified_lines,omitempty"`
+	// CLIReply is what the CLI gave as the reply when it was not the
+	// model's final answer (which is the turn's reply).
+	CLIReply string `json:"cli_reply,omitempty"`
+	// NoFinalAnswer: the model gave no final answer the proxy saw (an
+	// error, an abort); the reply is empty unless the CLI's is backed.
+	NoFinalAnswer bool `json:"no_final_answer,omitempty"`
+	// UnbackedEnd: a long-lived CLI said the turn was over while the
+	// model's record did not, and stayed quiet (see endBacked).
+	UnbackedEnd bool `json:"unbacked_end,omitempty"`
+}
+
+// endBacked reports whether the model's record agrees that the turn is
+// over: its last agent-loop answer asked for no tool (or failed) and no
+// request is under way. A long-lived CLI's end-of-turn line is believed
+// only then: a forged one must not end the turn and make the next line
+// of this turn the start of the next.
+func (t *turn) endBacked() bool {
+	return t.rec == nil || t.rec.Settled()
+}
+
+// unbackedQuiet is how long a long-lived turn whose CLI said it ended,
+// without the record agreeing, waits in silence (no line, no request
+// under way) before it ends anyway: a CLI can end a turn without asking
+// the model again (a turn limit, an error before the first request).
+func (t *turn) unbackedQuiet() time.Duration {
+	if t.rec.Exchanges() == 0 {
+		return time.Second
+	}
+	return 5 * time.Second
+}
+
+// forgedEndSettle: after an unbacked end, a backed one ends the turn once
+// the CLI was quiet this long, so that the CLI's own end line (which
+// follows the model's answer) is read in this turn, not the next.
+const forgedEndSettle = 300 * time.Millisecond
+
+// verifyTurn decides every event not yet verified, reports the forged
+// ones, and returns the reply: the model's final answer.
+func (t *turn) verifyTurn(cliReply string) (string, *turnVerification) {
+	r := t.rec
+	r.Wait()
+	v := &turnVerification{}
+	var forged []Event
+	for i := range t.events {
+		ev := &t.events[i]
+		if !verifiable(*ev) {
+			continue
+		}
+		if ev.Verified == nil {
+			if ok, why := t.backed(*ev); ok {
+				ev.Verified = &verifiedTrue
+			} else {
+				ev.Verified = &verifiedFalse
+				if len(forged) < maxReportedUnverified {
+					forged = append(forged, Event{Kind: KindUnverified, Line: ev.Line, Payload: Payload{
+						Text: fmt.Sprintf("line %d: %s event not backed by the model proxy's record: %s", ev.Line, ev.Kind, why), IsError: true,
+					}})
+				}
+			}
+		}
+		if *ev.Verified {
+			v.Verified++
+		} else {
+			v.Unverified++
+			if len(v.UnverifiedLines) < maxReportedUnverified {
+				v.UnverifiedLines = append(v.UnverifiedLines, ev.Line)
+			}
+		}
+	}
+	for _, ev := range forged {
+		t.emit(ev)
+	}
+	v.Model = r.Summary()
+	reply := cliReply
+	final, ok := r.FinalAnswer()
+	switch {
+	case ok:
+		reply = final
+	case cliReply != "" && !r.HasText(cliReply):
+		reply = ""
+		v.NoFinalAnswer = true
+	default:
+		v.NoFinalAnswer = true
+	}
+	if strings.TrimSpace(reply) != strings.TrimSpace(cliReply) {
+		v.CLIReply = clip(cliReply, 64<<10)
+	}
+	if strings.TrimSpace(reply) == strings.TrimSpace(cliReply) {
+		reply = cliReply // the same answer: keep the CLI's exact form
+	}
+	return reply, v
+}
+
+func firstOf(s ...string) string {
+	for _, x := range s {
+		if x != "" {
+			return x
+		}
+	}
+	return ""
+}
+
+// clip bounds s for a report.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
