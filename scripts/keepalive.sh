@@ -49,13 +49,19 @@ if [ -n "$BASH_VERSION" ]; then
   eval 'exec 3<> <(:)'
   wait "$!"
   # shellcheck disable=SC3045 # bash only (guarded above)
-  nap() { read -rt "$iv" -u 3; }
+  nap() { read -rt "$1" -u 3; }
 else
-  nap() { sleep "$iv"; }
+  nap() { sleep "$1"; }
 fi
-read -r up _ < /proc/uptime; start=${up%.*}; last=$start
+read -r up _ < /proc/uptime; start=${up%.*}; last=$start; now=$start
 while :; do
-  nap
+  # The lifetime ends on time, not at the next check (up to 5 s later).
+  t=$iv
+  if [ "$life" -gt 0 ] && [ $((start + life - now)) -lt "$t" ]; then
+    t=$((start + life - now))
+  fi
+  if [ "$t" -lt 1 ]; then t=1; fi
+  nap "$t"
   read -r up _ < /proc/uptime; now=${up%.*}
   if [ "$life" -gt 0 ] && [ $((now - start)) -ge "$life" ]; then
     echo "sandbox-agent: max lifetime of $life s reached" >&2
