@@ -59,7 +59,7 @@ func TestRedactorEverySplit(t *testing.T) {
 		key,
 		key + key,
 		"x" + key[:10] + key + "y", // a false start right before the key
-		key[:len(key)-1],          // a proper prefix at EOF is emitted as is
+		key[:len(key)-1],           // a proper prefix at EOF is emitted as is
 		"Bearer " + key + "\r\n" + testToken + "\n",
 		"nothing secret here",
 		"",
