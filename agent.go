@@ -293,6 +293,10 @@ type TurnResult struct {
 	Duration  time.Duration
 	// AuditDir is the session's audit folder ("" when audit is off).
 	AuditDir string
+	// Verification is the check of Events against what the model proxy
+	// saw (nil without a model proxy): how many events it backed, which
+	// lines it did not, and the CLI's reply when it was not the model's.
+	Verification *Verification
 }
 
 // Ask runs one turn and returns the final reply.

@@ -50,7 +50,7 @@ type turnStatus struct {
 	LastLine   int       `json:"last_line,omitempty"`
 	// Verification is the check of the CLI's events against the model
 	// proxy's record (absent without a model proxy).
-	Verification *turnVerification `json:"verification,omitempty"`
+	Verification *Verification `json:"verification,omitempty"`
 }
 
 // maxLineBytes bounds one line of CLI output held in memory; a longer
@@ -90,7 +90,7 @@ type turn struct {
 	// rec is what the model proxy saw of this turn (nil without a proxy);
 	// verification is the check of the CLI's events against it.
 	rec          *trajectory.Record
-	verification *turnVerification
+	verification *Verification
 	unbackedEnd  bool              // a long-lived turn ended on the CLI's word alone
 	callIDs      map[string]string // the CLI's tool call id -> the model's, where they differ
 }
@@ -199,6 +199,7 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 		t.setSession(unknownSessionPrefix + a.sb.Name())
 	}
 	res.SessionID = t.session
+	res.Verification = t.verification
 	done := Payload{Text: res.Reply}
 	if err != nil {
 		t.emit(Event{Kind: KindError, Payload: Payload{Text: t.redact(err.Error()), IsError: true}})

@@ -118,9 +118,9 @@ var verifiedTrue, verifiedFalse = true, false
 // one; the count covers the rest.
 const maxReportedUnverified = 1000
 
-// turnVerification is status.json's account of a turn's check against
-// the model proxy's record.
-type turnVerification struct {
+// Verification is a turn's check of the CLI's events against the model
+// proxy's record (TurnResult.Verification, status.json's turns).
+type Verification struct {
 	Model      trajectory.Summary `json:"model"`
 	Verified   int                `json:"verified"`
 	Unverified int                `json:"unverified"`
@@ -165,10 +165,10 @@ const forgedEndSettle = 300 * time.Millisecond
 
 // verifyTurn decides every event not yet verified, reports the forged
 // ones, and returns the reply: the model's final answer.
-func (t *turn) verifyTurn(cliReply string) (string, *turnVerification) {
+func (t *turn) verifyTurn(cliReply string) (string, *Verification) {
 	r := t.rec
 	r.Wait()
-	v := &turnVerification{}
+	v := &Verification{}
 	var forged []Event
 	for i := range t.events {
 		ev := &t.events[i]

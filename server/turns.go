@@ -30,6 +30,9 @@ type turnResult struct {
 	EventCount int                  `json:"event_count"`
 	Dropped    int                  `json:"events_dropped,omitempty"` // beyond what the server keeps in memory
 	Events     []sandboxagent.Event `json:"events,omitempty"`
+	// Verification: the turn's events checked against the model proxy's
+	// record (the library's TurnResult.Verification).
+	Verification *sandboxagent.Verification `json:"verification,omitempty"`
 }
 
 // turnRecord is a turn the server keeps; guarded by its agent's mu.
@@ -166,6 +169,7 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 	rr.Running = false
 	rr.Reply, rr.SessionID, rr.ExitCode, rr.AuditDir = res.Reply, res.SessionID, res.ExitCode, res.AuditDir
 	rr.DurationMS = res.Duration.Milliseconds()
+	rr.Verification = res.Verification
 	var status int
 	var body errorBody
 	if turnErr != nil {

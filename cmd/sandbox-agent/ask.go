@@ -157,6 +157,9 @@ type resultLine struct {
 	ExitCode  int    `json:"exit_code"`
 	Error     string `json:"error,omitempty"`
 	AuditDir  string `json:"audit_dir,omitempty"`
+	// Verification: the check of the turn's events against the model
+	// proxy's record (absent without a model proxy).
+	Verification *sandboxagent.Verification `json:"verification,omitempty"`
 }
 
 func runAsk(ctx context.Context, a *app, args []string) int {
@@ -229,7 +232,7 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 // output.go: the reply is the agent's text, hostile like all of it.
 func (a *app) printResult(enc *json.Encoder, asJSON bool, res sandboxagent.TurnResult, turnErr error) {
 	if asJSON {
-		rl := resultLine{Kind: "result", Reply: res.Reply, SessionID: res.SessionID, ExitCode: res.ExitCode, AuditDir: res.AuditDir}
+		rl := resultLine{Kind: "result", Reply: res.Reply, SessionID: res.SessionID, ExitCode: res.ExitCode, AuditDir: res.AuditDir, Verification: res.Verification}
 		if turnErr != nil {
 			rl.Error = turnErr.Error()
 		}
@@ -249,7 +252,7 @@ func (a *app) printResult(enc *json.Encoder, asJSON bool, res sandboxagent.TurnR
 func isAgentFailure(err error) bool {
 	var de *sandboxagent.DriverError
 	var re *sandboxagent.ResourceError
-	return errors.As(err, &de) || errors.As(err, &re) || errors.Is(err, sandboxagent.ErrCLIMissing)
+	return errors.As(err, &de) || errors.As(err, &re) || errors.Is(err, sandboxagent.ErrCLIMissing) || errors.Is(err, sandboxagent.ErrOutputLimit)
 }
 
 func indent(s string) string {
