@@ -15,8 +15,9 @@ import _ "embed"
 var keepaliveLauncher string
 
 // keepaliveScript is the watchdog: it exits (and the container removes
-// itself) once no other process has run for $1 seconds, checking every
-// $2 seconds, and forks nothing after start under bash.
+// itself) once no command the host started (an exec's root process) has
+// run for $1 seconds, checking every $2 seconds, or once the sandbox is
+// $3 seconds old (0: never); it forks nothing after start under bash.
 //
 //go:embed scripts/keepalive.sh
 var keepaliveScript string

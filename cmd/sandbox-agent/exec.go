@@ -273,6 +273,9 @@ func runGC(ctx context.Context, a *app, args []string) int {
 	for _, e := range res.Kept {
 		fmt.Fprintf(a.stdout, "kept %s %s (%s)\n", line(shortID(e.ID)), line(e.Name), line(e.Reason))
 	}
+	for _, d := range res.SocketDirs {
+		fmt.Fprintf(a.stdout, "%s socket folder %s (owner gone)\n", verb, line(d))
+	}
 	if err != nil {
 		return a.fail(err)
 	}
