@@ -9,8 +9,10 @@ import (
 )
 
 // BenchmarkRecordExchange measures what one exchange costs the proxy's
-// path (a 500 KB request buffered, a 200-event SSE answer parsed, both in
-// 4 KiB chunks) and, apart, the request parse that runs off it.
+// path (a 500 KB request buffered, a 200-event SSE answer queued, both in
+// 4 KiB chunks) and, apart, the parses that run off it: the answer's, the
+// request's in full, and the request's as a Record does it (quickScan),
+// with no call waiting for a result and with one whose result it holds.
 func BenchmarkRecordExchange(b *testing.B) {
 	var ev []string
 	ev = append(ev, `{"type":"message_start","message":{"model":"m","content":[]}}`,
@@ -42,6 +44,19 @@ func BenchmarkRecordExchange(b *testing.B) {
 	}
 	b.Logf("request %d bytes, response %d bytes, %d events", len(req), len(resp), len(ev))
 
+	release := func(x *Exchange) { // as the request's parse does
+		x.reqMu.Lock()
+		x.releaseReq()
+		x.reqMu.Unlock()
+	}
+	// noWorker keeps the queue's worker from starting, so that what is
+	// timed is the proxy's path alone; applied drops the queue untimed.
+	noWorker := func(r *Record) { r.q.running = true }
+	applied := func(b *testing.B, r *Record) {
+		b.StopTimer()
+		r.sync()
+		b.StartTimer()
+	}
 	b.Run("request-buffer", func(b *testing.B) {
 		b.SetBytes(int64(len(req)))
 		b.ReportAllocs()
@@ -49,9 +64,22 @@ func BenchmarkRecordExchange(b *testing.B) {
 			var r Record
 			x := r.Begin("POST", "/v1/messages")
 			feed(x.RequestBody, req)
+			release(x)
 		}
 	})
-	b.Run("response-sse", func(b *testing.B) {
+	b.Run("response-queue", func(b *testing.B) {
+		b.SetBytes(int64(len(resp)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var r Record
+			noWorker(&r)
+			x := r.Begin("POST", "/v1/messages")
+			x.Response(200, hdr)
+			feed(x.ResponseBody, resp)
+			applied(b, &r)
+		}
+	})
+	b.Run("response-parse", func(b *testing.B) {
 		b.SetBytes(int64(len(resp)))
 		b.ReportAllocs()
 		for b.Loop() {
@@ -59,7 +87,7 @@ func BenchmarkRecordExchange(b *testing.B) {
 			x := r.Begin("POST", "/v1/messages")
 			x.Response(200, hdr)
 			feed(x.ResponseBody, resp)
-			x.sc.finish(x)
+			r.sync()
 		}
 	})
 	b.Run("proxy-path", func(b *testing.B) {
@@ -67,14 +95,16 @@ func BenchmarkRecordExchange(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			var r Record
+			noWorker(&r)
 			x := r.Begin("POST", "/v1/messages")
 			feed(x.RequestBody, req)
 			x.Response(200, hdr)
 			feed(x.ResponseBody, resp)
-			x.sc.finish(x) // End without its goroutine
+			release(x)
+			applied(b, &r)
 		}
 	})
-	b.Run("request-parse", func(b *testing.B) {
+	b.Run("request-parse-full", func(b *testing.B) {
 		b.SetBytes(int64(len(req)))
 		b.ReportAllocs()
 		for b.Loop() {
@@ -83,4 +113,17 @@ func BenchmarkRecordExchange(b *testing.B) {
 			}
 		}
 	})
+	for _, pending := range [][]string{nil, {"toolu_50", "toolu_none"}} {
+		b.Run(fmt.Sprintf("request-parse-pending=%d", len(pending)), func(b *testing.B) {
+			ids := newPendingIDs(pending)
+			b.SetBytes(int64(len(req)))
+			b.ReportAllocs()
+			for b.Loop() {
+				info, err := parseRequestFor(AnthropicMessages, req, &ids)
+				if err != nil || !info.tools || len(info.results) != min(len(pending), 1) {
+					b.Fatal(err, info.tools, len(info.results))
+				}
+			}
+		})
+	}
 }

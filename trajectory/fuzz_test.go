@@ -15,6 +15,9 @@ var small = limits{kept: 4 << 10, line: 1 << 10, request: 2 << 10}
 // checkBounded fails when a Record holds more than its bounds allow.
 func checkBounded(t *testing.T, r *Record) {
 	t.Helper()
+	r.sync()
+	r.applyMu.Lock() // the scanners are the queue's
+	defer r.applyMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.kept > r.lim.kept {

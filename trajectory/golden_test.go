@@ -24,8 +24,9 @@ var goldenAPI = map[string]struct {
 
 // TestGoldenParsedBeforeForwarded replays the captured fake-model answers
 // event by event and checks that the Record holds the text and the whole
-// call as soon as the event that completes it has passed, which is before
-// the proxy hands that event to the CLI.
+// call for any query made once ResponseBody returned for the event that
+// completes it, which is before the proxy hands that event to the CLI
+// (the parse itself runs on the Record's worker; queries sync with it).
 func TestGoldenParsedBeforeForwarded(t *testing.T) {
 	files, _ := filepath.Glob("testdata/golden/*.txt")
 	if len(files) == 0 {

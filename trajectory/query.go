@@ -5,11 +5,13 @@ import (
 	"reflect"
 )
 
-// Wait returns once every request that can be parsed has been: those of
-// ended exchanges (parsed on their own goroutines) and those of exchanges
-// still streaming whose body has fully arrived. Queries that need request
-// data (tool results, which responses were agent-loop ones) call it.
+// Wait returns once every response call made before it has been applied
+// and every request that can be parsed has been: those of ended exchanges
+// (parsed on their own goroutines) and those of exchanges still streaming
+// whose body has fully arrived. Queries that need request data (tool
+// results, which responses were agent-loop ones) call it.
 func (r *Record) Wait() {
+	r.sync()
 	r.mu.Lock()
 	xs := append([]*Exchange(nil), r.xs...)
 	r.mu.Unlock()
@@ -35,6 +37,7 @@ func (r *Record) Exchanges() int {
 // Truncated reports whether anything was dropped for a bound: negative
 // answers of the queries are then not proof of absence.
 func (r *Record) Truncated() bool {
+	r.sync()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.truncated
@@ -43,6 +46,7 @@ func (r *Record) Truncated() bool {
 // ToolCall returns the call the model asked for with this id in this
 // Record's responses.
 func (r *Record) ToolCall(id string) (ToolCall, bool) {
+	r.sync()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, ok := r.callByID[id]
@@ -61,6 +65,7 @@ func (c *call) snapshot() ToolCall {
 // ToolCalls returns every call the model asked for, in order, for checks
 // the other queries do not cover.
 func (r *Record) ToolCalls() []ToolCall {
+	r.sync()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]ToolCall, len(r.calls))
@@ -150,6 +155,7 @@ func (r *Record) has(kind partKind, s string) bool {
 	if n == "" {
 		return true
 	}
+	r.sync()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, x := range r.xs {

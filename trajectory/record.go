@@ -50,6 +50,10 @@ type Record struct {
 	kept      int64
 	truncated bool
 	doneSeq   int // orders completed responses
+
+	// The response side's queue (see queue.go).
+	q       queue
+	applyMu sync.Mutex // held while queued calls are applied
 }
 
 func (r *Record) limits() limits {
@@ -100,7 +104,8 @@ func (r *Record) Begin(method, path string) *Exchange {
 // Exchange records one completion request and its response. Its methods
 // have the shape of the model proxy's tap: RequestBody may run on another
 // goroutine than the others; Response, ResponseBody and End run on one
-// goroutine in that order, End once and last.
+// goroutine in that order, End once and last. Response, ResponseBody and
+// End only queue what they get (see queue.go).
 type Exchange struct {
 	r   *Record
 	api API
@@ -119,7 +124,7 @@ type Exchange struct {
 	endOnce   sync.Once
 	reqDone   chan struct{} // closed once End's request parse finished
 
-	// Response framing: only the proxy's goroutine touches these.
+	// Response framing: only under r.applyMu (see queue.go).
 	sc scanner
 
 	// Everything below is under r.mu.
@@ -184,25 +189,26 @@ func (x *Exchange) RequestBody(p []byte) {
 		return
 	}
 	x.reqMu.Lock()
-	defer x.reqMu.Unlock()
 	switch {
 	case x.reqClosed || x.reqOver:
 	case x.reqLen+len(p) > x.lim.request:
-		x.reqOver, x.reqBuf = true, nil
+		x.reqOver = true
+		x.releaseReq()
 	default:
 		x.reqLen += len(p)
 		for len(p) > 0 {
 			n := len(x.reqBuf)
 			if n == 0 || len(x.reqBuf[n-1]) == cap(x.reqBuf[n-1]) {
-				x.reqBuf = append(x.reqBuf, make([]byte, 0, reqBlock))
+				x.reqBuf = append(x.reqBuf, blockPool.Get().(*[reqBlock]byte)[:0])
 				n++
 			}
 			b := x.reqBuf[n-1]
-			k := min(len(p), cap(b)-len(b))
-			x.reqBuf[n-1] = append(b, p[:k]...)
+			k := copy(b[len(b):cap(b)], p)
+			x.reqBuf[n-1] = b[:len(b)+k]
 			p = p[k:]
 		}
 	}
+	x.reqMu.Unlock()
 }
 
 // reqBlock is the size of a request buffer block.
@@ -213,38 +219,46 @@ func (x *Exchange) Response(status int, header http.Header) {
 	if x == nil {
 		return
 	}
-	x.r.mu.Lock()
-	x.status = status
-	if status < 200 || status > 299 {
-		x.failed = true
-	}
-	x.r.mu.Unlock()
-	if status < 200 || status > 299 {
-		x.sc.mode = modeOff // an error body is no answer
-		return
-	}
-	if ce := header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		x.sc.mode = modeOff
-		x.markUnparsed()
-		return
-	}
-	mt, _, _ := mime.ParseMediaType(header.Get("Content-Type"))
+	o := op{x: x, kind: opResponse, status: status, mode: modeSniff}
 	switch {
-	case mt == "text/event-stream":
-		x.sc.mode = modeSSE
-	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
-		x.sc.mode = modeJSON
+	case status < 200 || status > 299:
+		o.mode = modeOff // an error body is no answer
+	case header.Get("Content-Encoding") != "" && !strings.EqualFold(header.Get("Content-Encoding"), "identity"):
+		o.mode, o.unparsed = modeOff, true
+	default:
+		mt, _, _ := mime.ParseMediaType(header.Get("Content-Type"))
+		switch {
+		case mt == "text/event-stream":
+			o.mode = modeSSE
+		case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+			o.mode = modeJSON
+		}
 	}
+	x.r.enqueue(o, nil)
 }
 
-// ResponseBody parses a chunk of the upstream's answer before it goes on
-// to the sandbox (p is not retained): by the time the CLI can print a
-// part or a call, the Record holds it.
+func (x *Exchange) applyResponse(o *op) {
+	x.r.mu.Lock()
+	x.status = o.status
+	if o.status < 200 || o.status > 299 {
+		x.failed = true
+	}
+	if o.unparsed {
+		x.unparsed = true
+	}
+	x.r.mu.Unlock()
+	x.sc.mode = o.mode
+}
+
+// ResponseBody queues a chunk of the upstream's answer for parsing (p is
+// not retained). The proxy forwards it once this returns; every query
+// made after that parses what is queued first, so by the time the CLI
+// can print a part or a call, a query sees it.
 func (x *Exchange) ResponseBody(p []byte) {
-	if x == nil {
+	if x == nil || len(p) == 0 {
 		return
 	}
-	x.sc.write(x, p)
+	x.r.enqueue(op{x: x, kind: opBody}, p)
 }
 
 // End closes the exchange. The request is parsed on a goroutine of its
@@ -254,18 +268,23 @@ func (x *Exchange) End(err error) {
 		return
 	}
 	x.endOnce.Do(func() {
-		x.sc.finish(x)
-		x.r.mu.Lock()
-		x.ended = true
-		if err != nil && !x.completed {
-			x.failed = true
-		}
-		x.r.mu.Unlock()
+		x.r.enqueue(op{x: x, kind: opEnd, err: err}, nil)
 		go func() {
 			defer close(x.reqDone)
+			x.r.sync() // the calls the answers so far asked for
 			x.parseRequest(true)
 		}()
 	})
+}
+
+func (x *Exchange) applyEnd(err error) {
+	x.sc.finish(x)
+	x.r.mu.Lock()
+	x.ended = true
+	if err != nil && !x.completed {
+		x.failed = true
+	}
+	x.r.mu.Unlock()
 }
 
 func (x *Exchange) markUnparsed() {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 )
 
 // reqInfo is what a request tells: model, whether tools were offered, and
@@ -22,23 +23,71 @@ type reqResult struct {
 	isError bool
 }
 
+type reqMsg struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCallID string          `json:"tool_call_id"`
+}
+
+type reqItem struct {
+	Type   string          `json:"type"`
+	CallID string          `json:"call_id"`
+	ID     string          `json:"id"`
+	Output json.RawMessage `json:"output"`
+}
+
 type reqBody struct {
 	Model    string            `json:"model"`
 	Stream   bool              `json:"stream"`
 	Tools    []json.RawMessage `json:"tools"`
-	Messages []struct {
-		Role       string          `json:"role"`
-		Content    json.RawMessage `json:"content"`
-		ToolCallID string          `json:"tool_call_id"`
-	} `json:"messages"`
-	Input json.RawMessage `json:"input"`
+	Messages []reqMsg          `json:"messages"`
+	Input    json.RawMessage   `json:"input"`
 }
 
 var errIncomplete = errors.New("trajectory: request body is not a whole JSON object")
 
+// wholeObject is a cheap pre-check: an upload still under way cannot end
+// with '}'.
+func wholeObject(body []byte) bool {
+	t := bytes.TrimSpace(body)
+	return len(t) > 0 && t[len(t)-1] == '}'
+}
+
+// parseRequestFor decodes what a Record needs from a request body: quickScan
+// when it can tell (decoding only the messages that may carry a result
+// for one of ids), else parseRequestBody. Both give the same answer for
+// the results of those ids.
+func parseRequestFor(api API, body []byte, ids *pendingIDs) (reqInfo, error) {
+	if !wholeObject(body) {
+		return reqInfo{}, errIncomplete
+	}
+	q, ok := quickScan(api, body, ids)
+	if !ok {
+		return parseRequestBody(api, body)
+	}
+	info := reqInfo{model: q.model, tools: q.tools, stream: q.stream}
+	for _, e := range q.elems {
+		raw := body[e[0]:e[1]]
+		if api == OpenAIResponses {
+			var it reqItem
+			if json.Unmarshal(raw, &it) != nil {
+				return parseRequestBody(api, body)
+			}
+			info.addItem(it)
+			continue
+		}
+		var m reqMsg
+		if json.Unmarshal(raw, &m) != nil {
+			return parseRequestBody(api, body)
+		}
+		info.addMsg(api, m)
+	}
+	return info, nil
+}
+
+// parseRequestBody decodes the whole body.
 func parseRequestBody(api API, body []byte) (reqInfo, error) {
-	// Cheap pre-check: an upload still under way cannot end with '}'.
-	if t := bytes.TrimSpace(body); len(t) == 0 || t[len(t)-1] != '}' {
+	if !wholeObject(body) {
 		return reqInfo{}, errIncomplete
 	}
 	var b reqBody
@@ -47,57 +96,63 @@ func parseRequestBody(api API, body []byte) (reqInfo, error) {
 	}
 	info := reqInfo{model: b.Model, tools: len(b.Tools) > 0, stream: b.Stream}
 	switch api {
-	case AnthropicMessages:
+	case AnthropicMessages, OpenAIChat:
 		for _, m := range b.Messages {
-			if m.Role != "user" || len(m.Content) == 0 || m.Content[0] != '[' {
-				continue
-			}
-			var blocks []struct {
-				Type      string          `json:"type"`
-				ToolUseID string          `json:"tool_use_id"`
-				Content   json.RawMessage `json:"content"`
-				IsError   bool            `json:"is_error"`
-			}
-			if json.Unmarshal(m.Content, &blocks) != nil {
-				continue
-			}
-			for _, bl := range blocks {
-				if bl.Type == "tool_result" || bl.Type == "mcp_tool_result" {
-					info.results = append(info.results, reqResult{bl.ToolUseID, contentText(bl.Content), bl.IsError})
-				}
-			}
-		}
-	case OpenAIChat:
-		for _, m := range b.Messages {
-			if m.Role == "tool" {
-				info.results = append(info.results, reqResult{callID: m.ToolCallID, output: contentText(m.Content)})
-			}
+			info.addMsg(api, m)
 		}
 	case OpenAIResponses:
 		if len(b.Input) == 0 || b.Input[0] != '[' {
 			break // a plain string prompt
 		}
-		var items []struct {
-			Type   string          `json:"type"`
-			CallID string          `json:"call_id"`
-			ID     string          `json:"id"`
-			Output json.RawMessage `json:"output"`
-		}
+		var items []reqItem
 		if err := json.Unmarshal(b.Input, &items); err != nil {
 			return reqInfo{}, err
 		}
 		for _, it := range items {
-			switch it.Type {
-			case "function_call_output", "custom_tool_call_output", "local_shell_call_output":
-				id := it.CallID
-				if id == "" {
-					id = it.ID
-				}
-				info.results = append(info.results, reqResult{callID: id, output: contentText(it.Output)})
-			}
+			info.addItem(it)
 		}
 	}
 	return info, nil
+}
+
+// addMsg adds the tool results of a chat or Anthropic message.
+func (info *reqInfo) addMsg(api API, m reqMsg) {
+	switch api {
+	case AnthropicMessages:
+		if m.Role != "user" || len(m.Content) == 0 || m.Content[0] != '[' {
+			return
+		}
+		var blocks []struct {
+			Type      string          `json:"type"`
+			ToolUseID string          `json:"tool_use_id"`
+			Content   json.RawMessage `json:"content"`
+			IsError   bool            `json:"is_error"`
+		}
+		if json.Unmarshal(m.Content, &blocks) != nil {
+			return
+		}
+		for _, bl := range blocks {
+			if bl.Type == "tool_result" || bl.Type == "mcp_tool_result" {
+				info.results = append(info.results, reqResult{bl.ToolUseID, contentText(bl.Content), bl.IsError})
+			}
+		}
+	case OpenAIChat:
+		if m.Role == "tool" {
+			info.results = append(info.results, reqResult{callID: m.ToolCallID, output: contentText(m.Content)})
+		}
+	}
+}
+
+// addItem adds the tool result of a Responses input item.
+func (info *reqInfo) addItem(it reqItem) {
+	switch it.Type {
+	case "function_call_output", "custom_tool_call_output", "local_shell_call_output":
+		id := it.CallID
+		if id == "" {
+			id = it.ID
+		}
+		info.results = append(info.results, reqResult{callID: id, output: contentText(it.Output)})
+	}
 }
 
 // contentText is the text of a result's content: a string, an array of
@@ -145,25 +200,45 @@ func (x *Exchange) parseRequest(final bool) {
 	if !final && !over && !endsObject(blocks) {
 		return // still arriving: do not copy megabytes for nothing
 	}
-	buf := make([]byte, 0, n)
-	for _, b := range blocks {
-		buf = append(buf, b...)
+
+	// The calls still waiting for a result: only theirs can count.
+	r := x.r
+	r.mu.Lock()
+	var waiting []string
+	for id := range r.callByID {
+		if _, done := r.results[id]; !done && id != "" {
+			waiting = append(waiting, id)
+		}
 	}
+	r.mu.Unlock()
+	ids := newPendingIDs(waiting)
 
 	var info reqInfo
 	err := errIncomplete
 	if !over {
-		info, err = parseRequestBody(x.api, buf)
+		var body []byte
+		var pb *[]byte
+		if len(blocks) == 1 {
+			body = blocks[0] // no copy
+		} else {
+			pb = getBuf(n)
+			for _, b := range blocks {
+				*pb = append(*pb, b...)
+			}
+			body = *pb
+		}
+		info, err = parseRequestFor(x.api, body, &ids)
+		putBuf(pb) // nothing decoded refers to body
 	}
 	if err != nil && !final {
 		return
 	}
 	x.reqParsed = true
 	x.reqMu.Lock()
-	x.reqBuf, x.reqLen, x.reqClosed = nil, 0, true
+	x.releaseReq()
+	x.reqClosed = true
 	x.reqMu.Unlock()
 
-	r := x.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
@@ -192,6 +267,43 @@ func (x *Exchange) parseRequest(final bool) {
 		}
 		r.results[res.callID] = &result{output: res.output, isError: res.isError, n: x.n}
 		r.nResults++
+	}
+}
+
+// releaseReq gives the request's blocks back to the pool; x.reqMu is held
+// and nothing reads them any more.
+func (x *Exchange) releaseReq() {
+	for _, b := range x.reqBuf {
+		if cap(b) == reqBlock {
+			blockPool.Put((*[reqBlock]byte)(b[:reqBlock]))
+		}
+	}
+	x.reqBuf, x.reqLen = nil, 0
+}
+
+// blockPool holds request buffer blocks, so that buffering a request
+// allocates (and faults in) no new memory once the proxy is warm.
+var blockPool = sync.Pool{New: func() any { return new([reqBlock]byte) }}
+
+// bufPool holds the buffers a request spanning several blocks is joined
+// in for parsing.
+var bufPool sync.Pool
+
+// maxPooledBuf bounds the joined buffers kept for reuse.
+const maxPooledBuf = 4 << 20
+
+func getBuf(n int) *[]byte {
+	if pb, _ := bufPool.Get().(*[]byte); pb != nil && cap(*pb) >= n {
+		*pb = (*pb)[:0]
+		return pb
+	}
+	b := make([]byte, 0, n)
+	return &b
+}
+
+func putBuf(pb *[]byte) {
+	if pb != nil && cap(*pb) <= maxPooledBuf {
+		bufPool.Put(pb)
 	}
 }
 

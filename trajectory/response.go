@@ -56,26 +56,31 @@ type antMessage struct {
 	StopReason string     `json:"stop_reason"`
 }
 
+type antDelta struct {
+	Type        string `json:"type"`
+	Text        string `json:"text"`
+	Thinking    string `json:"thinking"`
+	PartialJSON string `json:"partial_json"`
+	StopReason  string `json:"stop_reason"`
+}
+
 type antEvent struct {
 	Type         string      `json:"type"`
 	Index        int         `json:"index"`
 	Message      *antMessage `json:"message"`
 	ContentBlock *antBlock   `json:"content_block"`
-	Delta        *struct {
-		Type        string `json:"type"`
-		Text        string `json:"text"`
-		Thinking    string `json:"thinking"`
-		PartialJSON string `json:"partial_json"`
-		StopReason  string `json:"stop_reason"`
-	} `json:"delta"`
+	Delta        *antDelta   `json:"delta"`
 	// A non-streamed answer is the message itself.
 	antMessage
 }
 
 func (x *Exchange) anthropic(data []byte) error {
 	var ev antEvent
-	if err := unmarshal(data, &ev); err != nil {
-		return err
+	if !quickAnthropic(data, &ev) {
+		ev = antEvent{}
+		if err := unmarshal(data, &ev); err != nil {
+			return err
+		}
 	}
 	r := x.r
 	r.mu.Lock()
@@ -175,22 +180,27 @@ type chatMsg struct {
 	ToolCalls        []chatToolCall  `json:"tool_calls"`
 }
 
+type chatChoice struct {
+	Index        int      `json:"index"`
+	Delta        *chatMsg `json:"delta"`
+	Message      *chatMsg `json:"message"`
+	FinishReason *string  `json:"finish_reason"`
+}
+
 type chatChunk struct {
-	Object  string `json:"object"`
-	Model   string `json:"model"`
-	Choices []struct {
-		Index        int      `json:"index"`
-		Delta        *chatMsg `json:"delta"`
-		Message      *chatMsg `json:"message"`
-		FinishReason *string  `json:"finish_reason"`
-	} `json:"choices"`
-	Error json.RawMessage `json:"error"`
+	Object  string          `json:"object"`
+	Model   string          `json:"model"`
+	Choices []chatChoice    `json:"choices"`
+	Error   json.RawMessage `json:"error"`
 }
 
 func (x *Exchange) chat(data []byte) error {
 	var ch chatChunk
-	if err := unmarshal(data, &ch); err != nil {
-		return err
+	if !quickChat(data, &ch) {
+		ch = chatChunk{}
+		if err := unmarshal(data, &ch); err != nil {
+			return err
+		}
 	}
 	r := x.r
 	r.mu.Lock()
@@ -321,8 +331,11 @@ func itemKey(id string, idx int) string {
 
 func (x *Exchange) responses(data []byte) error {
 	var ev respEvent
-	if err := unmarshal(data, &ev); err != nil {
-		return err
+	if !quickResponses(data, &ev) {
+		ev = respEvent{}
+		if err := unmarshal(data, &ev); err != nil {
+			return err
+		}
 	}
 	r := x.r
 	r.mu.Lock()

@@ -4,6 +4,7 @@ package trajectory
 // is not complete yet (neither a terminal event nor the exchange's end
 // was seen).
 func (r *Record) InFlight() bool {
+	r.sync()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, x := range r.xs {
