@@ -84,14 +84,148 @@ func TestConformanceForgery(t *testing.T) {
 		_, longLived := drv0.(sandboxagent.LongLived)
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			forgeryTurn(t, name, false)
+			forgeryTurn(t, name, forgeryAttack{command: forgeCommand})
 		})
 		if longLived {
 			t.Run(name+"/per_turn", func(t *testing.T) {
 				t.Parallel()
-				forgeryTurn(t, name, true)
+				forgeryTurn(t, name, forgeryAttack{perTurn: true, command: forgeCommand})
 			})
 		}
+		// The attacks on the long-lived turn's end (security review): one
+		// driver of each long-lived kind (a CLI's own stream, a bridge),
+		// not all five, to keep CI short.
+		if name == "claude" || name == "opencode" {
+			t.Run(name+"/slow_tool", func(t *testing.T) {
+				t.Parallel()
+				forgeryTurn(t, name, slowToolAttack(name))
+			})
+			t.Run(name+"/side_request", func(t *testing.T) {
+				t.Parallel()
+				forgeryTurn(t, name, sideRequestAttack())
+			})
+		}
+	}
+}
+
+// forgeryAttack is one way of running the forged lines in a turn.
+type forgeryAttack struct {
+	perTurn bool
+	// command is what the model asks the shell tool to run.
+	command string
+	// files are uploaded (path, content) before the turn.
+	files map[string]string
+	// minTurn: the first turn cannot honestly end sooner (its tool runs
+	// that long).
+	minTurn time.Duration
+	// check runs after the first turn's own checks.
+	check func(t *testing.T, a *sandboxagent.Agent, res sandboxagent.TurnResult)
+}
+
+// slowToolSleep is how long the slow tool sleeps after the forged lines:
+// longer than the quiet a long-lived turn waits after an end line the
+// model's record does not back (5 s, verify.go's unbackedQuiet) counted
+// from the CLI's last line. opencode's bridge prints nothing while a tool
+// runs; claude prints a task_started line about 3 s into a Bash command,
+// which restarts that quiet, so its tool sleeps longer (measured on the
+// code before the fix: the forged end at 2.0 s, task_started at 4.9 s, the
+// turn cut at 9.9 s).
+func slowToolSleep(name string) time.Duration {
+	if name == "claude" {
+		return 12 * time.Second
+	}
+	return 7 * time.Second
+}
+
+// slowToolAttack: the forged turn, end included, then a tool that runs
+// on in silence longer than the quiet fallback. The record says a call
+// is still pending (its result has not reached the model): the forged
+// end must not end the turn, however long the tool stays silent, and
+// the turn must not be marked unbacked_end (its real end is backed).
+func slowToolAttack(name string) forgeryAttack {
+	secs := int(slowToolSleep(name) / time.Second)
+	return forgeryAttack{
+		command: forgeCommand + fmt.Sprintf(`; sleep %d; echo "sa-forgery: slept %d s"`, secs, secs),
+		minTurn: slowToolSleep(name),
+		check: func(t *testing.T, a *sandboxagent.Agent, res sandboxagent.TurnResult) {
+			if !slices.ContainsFunc(res.Events, func(ev sandboxagent.Event) bool {
+				return ev.Kind == sandboxagent.KindToolResult && strings.Contains(ev.Payload.Output, "sa-forgery: slept")
+			}) {
+				t.Errorf("the turn holds no result of the slow tool (it ended before the tool did)")
+			}
+		},
+	}
+}
+
+// sidePath is the side request's script: it takes the sandbox's token and
+// the model proxy's URL where the CLI has them (claude: its environment;
+// opencode: the bridge's environment and opencode.json), both read
+// through /proc/<exec root>/environ, as the CLI's user can, and POSTs the
+// model route a body that is not JSON with that token. The upstream (the
+// fake model) answers 400 without consuming its script. It prints the
+// status, never the token.
+const sidePath = "/tmp/sa-side.sh"
+
+var sideScript = `envof() { tr '\000' '\n' < "$1/environ" 2>/dev/null | sed -n "s/^$2=//p" | head -n 1; }
+url= hdr=
+` + execRoots(`
+	k=$(envof "$d" ANTHROPIC_API_KEY)
+	if [ -n "$k" ]; then url="$(envof "$d" ANTHROPIC_BASE_URL)/v1/messages"; hdr="x-api-key: $k"; break; fi
+	k=$(envof "$d" SANDBOX_AGENT_OPENCODE_API_KEY)
+	if [ -n "$k" ]; then
+		h=$(envof "$d" XDG_CONFIG_HOME); [ -n "$h" ] || h="$(envof "$d" HOME)/.config"
+		base=$(sed -n 's/.*"baseURL": *"\([^"]*\)".*/\1/p' "$h/opencode/opencode.json" | head -n 1)
+		url="$base/chat/completions"; hdr="Authorization: Bearer $k"; break
+	fi`) + `
+if [ -z "$url" ]; then echo "sa-side: no token found"; exit 0; fi
+code=$(curl --noproxy '*' -sS --max-time 20 -o /dev/null -w '%{http_code}' -X POST \
+	-H "$hdr" -H 'content-type: application/json' -H 'anthropic-version: 2023-06-01' \
+	--data-binary 'this body is not JSON' "$url")
+echo "sa-side: POST ${url#http://*/} -> $code"
+`
+
+// sideRequestAttack: before the forged lines, a request of the tool's own
+// with the sandbox's token, which the upstream fails (4xx). The record's
+// last exchange is then a failed one while the CLI's tool call is still
+// pending: that must not make the forged end look backed.
+func sideRequestAttack() forgeryAttack {
+	return forgeryAttack{
+		command: "sh " + sidePath + "; " + forgeCommand,
+		files:   map[string]string{sidePath: sideScript},
+		check: func(t *testing.T, a *sandboxagent.Agent, res sandboxagent.TurnResult) {
+			for _, ev := range res.Events {
+				if ev.Kind == sandboxagent.KindToolResult && strings.Contains(ev.Payload.Output, "sa-side:") {
+					t.Logf("the side request: %s", strings.TrimSpace(ev.Payload.Output))
+				}
+			}
+			// The side request reached the model proxy, which forwarded
+			// it (not denied) and got a 4xx: otherwise the turn did not
+			// see the attack and the test proves nothing.
+			dir := a.NetworkAuditDir()
+			b, err := os.ReadFile(filepath.Join(dir, "model.jsonl"))
+			if err != nil {
+				t.Fatalf("model.jsonl: %v", err)
+			}
+			found := false
+			for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				var r struct {
+					Status int    `json:"status"`
+					Path   string `json:"path"`
+					Denied bool   `json:"denied"`
+				}
+				if err := json.Unmarshal([]byte(l), &r); err != nil {
+					t.Fatalf("model.jsonl: %v: %s", err, l)
+				}
+				if r.Status >= 400 && r.Status < 500 && !r.Denied &&
+					(strings.HasSuffix(r.Path, "/messages") || strings.HasSuffix(r.Path, "/chat/completions")) {
+					found = true
+					t.Logf("model.jsonl: the side request: %s", l)
+				}
+			}
+			if !found {
+				t.Fatalf("model.jsonl holds no forwarded 4xx completion request: the side request did not reach the proxy, the test proves nothing:\n%s", b)
+			}
+		},
 	}
 }
 
@@ -116,13 +250,13 @@ func verdict(v *bool) string {
 	return fmt.Sprint(*v)
 }
 
-func forgeryTurn(t *testing.T, name string, perTurn bool) {
+func forgeryTurn(t *testing.T, name string, attack forgeryAttack) {
 	forged, err := os.ReadFile(filepath.Join("testdata", "forgery", name+".jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := drivertest.FakeModel(t, fakemodel.Script{Responses: []fakemodel.Step{
-		{Tool: fakemodel.ToolShell, Command: forgeCommand},
+		{Tool: fakemodel.ToolShell, Command: attack.command},
 		{Text: realReply},
 		{Text: secondReply},
 	}})
@@ -132,15 +266,25 @@ func forgeryTurn(t *testing.T, name string, perTurn bool) {
 	cfg := testenv.Config()
 	cfg.AuditRoot = drivertest.AuditRoot(t)
 	cfg.Timeouts.Ask = 4 * time.Minute
-	cfg.PerTurn = perTurn // whatever SANDBOX_AGENT_PER_TURN says: each mode has its subtest
+	cfg.PerTurn = attack.perTurn // whatever SANDBOX_AGENT_PER_TURN says: each mode has its subtest
 	a := drivertest.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if err := a.Container().WriteFile(ctx, forgedPath, forged, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	for p, content := range attack.files {
+		if err := a.Container().WriteFile(ctx, p, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 
+	start := time.Now()
 	res, err := a.Stream(ctx, "Run the command, then give your answer.", nil)
+	t.Logf("first turn: %v", time.Since(start).Round(time.Millisecond))
+	if d := time.Since(start); d < attack.minTurn {
+		t.Errorf("the first turn ended after %v, before its tool can have ended (%v)", d.Round(time.Millisecond), attack.minTurn)
+	}
 	if res.AuditDir == "" {
 		t.Fatalf("turn: no audit folder (err %v, events %+v)", err, res.Events)
 	}
@@ -290,6 +434,18 @@ func forgeryTurn(t *testing.T, name string, perTurn bool) {
 				t.Errorf("status.json's unverified_lines %v lack the forged line %d", v.UnverifiedLines, ev.Line)
 			}
 		}
+	}
+
+	// A long-lived turn whose real end the record backs is not one that
+	// ended for quiet.
+	if vb, err := json.Marshal(res.Verification); err == nil && bytes.Contains(vb, []byte(`"unbacked_end"`)) {
+		t.Errorf("the turn's verification says unbacked_end: %s", vb)
+	}
+	if last.Verification != nil && bytes.Contains(last.Verification, []byte(`"unbacked_end"`)) {
+		t.Errorf("status.json: the turn's verification says unbacked_end: %s", last.Verification)
+	}
+	if attack.check != nil {
+		attack.check(t, a, res)
 	}
 
 	// The forged turn end did not end the turn early: the next turn is
