@@ -3,6 +3,7 @@ package trajectory
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -29,44 +30,35 @@ import (
 // The containment rules mean a report can be a fragment of the real
 // output, never text the model was not sent.
 func OutputMatches(sent, reported string) bool {
-	s, o := normalize(sent), normalize(reported)
-	if s == o {
-		return true
-	}
-	body := sent
-	if b, ok := envelopeBody(sent); ok {
-		body = b
-	}
-	nb := normalize(body)
-	if nb == o {
+	return prepareSent(sent).matches(reported)
+}
+
+// matches is OutputMatches against a prepared result. Containment is
+// searched as in HasText (textIndex), so that many reports against one
+// large result do not each scan it.
+func (f *sentForm) matches(reported string) bool {
+	o := normalize(reported)
+	if f.s == o || f.nb == o {
 		return true
 	}
 	if o == "" {
-		return nb == "" || placeholderRE.MatchString(s)
+		return f.nb == "" || f.placeholder
 	}
-	if strings.Contains(nb, o) {
+	if f.nbIx.contains([]byte(o)) {
 		return true
 	}
-	var pieces []string
-	for _, p := range inlineCutRE.Split(body, -1) {
-		pieces = append(pieces, cutLineRE.Split(p, -1)...)
-	}
-	if len(pieces) < 2 {
+	if len(f.pieces) == 0 {
 		return false
 	}
-	rest, matched := o, false
-	for _, p := range pieces {
-		p = normalize(p)
-		if p == "" {
-			continue
-		}
+	rest := o
+	for _, p := range f.pieces {
 		i := strings.Index(rest, p)
 		if i < 0 {
 			return false
 		}
-		rest, matched = rest[i+len(p):], true
+		rest = rest[i+len(p):]
 	}
-	return matched
+	return true
 }
 
 var (
@@ -101,13 +93,22 @@ func envelopeBody(sent string) (string, bool) {
 // {"cmd":"echo hi"}).
 func CommandMatches(c ToolCall, command string) bool {
 	want := commandForms(command)
-	if len(want) == 0 {
-		return false
+	for _, f := range callCommandForms(c.Arguments) {
+		if slices.Contains(want, f) {
+			return true
+		}
 	}
+	return false
+}
+
+// callCommandForms returns the command forms (see commandForms) of every
+// candidate a call's arguments carry.
+func callCommandForms(arguments string) []string {
 	var args map[string]json.RawMessage
-	if json.Unmarshal([]byte(c.Arguments), &args) != nil {
-		return false
+	if json.Unmarshal([]byte(arguments), &args) != nil {
+		return nil
 	}
+	var out []string
 	for _, k := range []string{"command", "cmd", "script"} {
 		raw, ok := args[k]
 		if !ok {
@@ -127,15 +128,13 @@ func CommandMatches(c ToolCall, command string) bool {
 		}
 		for _, cand := range cands {
 			for _, f := range commandForms(cand) {
-				for _, w := range want {
-					if f == w {
-						return true
-					}
+				if !slices.Contains(out, f) {
+					out = append(out, f)
 				}
 			}
 		}
 	}
-	return false
+	return out
 }
 
 var (

@@ -1,9 +1,6 @@
 package trajectory
 
-import (
-	"bytes"
-	"strings"
-)
+import "strings"
 
 // normBuf accumulates a whitespace-normalised copy of a text that arrives
 // in pieces: runs of whitespace become one space, with leading and
@@ -44,35 +41,13 @@ func normalize(s string) string {
 	return string(n.b)
 }
 
-// containsNorm reports whether the normalised needle occurs in hay (already
-// normalised).
-func containsNorm(hay []byte, needle string) bool {
-	return bytes.Contains(hay, []byte(needle))
-}
-
-// joinNorm normalises the concatenation of parts with sep between them.
-func joinNorm(parts []*part, kind partKind, sep string) []byte {
-	var n normBuf
-	first := true
-	for _, p := range parts {
-		if p.kind != kind {
-			continue
-		}
-		if !first {
-			n.add(sep)
-		}
-		first = false
-		n.add(string(p.raw))
-	}
-	return n.b
-}
-
-// joinRaw concatenates the raw parts of one kind with sep.
-func joinRaw(parts []*part, kind partKind, sep string) string {
+// joinRaw concatenates the raw parts of one kind with sep, each part
+// redacted.
+func joinRaw(parts []*part, kind partKind, sep string, sec *secrets) string {
 	var ss []string
 	for _, p := range parts {
 		if p.kind == kind {
-			ss = append(ss, string(p.raw))
+			ss = append(ss, sec.all(p.raw))
 		}
 	}
 	return strings.Join(ss, sep)

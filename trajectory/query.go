@@ -2,28 +2,26 @@ package trajectory
 
 import (
 	"encoding/json"
-	"reflect"
+	"slices"
 )
 
 // Wait returns once every response call made before it has been applied
 // and every request that can be parsed has been: those of ended exchanges
-// (parsed on their own goroutines) and those of exchanges still streaming
-// whose body has fully arrived. Queries that need request data (tool
-// results, which responses were agent-loop ones) call it.
+// (by the parse worker) and those of exchanges still streaming whose body
+// has fully arrived. Queries that need request data (tool results, which
+// responses were agent-loop ones) call it. It costs the exchanges still
+// open, not the Record.
 func (r *Record) Wait() {
 	r.sync()
+	r.waitParsed()
 	r.mu.Lock()
-	xs := append([]*Exchange(nil), r.xs...)
+	open := make([]*Exchange, 0, len(r.open))
+	for x := range r.open {
+		open = append(open, x)
+	}
 	r.mu.Unlock()
-	for _, x := range xs {
-		r.mu.Lock()
-		ended := x.ended
-		r.mu.Unlock()
-		if ended {
-			<-x.reqDone
-		} else {
-			x.parseRequest(false)
-		}
+	for _, x := range open {
+		x.parseRequest(false)
 	}
 }
 
@@ -53,12 +51,14 @@ func (r *Record) ToolCall(id string) (ToolCall, bool) {
 	if !ok || id == "" {
 		return ToolCall{}, false
 	}
-	return c.snapshot(), true
+	return c.snapshot(r.sec), true
 }
 
-func (c *call) snapshot() ToolCall {
+// snapshot is the call as queries return it (secrets redacted). r.mu is
+// held.
+func (c *call) snapshot(sec *secrets) ToolCall {
 	t := c.ToolCall
-	t.Arguments = string(c.args)
+	t.Arguments = sec.str(string(c.args))
 	return t
 }
 
@@ -70,7 +70,7 @@ func (r *Record) ToolCalls() []ToolCall {
 	defer r.mu.Unlock()
 	out := make([]ToolCall, len(r.calls))
 	for i, c := range r.calls {
-		out[i] = c.snapshot()
+		out[i] = c.snapshot(r.sec)
 	}
 	return out
 }
@@ -80,36 +80,84 @@ func (r *Record) ToolCalls() []ToolCall {
 // matter; nil input matches any arguments). It is for CLIs whose events
 // carry no call id the model sent.
 func (r *Record) FindToolCall(name string, input json.RawMessage) (ToolCall, bool) {
-	var want any
+	var want string
 	if input != nil {
-		if json.Unmarshal(input, &want) != nil {
+		var ok bool
+		if want, ok = canonical(input); !ok {
 			return ToolCall{}, false
 		}
 	}
-	for _, c := range r.ToolCalls() {
-		if name != "" && c.Name != name {
-			continue
+	r.sync()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if input == nil && name == "" {
+		if len(r.calls) == 0 {
+			return ToolCall{}, false
 		}
-		if input == nil {
-			return c, true
+		return r.calls[0].snapshot(r.sec), true
+	}
+	var best *call
+	if input == nil {
+		if l := r.ci.byName[name]; len(l) > 0 {
+			best = l[0]
 		}
-		var got any
-		if json.Unmarshal(c.Input(), &got) == nil && reflect.DeepEqual(got, want) {
-			return c, true
+	} else {
+		for _, c := range r.ci.byCanon[want] {
+			if name == "" || c.Name == name {
+				best = c
+				break
+			}
 		}
 	}
-	return ToolCall{}, false
+	for x := range r.open {
+		for _, c := range x.calls {
+			if best != nil && c.pos > best.pos || name != "" && c.Name != name {
+				continue
+			}
+			if c.keys(r.sec); input == nil || c.canon == want {
+				best = earlier(best, c)
+			}
+		}
+	}
+	if best == nil {
+		return ToolCall{}, false
+	}
+	return best.snapshot(r.sec), true
 }
 
 // FindCommand returns the first call whose arguments carry the shell
 // command a CLI reported (see CommandMatches for the rules).
 func (r *Record) FindCommand(command string) (ToolCall, bool) {
-	for _, c := range r.ToolCalls() {
-		if CommandMatches(c, command) {
-			return c, true
+	want := commandForms(command)
+	if len(want) == 0 {
+		return ToolCall{}, false
+	}
+	r.sync()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var best *call
+	for _, w := range want {
+		if l := r.ci.byForm[w]; len(l) > 0 {
+			best = earlier(best, l[0])
 		}
 	}
-	return ToolCall{}, false
+	for x := range r.open {
+		for _, c := range x.calls {
+			if best != nil && c.pos > best.pos {
+				continue
+			}
+			c.keys(r.sec)
+			for _, f := range c.forms {
+				if slices.Contains(want, f) {
+					best = earlier(best, c)
+				}
+			}
+		}
+	}
+	if best == nil {
+		return ToolCall{}, false
+	}
+	return best.snapshot(r.sec), true
 }
 
 // Result is a tool result the CLI sent the model.
@@ -128,7 +176,7 @@ func (r *Record) ToolResult(callID string) (Result, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	res, ok := r.results[callID]
-	if !ok {
+	if !ok || res.lost {
 		return Result{}, false
 	}
 	return Result{Output: res.output, IsError: res.isError, Exchange: res.n}, true
@@ -138,44 +186,59 @@ func (r *Record) ToolResult(callID string) (Result, bool) {
 // it, agrees with what the CLI sent the model for callID (see
 // OutputMatches). False when no result for callID was recorded.
 func (r *Record) ResultMatches(callID, output string) bool {
-	res, ok := r.ToolResult(callID)
-	return ok && OutputMatches(res.Output, output)
+	r.Wait()
+	r.mu.Lock()
+	res, ok := r.results[callID]
+	r.mu.Unlock()
+	if !ok || res.lost {
+		return false
+	}
+	r.resMu.Lock()
+	defer r.resMu.Unlock()
+	if res.prep == nil {
+		res.prep = prepareSent(res.output)
+	}
+	return res.prep.matches(output)
+}
+
+// PendingCalls is the number of tool calls the model asked the CLI for
+// (not the provider's server-side ones) in this Record's completed
+// responses that have no result in a later request yet: while it is not
+// zero, a tool is running (or the CLI is about to send its result). It
+// waits for pending request parses.
+func (r *Record) PendingCalls() int {
+	r.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pendingCalls()
+}
+
+// pendingCalls is PendingCalls; r.mu is held.
+func (r *Record) pendingCalls() int {
+	n := 0
+	for _, c := range r.calls {
+		if c.Kind == KindServer || c.ID == "" || r.callByID[c.ID] != c {
+			continue
+		}
+		if x := r.xs[c.Exchange-1]; !x.completed || x.failed {
+			continue // the CLI acts on no call of an answer cut short
+		}
+		if _, ok := r.results[c.ID]; !ok {
+			n++
+		}
+	}
+	return n
 }
 
 // HasText reports whether s (a whole part or a delta) occurs in the
 // assistant text of this Record's responses, whitespace-normalised: in one
-// part, or across the parts of one response. Blank s is trivially true.
+// part, or across the parts of one response (joined with or without a
+// space). Blank s is trivially true. Secrets (SetSecrets) appear as
+// Redacted. See index.go for its cost.
 func (r *Record) HasText(s string) bool { return r.has(kindText, s) }
 
 // HasReasoning is HasText for reasoning (thinking, reasoning summaries).
 func (r *Record) HasReasoning(s string) bool { return r.has(kindReasoning, s) }
-
-func (r *Record) has(kind partKind, s string) bool {
-	n := normalize(s)
-	if n == "" {
-		return true
-	}
-	r.sync()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, x := range r.xs {
-		k := 0
-		for _, p := range x.parts {
-			if p.kind == kind {
-				k++
-				if containsNorm(p.norm.b, n) {
-					return true
-				}
-			}
-		}
-		// A CLI may print a response's parts as one message, joined
-		// with or without a separator.
-		if k > 1 && (containsNorm(joinNorm(x.parts, kind, ""), n) || containsNorm(joinNorm(x.parts, kind, " "), n)) {
-			return true
-		}
-	}
-	return false
-}
 
 // FinalAnswer returns the model's final answer: the text of the last
 // completed agent-loop response, when that response asked for no tool.
@@ -203,7 +266,7 @@ func (r *Record) FinalAnswer() (string, bool) {
 	if last == nil || !last.endsLoop() {
 		return "", false
 	}
-	return joinRaw(last.parts, kindText, "\n\n"), true
+	return joinRaw(last.parts, kindText, "\n\n", r.sec), true
 }
 
 // Summary is a Record's counts, for status reports.

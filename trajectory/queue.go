@@ -123,3 +123,58 @@ func (r *Record) sync() {
 	}
 	q.mu.Unlock()
 }
+
+// The request side: End queues its exchange for the Record's parse
+// worker, which parses the requests one at a time in End order and exits
+// when none is left. However many exchanges end at once (a flood of
+// quick failing requests), a Record runs at most one parse, and holds no
+// more than its exchanges (MaxExchanges) in the queue.
+type parseQueue struct {
+	mu      sync.Mutex
+	xs      []*Exchange
+	last    *Exchange // the last one queued: once it is parsed, all are
+	running bool
+}
+
+func (r *Record) enqueueParse(x *Exchange) {
+	pq := &r.pq
+	pq.mu.Lock()
+	pq.xs = append(pq.xs, x)
+	pq.last = x
+	start := !pq.running
+	pq.running = true
+	pq.mu.Unlock()
+	if start {
+		go r.parseWork()
+	}
+}
+
+func (r *Record) parseWork() {
+	pq := &r.pq
+	for {
+		pq.mu.Lock()
+		if len(pq.xs) == 0 {
+			pq.running = false
+			pq.xs = nil
+			pq.mu.Unlock()
+			return
+		}
+		x := pq.xs[0]
+		pq.xs[0] = nil
+		pq.xs = pq.xs[1:]
+		pq.mu.Unlock()
+		r.sync() // the calls the answers so far asked for
+		x.parseRequest(true)
+		close(x.reqDone)
+	}
+}
+
+// waitParsed returns once every request queued before it was parsed.
+func (r *Record) waitParsed() {
+	r.pq.mu.Lock()
+	last := r.pq.last
+	r.pq.mu.Unlock()
+	if last != nil {
+		<-last.reqDone
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Default bounds. A Record is fed by an upstream the host trusts, but a
@@ -20,8 +21,17 @@ const (
 	// longer ones are skipped and mark the Record truncated.
 	MaxLine = 8 << 20
 	// MaxRequest bounds a buffered request body; a longer one is not
-	// parsed (its exchange's request counts as unparsed).
+	// parsed (its exchange's request counts as unparsed, and the Record
+	// is marked truncated).
 	MaxRequest = 32 << 20
+	// MaxRequestBytes bounds the request bytes a Record buffers at once,
+	// over all its exchanges in flight: an exchange whose next chunk
+	// would pass it stops buffering, as past MaxRequest.
+	MaxRequestBytes = 128 << 20
+	// MaxExchanges bounds the exchanges a Record keeps: past it Begin
+	// returns nil (the request is not recorded) and the Record is marked
+	// truncated.
+	MaxExchanges = 10000
 )
 
 // overhead is what a part, call or result costs besides its text, so that
@@ -29,9 +39,11 @@ const (
 const overhead = 128
 
 type limits struct {
-	kept    int64
-	line    int
-	request int
+	kept      int64
+	line      int
+	request   int
+	reqBytes  int64
+	exchanges int
 }
 
 // Record is what the model proxy saw of one turn: every completion
@@ -50,10 +62,22 @@ type Record struct {
 	kept      int64
 	truncated bool
 	doneSeq   int // orders completed responses
+	sec       *secrets
+
+	open  map[*Exchange]struct{} // begun, End not applied yet
+	ended []*Exchange            // in order of End applied
+	ci    callIndex              // the calls of ended exchanges (see index.go)
 
 	// The response side's queue (see queue.go).
 	q       queue
 	applyMu sync.Mutex // held while queued calls are applied
+
+	// The request side: bytes buffered, and the parse queue (queue.go).
+	reqBytes atomic.Int64
+	pq       parseQueue
+
+	text  [2]textIndex // by partKind (see index.go)
+	resMu sync.Mutex   // serialises result matching (the results' prepared forms)
 }
 
 func (r *Record) limits() limits {
@@ -66,6 +90,12 @@ func (r *Record) limits() limits {
 	}
 	if l.request == 0 {
 		l.request = MaxRequest
+	}
+	if l.reqBytes == 0 {
+		l.reqBytes = MaxRequestBytes
+	}
+	if l.exchanges == 0 {
+		l.exchanges = MaxExchanges
 	}
 	return l
 }
@@ -85,7 +115,8 @@ func (r *Record) take(x *Exchange, n int) bool {
 }
 
 // Begin starts recording one forwarded request. It returns nil for routes
-// that are not completions (see DetectAPI); the methods of a nil
+// that are not completions (see DetectAPI), and past MaxExchanges (the
+// Record is then truncated); the methods of a nil
 // *Exchange do nothing, so a nil result may be used like any other (but
 // note that a nil *Exchange in an interface is not a nil interface).
 func (r *Record) Begin(method, path string) *Exchange {
@@ -93,11 +124,20 @@ func (r *Record) Begin(method, path string) *Exchange {
 	if api == "" {
 		return nil
 	}
-	x := &Exchange{r: r, api: api, lim: r.limits(), reqDone: make(chan struct{})}
+	lim := r.limits()
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.xs) >= lim.exchanges {
+		r.truncated = true
+		return nil
+	}
+	x := &Exchange{r: r, api: api, lim: lim, reqDone: make(chan struct{})}
 	r.xs = append(r.xs, x)
 	x.n = len(r.xs)
-	r.mu.Unlock()
+	if r.open == nil {
+		r.open = map[*Exchange]struct{}{}
+	}
+	r.open[x] = struct{}{}
 	return x
 }
 
@@ -121,6 +161,7 @@ type Exchange struct {
 
 	parseMu   sync.Mutex // serialises request parses
 	reqParsed bool       // under parseMu
+	triedLen  int        // under parseMu: a parse before End failed at this length
 	endOnce   sync.Once
 	reqDone   chan struct{} // closed once End's request parse finished
 
@@ -146,6 +187,11 @@ type Exchange struct {
 	unparsed  bool // the response could not be read (encoding, framing, bound)
 	badEvents int  // events that were not JSON
 	truncated bool
+
+	ver     [2]uint32 // by partKind: bumped when a part of the kind changes
+	form    [2][]byte // by partKind: the cached text form (see index.go)
+	formVer [2]uint32
+	formOK  [2]bool
 }
 
 type reqState int
@@ -163,24 +209,37 @@ const (
 	kindReasoning
 )
 
-// part is one text or reasoning block, with its whitespace-normalised form
-// kept alongside so that queries need not re-normalise megabytes.
+// part is one text or reasoning block, with its whitespace-normalised,
+// redacted form kept alongside so that queries need not re-normalise
+// megabytes: red is raw[:redOff] redacted and normalised; raw[redOff:]
+// is a proper prefix of a secret that the next delta may complete.
 type part struct {
-	kind partKind
-	raw  []byte
-	norm normBuf
+	kind   partKind
+	raw    []byte
+	red    normBuf
+	redOff int
+	lead   bool // raw starts with whitespace
 }
 
 type call struct {
 	ToolCall
 	args      []byte
 	fromStart bool // args are content_block_start's placeholder input
+	pos       int  // index in Record.calls
+
+	ver    uint32 // bumped when args change
+	keyVer uint32 // the ver canon and forms were computed at
+	keyOK  bool
+	canon  string   // the arguments (redacted) as canonical JSON
+	forms  []string // the shell command forms they carry (see CommandMatches)
 }
 
 type result struct {
 	output  string
 	isError bool
-	n       int // the exchange whose request carried it
+	n       int  // the exchange whose request carried it
+	lost    bool // dropped for MaxKept: the call has a result, not kept
+	prep    *sentForm
 }
 
 // RequestBody buffers a chunk of the request body (p is not retained).
@@ -192,6 +251,10 @@ func (x *Exchange) RequestBody(p []byte) {
 	switch {
 	case x.reqClosed || x.reqOver:
 	case x.reqLen+len(p) > x.lim.request:
+		x.reqOver = true
+		x.releaseReq()
+	case x.r.reqBytes.Add(int64(len(p))) > x.lim.reqBytes:
+		x.r.reqBytes.Add(-int64(len(p)))
 		x.reqOver = true
 		x.releaseReq()
 	default:
@@ -261,30 +324,36 @@ func (x *Exchange) ResponseBody(p []byte) {
 	x.r.enqueue(op{x: x, kind: opBody}, p)
 }
 
-// End closes the exchange. The request is parsed on a goroutine of its
-// own, off the proxy's path; queries that need it wait for it.
+// End closes the exchange. The request is parsed by the Record's parse
+// worker (one at most, in End order), off the proxy's path; queries that
+// need it wait for it.
 func (x *Exchange) End(err error) {
 	if x == nil {
 		return
 	}
 	x.endOnce.Do(func() {
 		x.r.enqueue(op{x: x, kind: opEnd, err: err}, nil)
-		go func() {
-			defer close(x.reqDone)
-			x.r.sync() // the calls the answers so far asked for
-			x.parseRequest(true)
-		}()
+		x.r.enqueueParse(x)
 	})
 }
 
 func (x *Exchange) applyEnd(err error) {
 	x.sc.finish(x)
-	x.r.mu.Lock()
+	r := x.r
+	r.mu.Lock()
 	x.ended = true
 	if err != nil && !x.completed {
 		x.failed = true
 	}
-	x.r.mu.Unlock()
+	for _, p := range x.parts {
+		p.flush(r.sec)
+	}
+	delete(r.open, x)
+	r.ended = append(r.ended, x)
+	for _, c := range x.calls {
+		r.ci.add(c, r.sec)
+	}
+	r.mu.Unlock()
 }
 
 func (x *Exchange) markUnparsed() {
@@ -321,6 +390,7 @@ func (x *Exchange) part(key string, kind partKind) *part {
 		return nil
 	}
 	p := &part{kind: kind}
+	x.ver[kind]++
 	if x.partBy == nil {
 		x.partBy = map[string]*part{}
 	}
@@ -338,8 +408,45 @@ func (x *Exchange) appendPart(key string, kind partKind, s string) {
 	if p == nil || !x.r.take(x, len(s)) {
 		return
 	}
+	if len(p.raw) == 0 {
+		p.lead = isSpace(s[0])
+	}
 	p.raw = append(p.raw, s...)
-	p.norm.add(s)
+	x.ver[kind]++
+	p.advance(x.r.sec, s)
+}
+
+// advance redacts and normalises what of raw can be now (s was just
+// appended).
+func (p *part) advance(sec *secrets, s string) {
+	if sec.none() {
+		p.red.add(s)
+		p.redOff = len(p.raw)
+		return
+	}
+	out, rest := sec.replace(nil, p.raw[p.redOff:], true)
+	p.red.add(string(out))
+	p.redOff = len(p.raw) - len(rest)
+}
+
+// flush redacts the held tail: the part is whole.
+func (p *part) flush(sec *secrets) {
+	if p.redOff < len(p.raw) {
+		out, _ := sec.replace(nil, p.raw[p.redOff:], false)
+		p.red.add(string(out))
+		p.redOff = len(p.raw)
+	}
+}
+
+// visible is the part's redacted, normalised text, with the held tail.
+func (p *part) visible(sec *secrets) normBuf {
+	if p.redOff == len(p.raw) {
+		return p.red
+	}
+	n := normBuf{b: append([]byte(nil), p.red.b...), pending: p.red.pending}
+	out, _ := sec.replace(nil, p.raw[p.redOff:], false)
+	n.add(string(out))
+	return n
 }
 
 // fillPart sets a part from a whole-text event (…done, a finished item, a
@@ -363,7 +470,7 @@ func (x *Exchange) callFor(key, kind string) *call {
 	if !x.r.take(x, overhead) {
 		return nil
 	}
-	c := &call{ToolCall: ToolCall{Kind: kind, Exchange: x.n}}
+	c := &call{ToolCall: ToolCall{Kind: kind, Exchange: x.n}, pos: len(x.r.calls)}
 	if x.callBy == nil {
 		x.callBy = map[string]*call{}
 	}
@@ -401,6 +508,7 @@ func (x *Exchange) appendArgs(c *call, s string) {
 		x.r.kept -= int64(len(c.args))
 		c.args, c.fromStart = c.args[:0], false
 	}
+	c.ver++
 	if !x.r.take(x, len(s)) {
 		return
 	}
@@ -415,6 +523,7 @@ func (x *Exchange) setArgs(c *call, s string) {
 	}
 	x.r.kept -= int64(len(c.args))
 	c.args, c.fromStart = c.args[:0], false
+	c.ver++
 	if !x.r.take(x, len(s)) {
 		return
 	}

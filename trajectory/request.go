@@ -197,8 +197,8 @@ func (x *Exchange) parseRequest(final bool) {
 		x.reqClosed = true
 	}
 	x.reqMu.Unlock()
-	if !final && !over && !endsObject(blocks) {
-		return // still arriving: do not copy megabytes for nothing
+	if !final && !over && (!endsObject(blocks) || n == x.triedLen) {
+		return // still arriving, or tried as it is: do not copy megabytes for nothing
 	}
 
 	// The calls still waiting for a result: only theirs can count.
@@ -231,6 +231,7 @@ func (x *Exchange) parseRequest(final bool) {
 		putBuf(pb) // nothing decoded refers to body
 	}
 	if err != nil && !final {
+		x.triedLen = n
 		return
 	}
 	x.reqParsed = true
@@ -241,6 +242,9 @@ func (x *Exchange) parseRequest(final bool) {
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if over {
+		r.truncated, x.truncated = true, true // the results it carried are lost
+	}
 	if err != nil {
 		x.reqState = reqUnparsed
 		return
@@ -259,13 +263,16 @@ func (x *Exchange) parseRequest(final bool) {
 		if _, seen := r.results[res.callID]; seen {
 			continue
 		}
-		if !r.take(x, overhead+len(res.output)) {
-			continue
-		}
 		if r.results == nil {
 			r.results = map[string]*result{}
 		}
-		r.results[res.callID] = &result{output: res.output, isError: res.isError, n: x.n}
+		out := r.sec.str(res.output)
+		if !r.take(x, overhead+len(out)) {
+			// Not kept, but the call has its result (PendingCalls).
+			r.results[res.callID] = &result{n: x.n, lost: true}
+			continue
+		}
+		r.results[res.callID] = &result{output: out, isError: res.isError, n: x.n}
 		r.nResults++
 	}
 }
@@ -278,6 +285,7 @@ func (x *Exchange) releaseReq() {
 			blockPool.Put((*[reqBlock]byte)(b[:reqBlock]))
 		}
 	}
+	x.r.reqBytes.Add(-int64(x.reqLen))
 	x.reqBuf, x.reqLen = nil, 0
 }
 
