@@ -129,3 +129,16 @@ func TestNetworkLogBounded(t *testing.T) {
 		t.Errorf("last line %s", last)
 	}
 }
+
+// A Config built by hand (not from DefaultConfig) still has every bound:
+// none of them has an "unlimited" zero.
+func TestLimitsDefaultWhenUnset(t *testing.T) {
+	got := Config{}.withDefaults().Limits
+	if want := DefaultConfig().Limits; got != want {
+		t.Errorf("limits %+v, want %+v", got, want)
+	}
+	c := Config{Limits: Limits{TurnLines: 7}}.withDefaults()
+	if c.Limits.TurnLines != 7 || c.Limits.AuditDayBytes != DefaultConfig().Limits.AuditDayBytes {
+		t.Errorf("limits %+v", c.Limits)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -62,6 +63,7 @@ type cliServer struct {
 	mu     sync.Mutex
 	active bool // a turn reads lines
 	lines  chan serverLine
+	queued atomic.Int64 // bytes of the lines in lines (maxQueuedBytes)
 	stderr cappedBuffer // this turn's stderr
 }
 
@@ -101,10 +103,14 @@ func (a *Agent) startServer(ll LongLived, t Turn) (*cliServer, error) {
 	return s, nil
 }
 
+// maxQueuedBytes bounds the stdout lines waiting for the turn to read
+// them (each may be up to maxLineBytes): past it the CLI's output waits.
+const maxQueuedBytes = 16 << 20
+
 // deliver hands a stdout line to the running turn; lines between turns
 // are dropped (the CLI has nothing to say then).
 func (s *cliServer) deliver(raw []byte, cut bool) {
-	l := serverLine{raw: append([]byte(nil), raw...), cut: cut}
+	var l serverLine
 	for {
 		s.mu.Lock()
 		active := s.active
@@ -112,10 +118,37 @@ func (s *cliServer) deliver(raw []byte, cut bool) {
 		if !active {
 			return
 		}
+		if s.queued.Load()+int64(len(raw)) > maxQueuedBytes && len(s.lines) > 0 {
+			time.Sleep(10 * time.Millisecond) // the turn reads, or ends
+			continue
+		}
+		if l.raw == nil {
+			l = serverLine{raw: append(make([]byte, 0, len(raw)), raw...), cut: cut}
+		}
+		s.queued.Add(int64(len(l.raw)))
 		select {
 		case s.lines <- l:
 			return
 		case <-time.After(100 * time.Millisecond): // the turn may have ended meanwhile
+			s.queued.Add(-int64(len(l.raw)))
+		}
+	}
+}
+
+// next takes a line the turn reads off the queue's byte count.
+func (s *cliServer) next(l serverLine) serverLine {
+	s.queued.Add(-int64(len(l.raw)))
+	return l
+}
+
+// drain drops lines an earlier turn left unread: they are not this turn's.
+func (s *cliServer) drain() {
+	for {
+		select {
+		case l := <-s.lines:
+			s.next(l)
+		default:
+			return
 		}
 	}
 }
@@ -197,6 +230,7 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 		return ExecResult{}, false, fmt.Errorf("%s: %w: its long-lived parser cannot tell a turn's end", a.drv.Name(), ErrInvalidArgument)
 	}
 	s.used = true
+	s.drain()
 	s.mu.Lock()
 	s.active = true
 	s.stderr.buf.Reset()
@@ -247,6 +281,7 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 	for {
 		select {
 		case l := <-s.lines:
+			l = s.next(l)
 			lines++
 			settle = nil
 			t.line(l.raw, l.cut)
@@ -270,7 +305,9 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 			switch {
 			case t.endBacked():
 				return ended(), false, nil
-			case t.rec.InFlight():
+			case t.rec.InFlight(), t.rec.PendingCalls() > 0:
+				// A request is under way, or a tool the model asked for
+				// has not answered yet: the CLI is still at work.
 				quiet = time.After(t.unbackedQuiet())
 			default:
 				t.unbackedEnd = true
@@ -287,6 +324,7 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 			for drained := false; !drained; { // what it printed before it died
 				select {
 				case l := <-s.lines:
+					l = s.next(l)
 					lines++
 					t.line(l.raw, l.cut)
 				default:

@@ -178,6 +178,22 @@ func (c Config) withDefaults() Config {
 	if c.MaxOutputBytes <= 0 {
 		c.MaxOutputBytes = d.MaxOutputBytes
 	}
+	// The bounds on a turn's output have no "unlimited": a zero is unset.
+	l, dl := &c.Limits, d.Limits
+	for _, f := range []struct{ v, d *int64 }{
+		{&l.TurnEventBytes, &dl.TurnEventBytes}, {&l.AuditTurnBytes, &dl.AuditTurnBytes},
+		{&l.AuditSessionBytes, &dl.AuditSessionBytes}, {&l.AuditDayBytes, &dl.AuditDayBytes},
+	} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
+	}
+	if l.TurnLines <= 0 {
+		l.TurnLines = dl.TurnLines
+	}
+	if l.TurnEvents <= 0 {
+		l.TurnEvents = dl.TurnEvents
+	}
 	return c
 }
 

@@ -93,6 +93,7 @@ type turn struct {
 	verification *Verification
 	unbackedEnd  bool              // a long-lived turn ended on the CLI's word alone
 	callIDs      map[string]string // the CLI's tool call id -> the model's, where they differ
+	checks       int               // verification checks so far (maxVerifyChecks)
 }
 
 func (t *turn) run(ctx context.Context) (TurnResult, error) {
@@ -101,6 +102,7 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 	defer t.cancel(nil)
 	if a.proxy != nil {
 		t.rec = &trajectory.Record{}
+		t.rec.SetSecrets(a.secrets) // the proxy redacts them from what the CLI sees
 		a.rec.Store(t.rec)
 		defer a.rec.Store(nil)
 	}

@@ -35,7 +35,7 @@ func verifiable(ev Event) bool {
 	case KindToolCall:
 		return true
 	case KindToolResult:
-		return ev.Payload.CallID != ""
+		return true
 	case KindText, KindThinking:
 		return strings.TrimSpace(ev.Payload.Text) != ""
 	}
@@ -48,6 +48,11 @@ func verifiable(ev Event) bool {
 // is remembered for the call's result.
 func (t *turn) backed(ev Event) (bool, string) {
 	r, p := t.rec, ev.Payload
+	// The CLI's lines are the sandbox's: a flood of them must not buy
+	// unbounded work on the host.
+	if t.checks++; t.checks > maxVerifyChecks {
+		return false, fmt.Sprintf("not checked: more than %d checks in one turn", maxVerifyChecks)
+	}
 	switch ev.Kind {
 	case KindToolCall:
 		if p.CallID != "" {
@@ -74,6 +79,9 @@ func (t *turn) backed(ev Event) (bool, string) {
 		}
 		return false, fmt.Sprintf("tool call %q (%s) that the model never asked for", p.CallID, clip(firstOf(p.Command, p.Tool), 200))
 	case KindToolResult:
+		if p.CallID == "" {
+			return false, "tool result without a call id"
+		}
 		id := p.CallID
 		if mid, ok := t.callIDs[id]; ok {
 			id = mid
@@ -104,7 +112,7 @@ func (t *turn) backed(ev Event) (bool, string) {
 // call or text the CLI prints is normally backed at once; what is not is
 // decided at the turn's end (tool results reach the model only later).
 func (t *turn) verifyNow(ev *Event) {
-	if t.rec == nil || !verifiable(*ev) {
+	if t.rec == nil || !verifiable(*ev) || t.checks >= maxVerifyChecks {
 		return
 	}
 	if ok, _ := t.backed(*ev); ok {
@@ -113,6 +121,11 @@ func (t *turn) verifyNow(ev *Event) {
 }
 
 var verifiedTrue, verifiedFalse = true, false
+
+// maxVerifyChecks bounds the checks of one turn (an event is checked once
+// as it is emitted and, if not backed then, once at the turn's end); past
+// it events are marked unverified unchecked.
+const maxVerifyChecks = 40_000
 
 // maxReportedUnverified bounds the unverified events a turn reports one by
 // one; the count covers the rest.
@@ -149,8 +162,9 @@ func (t *turn) endBacked() bool {
 
 // unbackedQuiet is how long a long-lived turn whose CLI said it ended,
 // without the record agreeing, waits in silence (no line, no request
-// under way) before it ends anyway: a CLI can end a turn without asking
-// the model again (a turn limit, an error before the first request).
+// under way, no tool call waiting for its result) before it ends anyway:
+// a CLI can end a turn without asking the model again (an error before
+// the first request, a refusal to run a tool).
 func (t *turn) unbackedQuiet() time.Duration {
 	if t.rec.Exchanges() == 0 {
 		return time.Second
@@ -200,15 +214,13 @@ func (t *turn) verifyTurn(cliReply string) (string, *Verification) {
 		t.emit(ev)
 	}
 	v.Model = r.Summary()
-	reply := cliReply
+	// Without a final answer (an error, an abort) there is no reply: the
+	// CLI's would be the sandbox's word alone.
+	reply := ""
 	final, ok := r.FinalAnswer()
-	switch {
-	case ok:
-		reply = final
-	case cliReply != "" && !r.HasText(cliReply):
-		reply = ""
-		v.NoFinalAnswer = true
-	default:
+	if ok {
+		reply = t.redact(final)
+	} else {
 		v.NoFinalAnswer = true
 	}
 	if strings.TrimSpace(reply) != strings.TrimSpace(cliReply) {

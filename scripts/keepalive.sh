@@ -38,7 +38,9 @@ busy() {
       esac
     done 2>/dev/null < "$p/status"
     [ "$ppid" = 0 ] || continue
-    case $state in Z*) continue ;; esac
+    # A zombie is done; a stopped root (SIGSTOP from a tool of its own
+    # user) runs nothing until the host resumes it, which a dead host won't.
+    case $state in Z*|T*|t*) continue ;; esac
     [ "$name" = sa-forward ] || return 0
   done
   return 1
