@@ -23,19 +23,7 @@ func BenchmarkStreamDirect(b *testing.B)   { benchStream(b, false) }
 func BenchmarkStreamViaProxy(b *testing.B) { benchStream(b, true) }
 
 func benchStream(b *testing.B, viaProxy bool) {
-	text := strings.Repeat("lorem ipsum ", 90)
-	steps := make([]fakemodel.Step, b.N) // one per request, so every answer is the full text
-	for i := range steps {
-		steps[i] = fakemodel.Step{Text: text}
-	}
-	fm, err := fakemodel.New(fakemodel.Script{ExpectKey: testKey, Responses: steps}, fakemodel.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := fm.Start("127.0.0.1:0"); err != nil {
-		b.Fatal(err)
-	}
-	defer fm.Close()
+	fm := textModel(b, b.N)
 
 	tr := &http.Transport{DisableCompression: true}
 	defer tr.CloseIdleConnections()
@@ -49,17 +37,7 @@ func benchStream(b *testing.B, viaProxy bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		sock := filepath.Join(b.TempDir(), "proxy.sock")
-		ln, err := net.Listen("unix", sock)
-		if err != nil {
-			b.Fatal(err)
-		}
-		srv := &http.Server{Handler: p}
-		go srv.Serve(ln)
-		defer srv.Close()
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}
+		tr.DialContext = serveUnix(b, p)
 		url, cred = p.BaseURL("http://sandbox-proxy")+"/chat/completions", testToken
 	}
 	client := &http.Client{Transport: tr}
@@ -107,4 +85,39 @@ func benchStream(b *testing.B, viaProxy bool) {
 	}
 	report("first-byte", first)
 	report("last-byte", last)
+}
+
+// textModel is a fakemodel on loopback answering n requests, each with
+// about 1 KiB of text (32 deltas when streamed).
+func textModel(b *testing.B, n int) *fakemodel.Server {
+	text := strings.Repeat("lorem ipsum ", 90)
+	steps := make([]fakemodel.Step, n) // one per request, so every answer is the full text
+	for i := range steps {
+		steps[i] = fakemodel.Step{Text: text}
+	}
+	fm, err := fakemodel.New(fakemodel.Script{ExpectKey: testKey, Responses: steps}, fakemodel.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := fm.Start("127.0.0.1:0"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { fm.Close() })
+	return fm
+}
+
+// serveUnix serves h on a Unix socket, as deployed, and returns a dialer
+// for it.
+func serveUnix(b *testing.B, h http.Handler) func(context.Context, string, string) (net.Conn, error) {
+	sock := filepath.Join(b.TempDir(), "proxy.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	return func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}
 }

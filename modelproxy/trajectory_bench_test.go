@@ -1,17 +1,13 @@
 package modelproxy
 
 import (
-	"context"
 	"io"
-	"net"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
 
@@ -25,19 +21,7 @@ import (
 //
 //	go test -run '^$' -bench Trajectory -benchtime 400x ./modelproxy/
 func BenchmarkTrajectory(b *testing.B) {
-	text := strings.Repeat("lorem ipsum ", 90)
-	steps := make([]fakemodel.Step, 2*b.N+2)
-	for i := range steps {
-		steps[i] = fakemodel.Step{Text: text}
-	}
-	fm, err := fakemodel.New(fakemodel.Script{ExpectKey: testKey, Responses: steps}, fakemodel.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := fm.Start("127.0.0.1:0"); err != nil {
-		b.Fatal(err)
-	}
-	defer fm.Close()
+	fm := textModel(b, 2*b.N+2)
 
 	rec := &trajectory.Record{}
 	serve := func(tap bool) *http.Client {
@@ -54,17 +38,7 @@ func BenchmarkTrajectory(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		sock := filepath.Join(b.TempDir(), "proxy.sock")
-		ln, err := net.Listen("unix", sock)
-		if err != nil {
-			b.Fatal(err)
-		}
-		srv := &http.Server{Handler: p}
-		go srv.Serve(ln)
-		b.Cleanup(func() { srv.Close() })
-		tr := &http.Transport{DisableCompression: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}}
+		tr := &http.Transport{DisableCompression: true, DialContext: serveUnix(b, p)}
 		b.Cleanup(tr.CloseIdleConnections)
 		return &http.Client{Transport: tr}
 	}

@@ -250,10 +250,7 @@ func (r *Record) FinalAnswer() (string, bool) {
 	r.Wait()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	anyTools := false
-	for _, x := range r.xs {
-		anyTools = anyTools || x.offersTools
-	}
+	anyTools := r.offeredTools()
 	var last *Exchange
 	for _, x := range r.xs {
 		if !x.completed || x.failed || (anyTools && !x.offersTools) {
@@ -304,4 +301,15 @@ func (r *Record) Summary() Summary {
 		s.BadEvents += x.badEvents
 	}
 	return s
+}
+
+// offeredTools reports whether any request offered tools: then only those
+// are the agent loop's. r.mu is held.
+func (r *Record) offeredTools() bool {
+	for _, x := range r.xs {
+		if x.offersTools {
+			return true
+		}
+	}
+	return false
 }

@@ -33,10 +33,7 @@ func (r *Record) Settled() bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	anyTools := false
-	for _, x := range r.xs {
-		anyTools = anyTools || x.offersTools
-	}
+	anyTools := r.offeredTools()
 	var last *Exchange
 	for _, x := range r.xs {
 		if anyTools && !x.offersTools {
