@@ -80,11 +80,19 @@ type floodReport struct {
 // the peak RSS measured is theirs alone.
 func TestConformanceFlood(t *testing.T) {
 	testenv.Runtime(t)
+	// The child is this package's test binary built without -race: the
+	// race detector multiplies a process's memory several times, and the
+	// bound is for the memory a production build uses.
+	child := filepath.Join(t.TempDir(), "flood-child")
+	build := exec.Command("go", "test", "-c", "-tags", "integration", "-o", child, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the child: %v\n%s", err, out)
+	}
 	for _, name := range []string{"claude", "codex", "pi"} {
 		for _, flood := range []string{"lines", "bytes"} {
 			t.Run(name+"/"+flood, func(t *testing.T) {
 				spec := floodSpec{Driver: name, Flood: flood, AuditRoot: drivertest.AuditRoot(t)}
-				rep := runFloodChild(t, spec)
+				rep := runFloodChild(t, child, spec)
 				t.Logf("%s %s: %v after %.1fs, %d events; output_limit: %q", name, flood, rep.Err, rep.Seconds, rep.Events, rep.LimitEvents)
 				if !rep.OutputLimit {
 					t.Errorf("the flood turn's error %q does not wrap ErrOutputLimit", rep.Err)
@@ -114,9 +122,9 @@ func TestConformanceFlood(t *testing.T) {
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
-// runFloodChild runs TestConformanceFloodChild in a child process for
+// runFloodChild runs TestConformanceFloodChild in the child binary for
 // spec and returns its report.
-func runFloodChild(t *testing.T, spec floodSpec) floodReport {
+func runFloodChild(t *testing.T, child string, spec floodSpec) floodReport {
 	t.Helper()
 	b, err := json.Marshal(spec)
 	if err != nil {
@@ -124,7 +132,7 @@ func runFloodChild(t *testing.T, spec floodSpec) floodReport {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestConformanceFloodChild$", "-test.v", "-test.count=1", "-test.timeout=11m")
+	cmd := exec.CommandContext(ctx, child, "-test.run=^TestConformanceFloodChild$", "-test.v", "-test.count=1", "-test.timeout=11m")
 	cmd.Env = append(os.Environ(), floodChildEnv+"="+string(b))
 	out, err := cmd.CombinedOutput()
 	for _, l := range strings.Split(string(out), "\n") {
