@@ -96,7 +96,7 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 		writeError(w, err)
 		return
 	}
-	if !a.turn.TryLock() {
+	if !a.lockForTurn(r) {
 		writeError(w, busy(a))
 		return
 	}
@@ -451,4 +451,25 @@ func (s *sseStream) run() {
 			return
 		}
 	}
+}
+
+// sessionCallWait bounds how long a turn waits for a session call that
+// holds the agent (the inspector lists sessions as it opens an agent; an
+// exec in the sandbox, slow on a loaded engine).
+const sessionCallWait = 30 * time.Second
+
+// lockForTurn takes the agent's turn lock: at once, or after the session
+// call holding it ends; false (409) while a turn runs.
+func (a *agent) lockForTurn(r *http.Request) bool {
+	deadline := time.Now().Add(sessionCallWait)
+	for !a.turn.TryLock() {
+		a.mu.Lock()
+		running := a.running != nil
+		a.mu.Unlock()
+		if running || time.Now().After(deadline) || r.Context().Err() != nil {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }
