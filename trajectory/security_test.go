@@ -85,7 +85,10 @@ func TestOneParseWorker(t *testing.T) {
 	}
 	// The queue's worker and the parse worker, and either's predecessor
 	// on its way out: a constant, where a goroutine per End made 2000.
-	if peak > 4 {
+	// The count is the process's: other tests' goroutines (parallel ones,
+	// workers of earlier tests on their way out) are in it, hence the
+	// margin; it stays far below one per exchange.
+	if peak > 100 {
 		t.Fatalf("%d goroutines for 2000 exchanges", peak)
 	}
 	if s := r.Summary(); s.Exchanges != 2000 || s.Unparsed != 0 || s.Failed != 2000 {
