@@ -292,13 +292,18 @@ func (t *turn) keep(ev Event) bool {
 		return false
 	}
 	lim := t.a.cfg.Limits
-	switch size := eventSize(ev); {
+	size := eventSize(ev)
+	why := ""
+	if t.log != nil {
+		why = t.auditOver(2 * size)
+	}
+	switch {
 	case lim.TurnEvents > 0 && len(t.events) >= lim.TurnEvents:
 		t.overLimit(nil, "max_turn_events: more than %d events", lim.TurnEvents)
 	case lim.TurnEventBytes > 0 && t.eventBytes+size > lim.TurnEventBytes:
 		t.overLimit(nil, "max_turn_event_bytes: events holding more than %d bytes", lim.TurnEventBytes)
-	case t.log != nil && t.auditOver(2*size) != "":
-		t.overLimit(nil, "%s", t.auditOver(2*size))
+	case why != "":
+		t.overLimit(nil, "%s", why)
 	default:
 		t.eventBytes += size
 		return true
