@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/audit"
+	"github.com/sandbox-agent/sandbox-agent/egressproxy"
+	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
@@ -34,7 +36,7 @@ type Agent struct {
 
 	proxy *modelproxy.Proxy                 // nil when the CLI holds its own key (EgressOpen, unroutable driver)
 	rec   atomic.Pointer[trajectory.Record] // the running turn's, for the proxy's tap
-	net   *networkLog
+	net   *audit.Network
 
 	secrets []string // the driver's own and the routed copy's: redacted everywhere
 
@@ -161,7 +163,7 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	}
 	a.secrets = drv.Secrets()
 	user := sopts.OnEgress
-	sopts.OnEgress = func(r EgressRecord) {
+	sopts.OnEgress = func(r egressproxy.Record) {
 		a.egressRecord(r)
 		if user != nil {
 			user(r)
@@ -191,14 +193,14 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: model proxy: %w", ErrInvalidArgument, drv.Name(), err)
 		}
-		sopts.services = map[string]http.Handler{serviceModel: a.proxy}
+		sopts.services = map[string]http.Handler{boundary.ServiceModel: a.proxy}
 	case egress == EgressModel:
 		return nil, fmt.Errorf("%w: driver %s cannot be routed through the model proxy (it does not implement ModelRouter); use egress open", ErrInvalidArgument, drv.Name())
 	default:
 		a.log.Warn("sandbox-agent: driver cannot use the model proxy: its API key enters the sandbox", "driver", drv.Name())
 	}
 	if a.audit {
-		a.net = &networkLog{root: cfg.AuditRoot, date: time.Now(), folder: sopts.Name, secrets: a.secrets, log: a.log, max: cfg.Limits.AuditSessionBytes}
+		a.net = &audit.Network{Root: cfg.AuditRoot, Date: time.Now(), Name: sopts.Name, Secrets: a.secrets, Log: a.log, Max: cfg.Limits.AuditSessionBytes}
 	}
 	if egress == EgressOpen {
 		a.log.Warn("sandbox-agent: egress open: the agent can reach the internet and the host's services", "driver", drv.Name())
@@ -209,7 +211,7 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	}
 	a.sb = sb
 	if routable {
-		a.drv = router.Routed(a.proxy.BaseURL(sb.host.url(serviceModel)), token)
+		a.drv = router.Routed(a.proxy.BaseURL(sb.host.URL(boundary.ServiceModel)), token)
 	}
 	sctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Start)
 	defer cancel()
@@ -270,7 +272,7 @@ func (a *Agent) Close() error {
 	}
 	err := a.sb.Close()
 	if a.net != nil {
-		a.net.close()
+		a.net.Close()
 	}
 	return err
 }
@@ -281,7 +283,7 @@ func (a *Agent) NetworkAuditDir() string {
 	if a.net == nil {
 		return ""
 	}
-	return a.net.dir()
+	return a.net.Dir()
 }
 
 // TurnResult is the outcome of one turn.

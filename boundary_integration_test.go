@@ -14,6 +14,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/pi"
+	"github.com/sandbox-agent/sandbox-agent/egressproxy"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
@@ -80,12 +81,12 @@ func TestIntegrationEgressBoundary(t *testing.T) {
 	port, accepted := hostListener(t)
 	gw := bridgeGateway(t)
 	var mu sync.Mutex
-	var records []sandboxagent.EgressRecord
+	var records []egressproxy.Record
 	srv := drivertest.FakeModel(t, fakemodel.Script{})
 	a := drivertest.StartAgent(t, pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key}), drivertest.AuditRoot(t),
 		sandboxagent.WithEgress("", "registry.npmjs.org"),
 		sandboxagent.WithSandbox(func(o *sandboxagent.SandboxOptions) {
-			o.OnEgress = func(r sandboxagent.EgressRecord) { mu.Lock(); records = append(records, r); mu.Unlock() }
+			o.OnEgress = func(r egressproxy.Record) { mu.Lock(); records = append(records, r); mu.Unlock() }
 		}))
 	sb := a.Container()
 	run := func(script string, args ...string) sandboxagent.ExecResult {

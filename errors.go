@@ -3,6 +3,8 @@ package sandboxagent
 import (
 	"errors"
 	"fmt"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 )
 
 // Sentinel errors callers branch on with errors.Is.
@@ -43,7 +45,7 @@ var (
 	ErrDestinationExists = errors.New("destination exists")
 	// ErrNetwork: the sandbox's boundary (the relay to the host's model
 	// and egress proxies) could not be set up.
-	ErrNetwork = errors.New("sandbox network boundary")
+	ErrNetwork = boundary.ErrNetwork
 	// ErrImageDigest: an image is not the one recorded at release — its
 	// digest differs from the one compiled into the binary (digests.json)
 	// or from its registry's, or image_verify is strict and nothing is

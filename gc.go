@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
-	"regexp"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 )
 
 // GCOptions selects which leftovers GC removes.
@@ -83,7 +82,7 @@ func GC(ctx context.Context, rt Runtime, opts GCOptions) (GCResult, error) {
 				continue
 			}
 			if sameHost {
-				removeSocketDir(c.Labels[LabelSockets])
+				boundary.RemoveSocketDir(c.Labels[LabelSockets])
 			}
 		}
 		res.Removed = append(res.Removed, e)
@@ -95,8 +94,8 @@ func GC(ctx context.Context, rt Runtime, opts GCOptions) (GCResult, error) {
 			inUse[c.Labels[LabelSockets]] = true
 		}
 	}
-	if root, err := socketRoot(); err == nil {
-		res.SocketDirs = sweepSocketDirs(root, func(name string) bool { return inUse[name] }, opts.DryRun)
+	if root, err := boundary.SocketRoot(); err == nil {
+		res.SocketDirs = boundary.SweepSocketDirs(root, func(name string) bool { return inUse[name] }, opts.DryRun)
 	}
 	return res, errors.Join(errs...)
 }
@@ -111,83 +110,6 @@ func processAlive(pid string) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-// socketDirName is the shape of a socket folder: s-<PID>-<random> (the
-// PID of its owner), or s-<random> as made before the PID was in it.
-var (
-	socketDirName  = regexp.MustCompile(`^s-[0-9]+(-[0-9]+)?$`)
-	socketDirOwner = regexp.MustCompile(`^s-([0-9]+)-[0-9]+$`)
-)
-
-// removeSocketDir removes the socket folder a dead owner left behind. The
-// label names only the folder's base name, and only one of the shape
-// openHostSide makes is removed from this user's socket root.
-func removeSocketDir(name string) {
-	if !socketDirName.MatchString(name) {
-		return
-	}
-	root, err := socketRoot()
-	if err != nil {
-		return
-	}
-	_ = os.RemoveAll(filepath.Join(root, name))
-}
-
-// sweepSocketDirs removes the socket folders under root that no process
-// serves any more and that no container names (inUse, asked last: it may
-// cost an engine call), and returns them. dryRun only lists them.
-func sweepSocketDirs(root string, inUse func(name string) bool, dryRun bool) []string {
-	ents, err := os.ReadDir(root)
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, e := range ents {
-		name := e.Name()
-		dir := filepath.Join(root, name)
-		if !e.IsDir() || !socketDirName.MatchString(name) || !socketDirStale(dir, name) || inUse(name) {
-			continue
-		}
-		if !dryRun && os.RemoveAll(dir) != nil {
-			continue
-		}
-		out = append(out, dir)
-	}
-	return out
-}
-
-// socketDirStale reports whether a socket folder's owner is gone: the
-// PID in its name names no process (a folder of the old shape, without
-// it, must be a day old) and none of its sockets accepts a connection.
-// The sockets are asked too because a PID only means something in our
-// pid namespace: a live owner in another one sharing this folder (two
-// containers with one /tmp) still listens.
-func socketDirStale(dir, name string) bool {
-	if m := socketDirOwner.FindStringSubmatch(name); m != nil {
-		if processAlive(m[1]) {
-			return false
-		}
-	} else if fi, err := os.Stat(dir); err != nil || time.Since(fi.ModTime()) < 24*time.Hour {
-		return false
-	}
-	socks, err := filepath.Glob(filepath.Join(dir, "*.sock"))
-	if err != nil {
-		return false
-	}
-	for _, p := range socks {
-		c, err := net.DialTimeout("unix", p, time.Second)
-		if err == nil {
-			c.Close()
-			return false
-		}
-		// Only a certain "nobody listens" proves it; a full backlog or a
-		// timeout is somebody.
-		if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
-			return false
-		}
-	}
-	return true
-}
-
 var sweepOnce sync.Once
 
 // sweepLeftoverSockets removes, once per process and in the background,
@@ -197,13 +119,13 @@ var sweepOnce sync.Once
 func sweepLeftoverSockets(rt Runtime) {
 	sweepOnce.Do(func() {
 		go func() {
-			root, err := socketRoot()
+			root, err := boundary.SocketRoot()
 			if err != nil {
 				return
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			sweepSocketDirs(root, func(name string) bool {
+			boundary.SweepSocketDirs(root, func(name string) bool {
 				list, err := rt.List(ctx, map[string]string{LabelManaged: "true", LabelSockets: name})
 				return err != nil || len(list) > 0
 			}, false)

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // floodRuntime's CLI names its session, then prints line until the turn
@@ -105,28 +103,6 @@ func TestTurnOutputLimitsNotHit(t *testing.T) {
 	res, err := a.Stream(context.Background(), "p", nil)
 	if err != nil || res.Reply != "t99" {
 		t.Fatalf("%q %v", res.Reply, err)
-	}
-}
-
-// model.jsonl and egress.jsonl stop growing at their bound and say how
-// many records they left out.
-func TestNetworkLogBounded(t *testing.T) {
-	root := t.TempDir()
-	n := &networkLog{root: root, date: time.Now(), folder: "sb", log: slog.Default(), max: 10 << 10}
-	for i := range 10_000 {
-		n.write("model.jsonl", map[string]int{"i": i})
-	}
-	n.close()
-	b, err := os.ReadFile(filepath.Join(n.dir(), "model.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b) > 11<<10 {
-		t.Errorf("model.jsonl is %d bytes", len(b))
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if last := lines[len(lines)-1]; !strings.Contains(last, `"dropped":`) {
-		t.Errorf("last line %s", last)
 	}
 }
 

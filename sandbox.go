@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
+	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 	"github.com/sandbox-agent/sandbox-agent/safetar"
 )
 
@@ -80,7 +82,7 @@ type SandboxOptions struct {
 	AllowHosts []string
 	// OnEgress receives every decision of the egress proxy (allowed
 	// connections when they end, denials at once).
-	OnEgress func(EgressRecord)
+	OnEgress func(egressproxy.Record)
 	// Network overrides the engine's network mode that Egress implies
 	// ("none", or "bridge" for EgressOpen): "host" or a network name is an
 	// explicit loosening.
@@ -140,7 +142,7 @@ type Sandbox struct {
 	limitsMu               sync.Mutex
 	seen                   ResourceEvents // counters at the last check
 
-	host *hostSide         // the relay's host side; nil without proxies
+	host *boundary.Host    // the relay's host side; nil without proxies
 	env  map[string]string // added to every exec (proxy variables)
 
 	closeOnce sync.Once
@@ -237,14 +239,14 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	}
 	mountSockets := FeaturesOf(rt).BindMounts
 	if host != nil && mountSockets {
-		spec.Mounts = append(spec.Mounts, host.mount())
-		spec.Labels[LabelSockets] = filepath.Base(host.dir)
+		spec.Mounts = append(spec.Mounts, Mount{Source: host.Dir(), Target: boundary.SocketDir, ReadOnly: true})
+		spec.Labels[LabelSockets] = filepath.Base(host.Dir())
 	}
 	id, ctx, cancelRetry, err := createContainer(ctx, parent, rt, spec, opts.Images, cfg.Timeouts.Start)
 	defer cancelRetry()
 	if err != nil {
 		if host != nil {
-			host.close()
+			host.Close()
 		}
 		return nil, err
 	}
@@ -268,15 +270,15 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 		return fail(err)
 	}
 	if host != nil {
-		relay := host.relay
+		relay, exec := host.Relay, s.execAsRoot
 		if !mountSockets {
-			relay = host.startTunnel
+			relay, exec = host.StartTunnel, s.execTunnel
 		}
-		if err := relay(ctx, s); err != nil {
+		if err := relay(ctx, exec); err != nil {
 			return fail(err)
 		}
-		if _, ok := host.ports[serviceEgress]; ok {
-			s.env = proxyEnv(host.url(serviceEgress))
+		if host.Serves(boundary.ServiceEgress) {
+			s.env = boundary.ProxyEnv(host.URL(boundary.ServiceEgress))
 		}
 	}
 	return s, nil
@@ -284,7 +286,7 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 
 // openBoundary checks the egress options and opens the host side of the
 // sandbox's proxies (nil when it needs none).
-func openBoundary(opts SandboxOptions) (*hostSide, error) {
+func openBoundary(opts SandboxOptions) (*boundary.Host, error) {
 	if _, err := ParseEgress(string(opts.Egress)); err != nil {
 		return nil, err
 	}
@@ -300,12 +302,32 @@ func openBoundary(opts SandboxOptions) (*hostSide, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
-		services[serviceEgress] = ep
+		services[boundary.ServiceEgress] = ep
 	}
 	if len(services) == 0 {
 		return nil, nil
 	}
-	return openHostSide(services)
+	return boundary.Open(services)
+}
+
+// execAsRoot is how the boundary starts forward.pl: as root (the
+// sandbox's user cannot kill it), under timeout_start, its output
+// captured as Run captures.
+func (s *Sandbox) execAsRoot(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	res, err := s.Run(ctx, ExecRequest{Cmd: args, User: "0", Stdin: stdin, Timeout: s.cfg.Timeouts.Start})
+	stdout.Write(res.Stdout)
+	stderr.Write(res.Stderr)
+	return res.ExitCode, err
+}
+
+// execTunnel is how the boundary runs tunnel.pl: one long exec straight
+// on the runtime, until the tunnel closes.
+func (s *Sandbox) execTunnel(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	code, err := s.rt.Exec(ctx, s.id, RuntimeExec{Cmd: args, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	if errors.Is(err, ErrUnsupportedByRuntime) {
+		err = boundary.Refused(err)
+	}
+	return code, err
 }
 
 // createContainer creates the container, vetting its image first (an
@@ -546,7 +568,7 @@ func (s *Sandbox) Close() error {
 			s.closeErr = fmt.Errorf("close sandbox %s: %w", s.name, err)
 		}
 		if s.host != nil {
-			if err := s.host.close(); err != nil && s.closeErr == nil {
+			if err := s.host.Close(); err != nil && s.closeErr == nil {
 				s.closeErr = fmt.Errorf("close sandbox %s: proxies: %w", s.name, err)
 			}
 		}

@@ -50,16 +50,3 @@ var killGroupScript string
 //
 //go:embed scripts/user-ids.sh
 var userIDsScript string
-
-// forwardScript (perl) relays 127.0.0.1 ports of the sandbox to the
-// host's proxy sockets, prints "NAME PORT" lines and detaches.
-//
-//go:embed scripts/forward.pl
-var forwardScript string
-
-// tunnelScript (perl) is the relay for engines that cannot mount the
-// host's sockets: it carries connections of 127.0.0.1 ports over its own
-// stdin and stdout (tunnel.go).
-//
-//go:embed scripts/tunnel.pl
-var tunnelScript string

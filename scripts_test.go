@@ -80,20 +80,3 @@ func TestScriptsShellcheck(t *testing.T) {
 		t.Errorf("shellcheck -s bash: %v\n%s", err, out)
 	}
 }
-
-// The relays are valid perl (perl -c also loads the modules they use, all
-// in perl-base).
-func TestPerlScripts(t *testing.T) {
-	perl, err := exec.LookPath("perl")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("perl is not installed (CI=true)")
-		}
-		t.Skip("perl is not installed")
-	}
-	for name, text := range map[string]string{"forward.pl": forwardScript, "tunnel.pl": tunnelScript} {
-		if out, err := exec.Command(perl, "-Mstrict", "-Mwarnings", "-c", "-e", text).CombinedOutput(); err != nil {
-			t.Errorf("perl -c %s: %v\n%s", name, err, out)
-		}
-	}
-}

@@ -12,6 +12,7 @@ import (
 	units "github.com/docker/go-units"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/egressproxy"
 	"github.com/sandbox-agent/sandbox-agent/internal/termsafe"
 )
 
@@ -317,7 +318,7 @@ func (a *app) egressNotes(opts *sandboxagent.SandboxOptions) {
 	if egress == sandboxagent.EgressOpen {
 		fmt.Fprintln(a.stderr, "sandbox-agent: warning: egress open: the sandbox can reach the internet and the host's services")
 	}
-	opts.OnEgress = func(r sandboxagent.EgressRecord) {
+	opts.OnEgress = func(r egressproxy.Record) {
 		if !r.Allowed {
 			// The host is what the sandbox asked for.
 			fmt.Fprintf(a.stderr, "sandbox-agent: egress to %s:%d denied: %s\n", line(r.Host), r.Port, line(r.Reason))

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/egressproxy"
 	"github.com/sandbox-agent/sandbox-agent/safetar"
 )
 
@@ -171,7 +172,7 @@ func TestEgressDenialEscapesHost(t *testing.T) {
 	a, _, errb := testApp()
 	opts := sandboxagent.SandboxOptions{Egress: sandboxagent.EgressNone}
 	a.egressNotes(&opts)
-	opts.OnEgress(sandboxagent.EgressRecord{Host: "evil\x1b]0;t\x07.org\nsandbox-agent: ok", Port: 443, Reason: "not on the allow-list"})
+	opts.OnEgress(egressproxy.Record{Host: "evil\x1b]0;t\x07.org\nsandbox-agent: ok", Port: 443, Reason: "not on the allow-list"})
 	want := "sandbox-agent: egress to evil\\x1b]0;t\\x07.org\\nsandbox-agent: ok:443 denied: not on the allow-list\n"
 	if errb.String() != want {
 		t.Errorf("got  %q\nwant %q", errb.String(), want)

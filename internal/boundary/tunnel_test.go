@@ -1,4 +1,4 @@
-package sandboxagent
+package boundary
 
 import (
 	"bufio"
@@ -15,24 +15,18 @@ import (
 	"time"
 )
 
-// tunnelRuntime is a fakeRuntime without bind mounts whose perl execs run
-// the real tunnel.pl on this host, wired to the exec's stdio as a
-// cluster's exec would: the test's HTTP client plays the sandbox's CLI.
-type tunnelRuntime struct{ *fakeRuntime }
-
-func (tunnelRuntime) Features() RuntimeFeatures { return RuntimeFeatures{} }
-
-func newTunnelRuntime(t *testing.T) tunnelRuntime {
-	perl, err := exec.LookPath("perl")
-	if err != nil {
-		t.Skip("no perl on this host")
-	}
-	f := &fakeRuntime{exec: func(ctx context.Context, req RuntimeExec) (int, error) {
-		if req.Cmd[0] != "perl" {
+// localPerl is an Exec whose perl runs the real tunnel.pl on this host,
+// wired to the exec's stdio as a cluster's exec would: the test's HTTP
+// client plays the sandbox's CLI.
+func localPerl(t *testing.T) Exec {
+	t.Helper()
+	perl := needPerl(t)
+	return func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+		if args[0] != "perl" {
 			return 0, nil
 		}
-		cmd := exec.CommandContext(ctx, perl, req.Cmd[1:]...)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = req.Stdin, req.Stdout, req.Stderr
+		cmd := exec.CommandContext(ctx, perl, args[1:]...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 		err := cmd.Run()
 		if ee, ok := err.(*exec.ExitError); ok {
 			return ee.ExitCode(), nil
@@ -41,15 +35,27 @@ func newTunnelRuntime(t *testing.T) tunnelRuntime {
 			return -1, ctx.Err()
 		}
 		return 0, err
-	}}
-	return tunnelRuntime{f}
+	}
 }
 
-// A runtime that cannot mount the host's sockets gets the exec tunnel:
-// no mount in the spec; requests (plain, with a body, streamed, many at
-// once) reach the host's handler and come back whole; Close ends it.
+// openTunnel serves mux as the model service and starts the tunnel to it.
+func openTunnel(t *testing.T, mux http.Handler) *Host {
+	t.Helper()
+	run := localPerl(t)
+	h, err := Open(map[string]http.Handler{ServiceModel: mux})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.StartTunnel(context.Background(), run); err != nil {
+		h.Close()
+		t.Fatal(err)
+	}
+	return h
+}
+
+// Through the exec tunnel, requests (plain, with a body, streamed, many
+// at once) reach the host's handler and come back whole; Close ends it.
 func TestTunnelCarriesHTTP(t *testing.T) {
-	rt := newTunnelRuntime(t)
 	big := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB
 	mux := http.NewServeMux()
 	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
@@ -63,16 +69,9 @@ func TestTunnelCarriesHTTP(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
-	sb, err := NewSandbox(context.Background(), rt, SandboxOptions{Image: "img", Config: DefaultConfig(),
-		services: map[string]http.Handler{serviceModel: mux}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
-	if m := rt.created[0].Mounts; len(m) != 0 {
-		t.Fatalf("mounts %v on a runtime without bind mounts", m)
-	}
-	base := sb.host.url(serviceModel)
+	h := openTunnel(t, mux)
+	defer h.Close()
+	base := h.URL(ServiceModel)
 	client := &http.Client{Timeout: 20 * time.Second}
 
 	res, err := client.Post(base+"/echo", "text/plain", bytes.NewReader(big))
@@ -138,14 +137,14 @@ func TestTunnelCarriesHTTP(t *testing.T) {
 	}
 	client.CloseIdleConnections()
 	deadline := time.Now().Add(10 * time.Second)
-	for sb.host.tunnel.openConns() > 0 && time.Now().Before(deadline) {
+	for h.tunnel.openConns() > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := sb.host.tunnel.openConns(); n > 0 {
+	if n := h.tunnel.openConns(); n > 0 {
 		t.Errorf("%d connections still open on the host after every client closed", n)
 	}
 
-	if err := sb.Close(); err != nil {
+	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), time.Second); err == nil {
@@ -157,7 +156,7 @@ func TestTunnelCarriesHTTP(t *testing.T) {
 // A sandbox that sends garbage (an absurd frame length) loses its tunnel,
 // not the host: serve returns and every connection is reset.
 func TestTunnelRefusesOversizeFrame(t *testing.T) {
-	h := &hostSide{names: []string{serviceModel}, ports: map[string]int{}}
+	h := &Host{names: []string{ServiceModel}, ports: map[string]int{}}
 	pr, pw := io.Pipe()
 	tn := &tunnel{h: h, w: pw, conns: map[uint32]*tunnelConn{}, done: make(chan struct{}), cancel: func() {},
 		out: make(chan []byte, 1), ctl: make(chan []byte, 1), quit: make(chan struct{}), served: make(chan struct{})}
@@ -182,18 +181,13 @@ func TestTunnelStuckProxy(t *testing.T) {
 	old := stuckProxy
 	stuckProxy = time.Second
 	defer func() { stuckProxy = old }()
-	rt := newTunnelRuntime(t)
 	release := make(chan struct{})
 	mux := http.NewServeMux()
 	mux.HandleFunc("/stuck", func(w http.ResponseWriter, r *http.Request) { <-release })
 	mux.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	sb, err := NewSandbox(context.Background(), rt, SandboxOptions{Image: "img", Config: DefaultConfig(),
-		services: map[string]http.Handler{serviceModel: mux}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openTunnel(t, mux)
 	defer close(release)
-	base := sb.host.url(serviceModel)
+	base := h.URL(ServiceModel)
 	go func() { // 64 MiB toward a handler that never reads its body
 		c := &http.Client{Timeout: 30 * time.Second}
 		res, err := c.Post(base+"/stuck", "application/octet-stream", io.LimitReader(zeros{}, 64<<20))
@@ -219,7 +213,7 @@ func TestTunnelStuckProxy(t *testing.T) {
 	}()
 	time.Sleep(300 * time.Millisecond)
 	closed := make(chan error, 1)
-	go func() { closed <- sb.Close() }()
+	go func() { closed <- h.Close() }()
 	select {
 	case err := <-closed:
 		if err != nil {

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 )
 
 // routedDriver is a fakeDriver that can be pointed at the model proxy.
@@ -40,7 +42,7 @@ func relayRuntime(out func(prompt string) (string, string, int)) *fakeRuntime {
 	inner := f.exec
 	f.exec = func(ctx context.Context, req RuntimeExec) (int, error) {
 		if req.Cmd[0] == "perl" {
-			if req.User != "0" || req.Cmd[2] != forwardScript {
+			if req.User != "0" || len(req.Cmd) < 4 || !strings.HasSuffix(req.Cmd[3], ".sock") {
 				return 1, errors.New("relay not started as root with forward.pl")
 			}
 			for _, a := range req.Cmd[3:] {
@@ -52,6 +54,63 @@ func relayRuntime(out func(prompt string) (string, string, int)) *fakeRuntime {
 		return inner(ctx, req)
 	}
 	return f
+}
+
+// tunnelRuntime is a fakeRuntime without bind mounts: the sandbox's
+// relay is the exec tunnel.
+type tunnelRuntime struct{ *fakeRuntime }
+
+func (tunnelRuntime) Features() RuntimeFeatures { return RuntimeFeatures{} }
+
+// A runtime that cannot mount the host's sockets gets the exec tunnel:
+// no mount in the spec, tunnel.pl as one long exec of the sandbox's user
+// (its ports are the sandbox's URLs) until Close; a failed exec is
+// ErrNetwork with the perl hint, a refused one the runtime's error.
+func TestSandboxTunnelWithoutBindMounts(t *testing.T) {
+	tunnel := func(ctx context.Context, req RuntimeExec) (int, error) {
+		if req.Cmd[0] != "perl" {
+			return 0, nil
+		}
+		for _, name := range req.Cmd[3:] {
+			io.WriteString(req.Stdout, name+" 4243\n")
+		}
+		io.Copy(io.Discard, req.Stdin) // until the tunnel closes
+		return 0, nil
+	}
+	rt := tunnelRuntime{&fakeRuntime{exec: tunnel}}
+	sb, err := NewSandbox(context.Background(), rt, SandboxOptions{Image: "img", AllowHosts: []string{"a.org"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := rt.created[0].Mounts; len(m) != 0 {
+		t.Errorf("mounts %v on a runtime without bind mounts", m)
+	}
+	if x := rt.execs[0]; x.User != "" || x.Stdin == nil || strings.Join(x.Cmd[3:], " ") != "egress" {
+		t.Errorf("tunnel exec %q as %q", x.Cmd[3:], x.User)
+	}
+	if got := sb.env["HTTPS_PROXY"]; got != "http://127.0.0.1:4243" {
+		t.Errorf("HTTPS_PROXY %q", got)
+	}
+	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		err  error
+		is   error
+		hint bool
+	}{{errors.New("no exec"), ErrNetwork, true}, {ErrUnsupportedByRuntime, ErrUnsupportedByRuntime, false}} {
+		rt := tunnelRuntime{&fakeRuntime{exec: func(_ context.Context, req RuntimeExec) (int, error) {
+			if req.Cmd[0] != "perl" {
+				return 0, nil
+			}
+			return -1, tc.err
+		}}}
+		_, err := NewSandbox(context.Background(), rt, SandboxOptions{Image: "img", AllowHosts: []string{"a.org"}})
+		if !errors.Is(err, tc.is) || strings.Contains(fmt.Sprint(err), "needs perl") != tc.hint {
+			t.Errorf("exec error %v: got %v", tc.err, err)
+		}
+	}
 }
 
 // An agent whose driver is a ModelRouter gets no network, a read-only
@@ -81,7 +140,7 @@ func TestAgentRoutedThroughModelProxy(t *testing.T) {
 	}
 	defer a.Close()
 	spec := rt.created[0]
-	if spec.NetworkMode != "none" || len(spec.Mounts) != 1 || !spec.Mounts[0].ReadOnly || spec.Mounts[0].Target != socketDir {
+	if spec.NetworkMode != "none" || len(spec.Mounts) != 1 || !spec.Mounts[0].ReadOnly || spec.Mounts[0].Target != boundary.SocketDir {
 		t.Fatalf("network %q mounts %+v", spec.NetworkMode, spec.Mounts)
 	}
 	routed := a.Driver().(*routedDriver)

@@ -1,8 +1,10 @@
-package sandboxagent
+package boundary
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	_ "embed"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -21,6 +23,13 @@ import (
 // stdin and stdout; the host side dials the same Unix sockets the mount
 // would have shown. It needs nothing of the network, so it works on any
 // cluster and keeps the sandbox's own network policy intact.
+
+// tunnelScript (perl) is the relay for engines that cannot mount the
+// host's sockets: it carries connections of 127.0.0.1 ports over its own
+// stdin and stdout.
+//
+//go:embed scripts/tunnel.pl
+var tunnelScript string
 
 // Frame types (tunnel.pl's header comment is the format).
 const (
@@ -44,7 +53,7 @@ const (
 )
 
 type tunnel struct {
-	h      *hostSide
+	h      *Host
 	out    chan []byte   // frames to the sandbox, written by one goroutine
 	ctl    chan []byte   // resets and closes from serve, which must never wait on out
 	quit   chan struct{} // closed by close(): every goroutine of the tunnel returns
@@ -70,9 +79,11 @@ type tunnelConn struct {
 	rdone, wdone bool // proxy → sandbox ended; sandbox → proxy ended
 }
 
-// startTunnel starts tunnel.pl in the sandbox, reads the ports it
-// listens on, and serves its frames until the sandbox closes.
-func (h *hostSide) startTunnel(ctx context.Context, s *Sandbox) error {
+// StartTunnel starts tunnel.pl in the sandbox, reads the ports it
+// listens on, and serves its frames until the sandbox closes (or Close).
+// exec runs it as one long exec that ends when its stdin closes; its
+// context is cancelled by Close, not by ctx, which bounds the start only.
+func (h *Host) StartTunnel(ctx context.Context, exec Exec) error {
 	args := append([]string{"perl", "-e", tunnelScript}, h.names...)
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
@@ -82,10 +93,10 @@ func (h *hostSide) startTunnel(ctx context.Context, s *Sandbox) error {
 		out: make(chan []byte, 16), ctl: make(chan []byte, tunnelMaxConns*2+8),
 		quit: make(chan struct{}), done: make(chan struct{}), served: make(chan struct{}),
 	}
-	stderr := &cappedBuffer{max: 4096}
+	stderr := &headBuffer{max: 4096}
 	go func() {
 		defer close(t.done)
-		code, err := s.rt.Exec(ectx, s.id, RuntimeExec{Cmd: args, Stdin: inR, Stdout: outW, Stderr: stderr})
+		code, err := exec(ectx, args, inR, outW, stderr)
 		if err == nil && code != 0 {
 			err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(stderr.buf.String()))
 		}
@@ -108,7 +119,7 @@ func (h *hostSide) startTunnel(ctx context.Context, s *Sandbox) error {
 			}
 			name, port, ok := strings.Cut(strings.TrimSpace(string(line)), " ")
 			n, perr := strconv.Atoi(port)
-			if !ok || perr != nil || n <= 0 || n > 65535 || !h.serves(name) {
+			if !ok || perr != nil || n <= 0 || n > 65535 || !h.Serves(name) {
 				ports <- fmt.Errorf("%w: tunnel printed %q", ErrNetwork, line)
 				return
 			}
@@ -147,8 +158,9 @@ func (t *tunnel) failure(read error) error {
 	t.errMu.Lock()
 	defer t.errMu.Unlock()
 	if t.err != nil {
-		if errors.Is(t.err, ErrUnsupportedByRuntime) {
-			return t.err
+		var r refused
+		if errors.As(t.err, &r) {
+			return r.error
 		}
 		return fmt.Errorf("%w (the image needs perl)", t.err)
 	}
@@ -243,7 +255,7 @@ func (t *tunnel) open(id uint32, name string) {
 	_, dup := t.conns[id]
 	full := len(t.conns) >= tunnelMaxConns
 	t.mu.Unlock()
-	if dup || full || !t.h.serves(name) {
+	if dup || full || !t.h.Serves(name) {
 		t.control(frameReset, id)
 		return
 	}
@@ -395,4 +407,26 @@ func (t *tunnel) close() {
 		<-t.served
 		t.resetAll()
 	})
+}
+
+// Refused wraps the error of an exec the runtime would not run at all
+// (not the image's fault): StartTunnel reports it as it is, without the
+// hint that the image needs perl.
+func Refused(err error) error { return refused{err} }
+
+type refused struct{ error }
+
+func (r refused) Unwrap() error { return r.error }
+
+// headBuffer keeps the first max bytes written and drops the rest.
+type headBuffer struct {
+	buf bytes.Buffer
+	max int
+}
+
+func (b *headBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
 }

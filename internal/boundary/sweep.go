@@ -1,0 +1,99 @@
+package boundary
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// socketDirName is the shape of a socket folder: s-<PID>-<random> (the
+// PID of its owner), or s-<random> as made before the PID was in it.
+var (
+	socketDirName  = regexp.MustCompile(`^s-[0-9]+(-[0-9]+)?$`)
+	socketDirOwner = regexp.MustCompile(`^s-([0-9]+)-[0-9]+$`)
+)
+
+// RemoveSocketDir removes the socket folder a dead owner left behind. The
+// label names only the folder's base name, and only one of the shape
+// Open makes is removed from this user's socket root.
+func RemoveSocketDir(name string) {
+	if !socketDirName.MatchString(name) {
+		return
+	}
+	root, err := SocketRoot()
+	if err != nil {
+		return
+	}
+	_ = os.RemoveAll(filepath.Join(root, name))
+}
+
+// SweepSocketDirs removes the socket folders under root that no process
+// serves any more and that no container names (inUse, asked last: it may
+// cost an engine call), and returns them. dryRun only lists them.
+func SweepSocketDirs(root string, inUse func(name string) bool, dryRun bool) []string {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		name := e.Name()
+		dir := filepath.Join(root, name)
+		if !e.IsDir() || !socketDirName.MatchString(name) || !socketDirStale(dir, name) || inUse(name) {
+			continue
+		}
+		if !dryRun && os.RemoveAll(dir) != nil {
+			continue
+		}
+		out = append(out, dir)
+	}
+	return out
+}
+
+// socketDirStale reports whether a socket folder's owner is gone: the
+// PID in its name names no process (a folder of the old shape, without
+// it, must be a day old) and none of its sockets accepts a connection.
+// The sockets are asked too because a PID only means something in our
+// pid namespace: a live owner in another one sharing this folder (two
+// containers with one /tmp) still listens.
+func socketDirStale(dir, name string) bool {
+	if m := socketDirOwner.FindStringSubmatch(name); m != nil {
+		if ownerAlive(m[1]) {
+			return false
+		}
+	} else if fi, err := os.Stat(dir); err != nil || time.Since(fi.ModTime()) < 24*time.Hour {
+		return false
+	}
+	socks, err := filepath.Glob(filepath.Join(dir, "*.sock"))
+	if err != nil {
+		return false
+	}
+	for _, p := range socks {
+		c, err := net.DialTimeout("unix", p, time.Second)
+		if err == nil {
+			c.Close()
+			return false
+		}
+		// Only a certain "nobody listens" proves it; a full backlog or a
+		// timeout is somebody.
+		if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
+			return false
+		}
+	}
+	return true
+}
+
+// ownerAlive reports whether pid names a live process on this host.
+func ownerAlive(pid string) bool {
+	n, err := strconv.Atoi(pid)
+	if err != nil || n <= 0 {
+		return false
+	}
+	err = syscall.Kill(n, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
