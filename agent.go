@@ -13,6 +13,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/audit"
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
@@ -124,9 +125,9 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 		return nil, fmt.Errorf("%w: nil driver", ErrInvalidArgument)
 	}
 	o, cfg := applyOptions(opts)
-	image, err := ResolveImage(drv.Name(), o.image, cfg.ImageName, drv.Image())
+	image, err := catalog.Resolve(drv.Name(), o.image, cfg.ImageName, drv.Image())
 	if err != nil {
-		return nil, err
+		return nil, invalidArgument(err)
 	}
 	egress, allow := o.egress, o.allowHosts
 	if egress == "" {

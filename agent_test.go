@@ -310,3 +310,13 @@ func TestAgentEnormousLine(t *testing.T) {
 		t.Errorf("session.jsonl size %v (%v)", fi.Size(), err)
 	}
 }
+
+// Start refuses an unpinned image before it touches the engine; the error
+// of images/catalog reaches the caller as ErrInvalidArgument, its message
+// unchanged.
+func TestStartRefusesUnpinnedImage(t *testing.T) {
+	_, err := Start(context.Background(), nil, &fakeDriver{}, WithImage("mine/claude:latest"))
+	if !errors.Is(err, ErrInvalidArgument) || !strings.HasPrefix(err.Error(), `invalid argument: image "mine/claude:latest" is not pinned`) {
+		t.Errorf("Start = %v, want ErrInvalidArgument", err)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/driver/pi"
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
@@ -143,7 +144,7 @@ func TestIntegrationEgressBoundary(t *testing.T) {
 func TestIntegrationEgressAllowHostNPM(t *testing.T) {
 	t.Parallel()
 	rt := testenv.Runtime(t)
-	img, err := sandboxagent.ResolveImage("pi", "", testenv.Config().ImageName, "")
+	img, err := catalog.Resolve("pi", "", testenv.Config().ImageName, "")
 	if err != nil {
 		t.Fatal(err)
 	}

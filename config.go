@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/internal/configfile"
 )
 
@@ -29,15 +30,15 @@ type Config struct {
 	// (for a private registry).
 	ImageName string
 	// ImagePolicy is what happens when a sandbox's image is not in the
-	// engine (default ImagePullOrBuild).
-	ImagePolicy ImagePolicy
+	// engine (default catalog.PolicyPullOrBuild).
+	ImagePolicy catalog.Policy
 	// CACertFile names a PEM bundle that image builds and (when
 	// TrustCACert is set) running sandboxes trust, for TLS-intercepting
 	// proxies. Defaults to $SSL_CERT_FILE.
 	CACertFile string
 	// ImageVerify checks images against the digests recorded at release
-	// (digests.json): ImageVerifyOff (default) or ImageVerifyStrict.
-	ImageVerify ImageVerify
+	// (digests.json): catalog.VerifyOff (default) or catalog.VerifyStrict.
+	ImageVerify catalog.Verify
 
 	// Download caps: the archive that comes out of a container is hostile.
 	MaxDownloadBytes   int64
@@ -98,8 +99,8 @@ func DefaultConfig() Config {
 		},
 		Keepalive:          time.Hour,
 		MaxLifetime:        24 * time.Hour,
-		ImagePolicy:        ImagePullOrBuild,
-		ImageVerify:        ImageVerifyOff,
+		ImagePolicy:        catalog.PolicyPullOrBuild,
+		ImageVerify:        catalog.VerifyOff,
 		MaxDownloadBytes:   1 << 30,
 		MaxDownloadEntries: 100_000,
 		MaxDownloadDepth:   64,
@@ -129,15 +130,15 @@ var configKeys = []configfile.Key[Config]{
 	configfile.Duration("max_lifetime", func(c *Config) *time.Duration { return &c.MaxLifetime }),
 	configfile.String("image_name", "SANDBOX_AGENT_IMAGE_NAME", func(c *Config) *string { return &c.ImageName }),
 	{Name: "image_policy", Env: "SANDBOX_AGENT_IMAGE_POLICY", Apply: func(c *Config, raw string) error {
-		p, err := ParseImagePolicy(strings.TrimSpace(raw))
+		p, err := catalog.ParsePolicy(strings.TrimSpace(raw))
 		c.ImagePolicy = p
-		return err
+		return invalidArgument(err)
 	}},
 	configfile.String("ca_cert_file", "SANDBOX_AGENT_CA_CERT_FILE", func(c *Config) *string { return &c.CACertFile }),
 	{Name: "image_verify", Env: "SANDBOX_AGENT_IMAGE_VERIFY", Apply: func(c *Config, raw string) error {
-		v, err := ParseImageVerify(strings.TrimSpace(raw))
+		v, err := catalog.ParseVerify(strings.TrimSpace(raw))
 		c.ImageVerify = v
-		return err
+		return invalidArgument(err)
 	}},
 	configfile.Int("max_download_bytes", 1, func(c *Config, n int64) { c.MaxDownloadBytes = n }),
 	configfile.Int("max_download_entries", 1, func(c *Config, n int64) { c.MaxDownloadEntries = int(n) }),

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 )
 
 func envMap(m map[string]string) func(string) string {
@@ -79,15 +81,15 @@ func TestLoadConfigPrecedence(t *testing.T) {
 			}
 		}},
 		{"image_policy: default pull-or-build, file, environment wins", writeConfig(t, `{"image_policy": "pull"}`), map[string]string{"SANDBOX_AGENT_IMAGE_POLICY": "never"}, func(t *testing.T, c Config) {
-			if c.ImagePolicy != ImageNever || DefaultConfig().ImagePolicy != ImagePullOrBuild {
+			if c.ImagePolicy != catalog.PolicyNever || DefaultConfig().ImagePolicy != catalog.PolicyPullOrBuild {
 				t.Errorf("got %q, default %q", c.ImagePolicy, DefaultConfig().ImagePolicy)
 			}
 		}},
 		{"image_verify: off by default, strict from the file, the environment wins", writeConfig(t, `{"image_verify": "strict"}`), map[string]string{"SANDBOX_AGENT_IMAGE_VERIFY": " off "}, func(t *testing.T, c Config) {
-			if c.ImageVerify != ImageVerifyOff || DefaultConfig().ImageVerify != ImageVerifyOff {
+			if c.ImageVerify != catalog.VerifyOff || DefaultConfig().ImageVerify != catalog.VerifyOff {
 				t.Errorf("got %q", c.ImageVerify)
 			}
-			if c, err := LoadConfig(writeConfig(t, `{"image_verify": "strict"}`), envMap(nil)); err != nil || c.ImageVerify != ImageVerifyStrict {
+			if c, err := LoadConfig(writeConfig(t, `{"image_verify": "strict"}`), envMap(nil)); err != nil || c.ImageVerify != catalog.VerifyStrict {
 				t.Errorf("from the file: %q, %v", c.ImageVerify, err)
 			}
 		}},
@@ -146,6 +148,10 @@ func TestLoadConfigErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.wantInMsg) {
 				t.Errorf("%q does not mention %q", err, tt.wantInMsg)
+			}
+			// images/catalog's errors reach the caller as ErrInvalidArgument.
+			if strings.HasPrefix(tt.wantKey, "image_") && !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("%v is not ErrInvalidArgument", err)
 			}
 		})
 	}

@@ -5,6 +5,7 @@
 // Runtime port a container engine implements, configuration, and the error
 // types callers branch on. Implementations live in subpackages:
 // runtime/docker (Docker Engine API), safetar (hostile-archive extraction),
-// images (building the pinned agent images), fakemodel (a scripted LLM
-// server for tests and zero-key runs).
+// images (building the pinned agent images), images/catalog (the image
+// pins, Dockerfiles and released digests, compiled in), fakemodel (a
+// scripted LLM server for tests and zero-key runs).
 package sandboxagent

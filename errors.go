@@ -73,6 +73,20 @@ func (e *ConfigError) Error() string {
 
 func (e *ConfigError) Unwrap() error { return e.Err }
 
+// invalidArgument adds ErrInvalidArgument to the chain of err, an error
+// of a package the library builds on (images/catalog's own
+// ErrInvalidArgument), keeping err's message.
+func invalidArgument(err error) error {
+	if err == nil {
+		return nil
+	}
+	return argumentError{err}
+}
+
+type argumentError struct{ error }
+
+func (e argumentError) Unwrap() []error { return []error{e.error, ErrInvalidArgument} }
+
 // HardeningError says which hardening setting the engine did not apply.
 type HardeningError struct {
 	Setting string

@@ -189,3 +189,18 @@ func FeaturesOf(rt Runtime) RuntimeFeatures {
 	}
 	return RuntimeFeatures{ExecUser: true, BindMounts: true, CopyAsRoot: true, AutoRemove: true, PidsLimit: true}
 }
+
+// ImageSource makes a missing image present in the engine (pull, build).
+// NewSandbox calls it when the engine reports the sandbox's image
+// missing, then creates the container again. The images package's
+// Provider is the implementation the command line uses.
+type ImageSource interface {
+	ProvideImage(ctx context.Context, ref string) error
+}
+
+// ImageChecker is an ImageSource that also vets an image the engine
+// already has (image_verify strict: its digest must be the released one).
+// NewSandbox calls it before creating the container.
+type ImageChecker interface {
+	CheckImage(ctx context.Context, ref string) error
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Provide the Debian image docker/Dockerfile.base starts FROM (versions.json
-# base.from, debian:stable-slim) on a machine without a reachable registry.
+# Provide the Debian image images/catalog/docker/Dockerfile.base starts FROM
+# (images/catalog/versions.json base.from, debian:stable-slim) on a machine
+# without a reachable registry.
 # Idempotent: nothing happens when the image is already there. Otherwise try
 # `docker pull`; when that fails, debootstrap a minbase Debian (trixie) rootfs
 # from the Debian mirror and `docker import` it under that name.
@@ -15,7 +16,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=.ci/lib.sh
 . "$root/.ci/lib.sh"
 # base.from of versions.json, read without python or jq (a bare machine has neither).
-from=$(sed -n 's/^[[:space:]]*"from":[[:space:]]*"\([^"]*\)".*/\1/p' "$root/versions.json" | head -n 1)
+from=$(sed -n 's/^[[:space:]]*"from":[[:space:]]*"\([^"]*\)".*/\1/p' "$root/images/catalog/versions.json" | head -n 1)
 image=${BASE_FROM:-${from:-debian:stable-slim}}
 suite=${SUITE:-trixie}
 mirror=${MIRROR:-http://deb.debian.org/debian}

@@ -17,9 +17,9 @@
 #            are immutable: bump image_date in versions.json).
 # 3. verify  `images check --registry`: every local image's digest is the
 #            one its registry serves.
-# 4. record  the pushed digests go into digests.json ({"<tag>": "sha256:…"},
-#            compiled into the binary: image_verify=strict checks images
-#            against it).
+# 4. record  the pushed digests go into images/catalog/digests.json
+#            ({"<tag>": "sha256:…"}, compiled into the binary:
+#            image_verify=strict checks images against it).
 # 5. package static binaries for PLATFORMS into DIST with main.version set,
 #            and DIST/SHA256SUMS; the host's binary must pass
 #            `SANDBOX_AGENT_IMAGE_VERIFY=strict images check` (it carries
@@ -62,7 +62,8 @@ esac
 dist=${DIST:-"$root/dist"}
 platforms=${PLATFORMS:-"linux/amd64 linux/arm64 darwin/amd64 darwin/arm64"}
 ldflags="-s -w -X main.version=$VERSION"
-digests="$root/digests.json"
+digests_path=images/catalog/digests.json # relative to $root, for git
+digests="$root/$digests_path"
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'release.sh: %s\n' "$*" >&2; exit 1; }
@@ -172,9 +173,9 @@ fi
 if [ "$dry_run" = 1 ]; then
     log "dry run: not committing digests.json, not tagging $VERSION${remote:+, not pushing it to $remote}"
 else
-    git add digests.json
+    git add -- "$digests_path"
     if ! git diff --cached --quiet; then
-        git commit -q -m "Release $VERSION: image digests" -- digests.json
+        git commit -q -m "Release $VERSION: image digests" -- "$digests_path"
     fi
     restore_digests=0
     git tag -a "$VERSION" -m "sandbox-agent $VERSION"

@@ -1,6 +1,6 @@
 // Package images builds, checks and pushes the sandbox-agent images: a base
 // image and one image per agent CLI, from the Dockerfiles and versions.json
-// embedded in the root package (sandboxagent.ImageFiles), so a binary alone
+// embedded in package images/catalog (catalog.Files), so a binary alone
 // can build every image. Tags come from versions.json only:
 // {repo}:{cli}-{version}-{date} and {repo}:base-{date}; never latest.
 //
@@ -23,6 +23,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 )
 
 // ErrImageExists: a tag to build already exists (locally, or in the
@@ -58,7 +59,7 @@ type BuildRequest struct {
 // versions.json under its own repository without an extra CA.
 type Options struct {
 	// Versions overrides the embedded versions.json (tests).
-	Versions *sandboxagent.VersionsFile
+	Versions *catalog.VersionsFile
 	// Files overrides the embedded build inputs (must hold docker/).
 	Files fs.FS
 	// Repo replaces the repository of every tag (Config.ImageName,
@@ -82,7 +83,7 @@ type Options struct {
 type Builder struct {
 	eng      Engine
 	opts     Options
-	versions sandboxagent.VersionsFile
+	versions catalog.VersionsFile
 	files    fs.FS
 	progress io.Writer
 
@@ -104,17 +105,17 @@ func New(eng Engine, opts Options) (*Builder, error) {
 		}
 		b.versions = *opts.Versions
 	} else {
-		b.versions = sandboxagent.Versions()
+		b.versions = catalog.Versions()
 	}
 	if b.files == nil {
-		b.files = sandboxagent.ImageFiles()
+		b.files = catalog.Files()
 	}
 	if b.progress == nil {
 		b.progress = io.Discard
 	}
 	if opts.Repo != "" {
-		if err := sandboxagent.CheckImageRepo(opts.Repo); err != nil {
-			return nil, err
+		if err := catalog.CheckRepo(opts.Repo); err != nil {
+			return nil, invalidArgument(err)
 		}
 	}
 	if opts.CACertFile != "" {
@@ -128,23 +129,23 @@ func New(eng Engine, opts Options) (*Builder, error) {
 }
 
 // Versions returns the versions the Builder works from.
-func (b *Builder) Versions() sandboxagent.VersionsFile { return b.versions }
+func (b *Builder) Versions() catalog.VersionsFile { return b.versions }
 
 // Plan returns the images named (CLI names, or "base"), base first then
 // the CLIs in their fixed order, without duplicates. No names means all:
 // the base and every CLI.
-func (b *Builder) Plan(names ...string) ([]sandboxagent.ImageSpec, error) {
+func (b *Builder) Plan(names ...string) ([]catalog.Image, error) {
 	if len(names) == 0 {
 		return b.versions.Images(b.opts.Repo), nil
 	}
 	want := map[string]bool{}
 	for _, n := range names {
 		if _, err := b.versions.Image(n, b.opts.Repo); err != nil {
-			return nil, err
+			return nil, invalidArgument(err)
 		}
 		want[n] = true
 	}
-	var out []sandboxagent.ImageSpec
+	var out []catalog.Image
 	for _, s := range b.versions.Images(b.opts.Repo) {
 		if want[s.CLI] {
 			out = append(out, s)
@@ -155,7 +156,7 @@ func (b *Builder) Plan(names ...string) ([]sandboxagent.ImageSpec, error) {
 
 // Result says what happened to one image.
 type Result struct {
-	Image    sandboxagent.ImageSpec
+	Image    catalog.Image
 	Built    bool
 	Pushed   bool
 	Duration time.Duration // of the build
@@ -178,7 +179,7 @@ func (b *Builder) Build(ctx context.Context, names ...string) ([]Result, error) 
 	}
 	base := b.versions.BaseImage(b.opts.Repo)
 	var results []Result
-	if targets[0].CLI != sandboxagent.BaseImageName {
+	if targets[0].CLI != catalog.BaseName {
 		ok, err := b.eng.ImageExists(ctx, base.Tag)
 		if err != nil {
 			return nil, fmt.Errorf("checking %s: %w", base.Tag, err)
@@ -215,7 +216,7 @@ func (b *Builder) Build(ctx context.Context, names ...string) ([]Result, error) 
 	return results, nil
 }
 
-func (b *Builder) refuseExisting(ctx context.Context, targets []sandboxagent.ImageSpec) error {
+func (b *Builder) refuseExisting(ctx context.Context, targets []catalog.Image) error {
 	var found []string
 	for _, t := range targets {
 		ok, err := b.eng.ImageExists(ctx, t.Tag)
@@ -242,7 +243,7 @@ func (b *Builder) refuseExisting(ctx context.Context, targets []sandboxagent.Ima
 	return nil
 }
 
-func (b *Builder) buildOne(ctx context.Context, img sandboxagent.ImageSpec) (Result, error) {
+func (b *Builder) buildOne(ctx context.Context, img catalog.Image) (Result, error) {
 	req, err := b.Request(img)
 	if err != nil {
 		return Result{}, err
@@ -259,7 +260,7 @@ func (b *Builder) buildOne(ctx context.Context, img sandboxagent.ImageSpec) (Res
 
 // Request returns the build request of one image: the shared build
 // context, its Dockerfile, build args and labels.
-func (b *Builder) Request(img sandboxagent.ImageSpec) (BuildRequest, error) {
+func (b *Builder) Request(img catalog.Image) (BuildRequest, error) {
 	b.ctxOnce.Do(func() {
 		b.ctxTar, b.ctxErr = BuildContext(b.files, b.ca)
 	})
@@ -281,7 +282,7 @@ func (b *Builder) Request(img sandboxagent.ImageSpec) (BuildRequest, error) {
 	if _, err := fs.Stat(b.files, "docker/"+req.Dockerfile); err != nil {
 		return BuildRequest{}, fmt.Errorf("no docker/%s in the image files: %w", req.Dockerfile, err)
 	}
-	if img.CLI == sandboxagent.BaseImageName {
+	if img.CLI == catalog.BaseName {
 		req.BuildArgs = map[string]string{
 			"DEBIAN_IMAGE":  v.Base.From,
 			"NODE_VERSION":  v.Base.NodeVersion,
@@ -323,7 +324,7 @@ func (b *Builder) Request(img sandboxagent.ImageSpec) (BuildRequest, error) {
 func (b *Builder) Ensure(ctx context.Context, cli string) (string, error) {
 	img, err := b.versions.Image(cli, b.opts.Repo)
 	if err != nil {
-		return "", err
+		return "", invalidArgument(err)
 	}
 	ok, err := b.eng.ImageExists(ctx, img.Tag)
 	if err != nil {
@@ -338,7 +339,7 @@ func (b *Builder) Ensure(ctx context.Context, cli string) (string, error) {
 			return nil
 		}
 		base := b.versions.BaseImage(b.opts.Repo)
-		if img.CLI != sandboxagent.BaseImageName {
+		if img.CLI != catalog.BaseName {
 			if err := ensureGroup.do(ctx, base.Tag, func() error {
 				ok, err := b.eng.ImageExists(ctx, base.Tag)
 				if err != nil || ok {
@@ -378,7 +379,7 @@ func Ensure(ctx context.Context, eng Engine, cli string, progress io.Writer) (st
 
 // Status is where one image was found.
 type Status struct {
-	Image    sandboxagent.ImageSpec
+	Image    catalog.Image
 	Local    bool
 	Registry bool // only checked when asked
 }
@@ -448,4 +449,15 @@ func (g *flightGroup) do(ctx context.Context, key string, fn func() error) error
 	}()
 	f.err = fn()
 	return f.err
+}
+
+// invalidArgument adds sandboxagent.ErrInvalidArgument to the chain of an
+// error of package catalog (which wraps its own ErrInvalidArgument),
+// keeping its message: this package's callers test for the library's.
+func invalidArgument(err error) error { return argumentError{err} }
+
+type argumentError struct{ error }
+
+func (e argumentError) Unwrap() []error {
+	return []error{e.error, sandboxagent.ErrInvalidArgument}
 }

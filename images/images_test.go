@@ -15,6 +15,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 )
 
 // fakeEngine records builds and pushes; images "exist" once built.
@@ -81,7 +82,7 @@ func (f *fakeEngine) builtTags() []string {
 
 func tag(t *testing.T, cli string) string {
 	t.Helper()
-	s, err := sandboxagent.Versions().Image(cli, "")
+	s, err := catalog.Versions().Image(cli, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func tarFile(t *testing.T, data []byte, name string) string {
 const testPEM = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ2VydA==\n-----END CERTIFICATE-----\n"
 
 func TestBuildContextContents(t *testing.T) {
-	ctxTar, err := BuildContext(sandboxagent.ImageFiles(), nil)
+	ctxTar, err := BuildContext(catalog.Files(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,11 +147,11 @@ func TestBuildContextContents(t *testing.T) {
 		}
 	}
 	// Deterministic: the same inputs give the same bytes (engine cache).
-	again, _ := BuildContext(sandboxagent.ImageFiles(), nil)
+	again, _ := BuildContext(catalog.Files(), nil)
 	if !bytes.Equal(ctxTar, again) {
 		t.Error("build context is not deterministic")
 	}
-	withCA, err := BuildContext(sandboxagent.ImageFiles(), []byte(testPEM))
+	withCA, err := BuildContext(catalog.Files(), []byte(testPEM))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func TestRequestArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := sandboxagent.Versions()
+	v := catalog.Versions()
 	base := v.BaseImage("")
 	req, err := b.Request(base)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
-	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 )
 
 // The images are built beforehand (.ci/build_docker.sh). With CI=true a
@@ -81,7 +81,7 @@ func runOnce(t *testing.T, c *client.Client, image string, cmd ...string) (int64
 func TestIntegrationImagesPrintPinnedVersions(t *testing.T) {
 	c := integrationClient(t)
 	eng := NewEngine(c)
-	v := sandboxagent.Versions()
+	v := catalog.Versions()
 	repo := os.Getenv("SANDBOX_AGENT_IMAGE_NAME")
 
 	base := v.BaseImage(repo)

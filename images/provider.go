@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 )
 
 // PullEngine is an Engine that can also pull (ClientEngine).
@@ -17,13 +18,13 @@ type PullEngine interface {
 }
 
 // Provider makes a sandbox's missing image present, by policy: it pulls
-// it from its registry and, under ImagePullOrBuild, builds an agent image
-// from the Dockerfiles embedded in the binary when no registry has it (or
-// none answers) — the same tag a release produces. It implements
+// it from its registry and, under catalog.PolicyPullOrBuild, builds an
+// agent image from the Dockerfiles embedded in the binary when no registry
+// has it (or none answers) — the same tag a release produces. It implements
 // sandboxagent.ImageSource; concurrent calls for one tag share one build.
 type Provider struct {
 	Engine PullEngine
-	Policy sandboxagent.ImagePolicy // "" = ImagePullOrBuild
+	Policy catalog.Policy // "" = catalog.PolicyPullOrBuild
 	// Builder options for the fallback (Repo must be Config.ImageName, so
 	// tags match; CACertFile the build's extra CA).
 	Build Options
@@ -32,11 +33,11 @@ type Provider struct {
 	// Log receives one line per decision ("not in the registry: building
 	// it"); nil discards them.
 	Log io.Writer
-	// Verify is image_verify: under ImageVerifyStrict an image is used
+	// Verify is image_verify: under catalog.VerifyStrict an image is used
 	// only when its digest is the one recorded at release (digests.json),
 	// whether the engine had it or it was just pulled (a built image has
 	// no digest: refused).
-	Verify sandboxagent.ImageVerify
+	Verify catalog.Verify
 }
 
 var (
@@ -48,7 +49,7 @@ var (
 // verification a present image must carry its released digest; a missing
 // one is left to ProvideImage.
 func (p *Provider) CheckImage(ctx context.Context, ref string) error {
-	if p.Verify != sandboxagent.ImageVerifyStrict {
+	if p.Verify != catalog.VerifyStrict {
 		return nil
 	}
 	if ok, err := p.Engine.ImageExists(ctx, ref); err != nil || !ok {
@@ -58,7 +59,7 @@ func (p *Provider) CheckImage(ctx context.Context, ref string) error {
 }
 
 func (p *Provider) verify(ctx context.Context, ref string) error {
-	if p.Verify != sandboxagent.ImageVerifyStrict {
+	if p.Verify != catalog.VerifyStrict {
 		return nil
 	}
 	rd, ok := p.Engine.(RepoDigester)
@@ -72,7 +73,7 @@ func (p *Provider) verify(ctx context.Context, ref string) error {
 // sandboxagent.ErrImageNotFound; Hint says what to do.
 type MissingError struct {
 	Ref    string
-	Policy sandboxagent.ImagePolicy
+	Policy catalog.Policy
 	Reason string
 	Hint   string
 }
@@ -100,7 +101,7 @@ func (p *Provider) ProvideImage(ctx context.Context, ref string) error {
 func (p *Provider) provide(ctx context.Context, ref string) error {
 	policy := p.Policy
 	if policy == "" {
-		policy = sandboxagent.ImagePullOrBuild
+		policy = catalog.PolicyPullOrBuild
 	}
 	name, ours := p.agentImage(ref)
 	buildHint := "build it with `sandbox-agent images build`"
@@ -110,10 +111,10 @@ func (p *Provider) provide(ctx context.Context, ref string) error {
 	missing := func(reason, hint string) error {
 		return &MissingError{Ref: ref, Policy: policy, Reason: reason, Hint: hint}
 	}
-	if _, err := sandboxagent.ParseImagePolicy(string(policy)); err != nil {
-		return err
+	if _, err := catalog.ParsePolicy(string(policy)); err != nil {
+		return invalidArgument(err)
 	}
-	if policy == sandboxagent.ImageNever {
+	if policy == catalog.PolicyNever {
 		return missing("pulling and building are off", "pull it (docker pull "+ref+"), "+buildHint+", or set image_policy to pull-or-build")
 	}
 	p.logf("sandbox-agent: %s is not in the engine: pulling it", ref)
@@ -125,7 +126,7 @@ func (p *Provider) provide(ctx context.Context, ref string) error {
 		return ctx.Err()
 	}
 	notThere := errors.Is(err, ErrNotInRegistry)
-	if policy == sandboxagent.ImagePull {
+	if policy == catalog.PolicyPull {
 		if notThere {
 			return missing("its registry does not have it (or refused it without a login)", "push it there (sandbox-agent images push "+name+"), log in if it is private (docker login), or set image_policy to pull-or-build to build it from the Dockerfiles in this binary")
 		}
@@ -134,7 +135,7 @@ func (p *Provider) provide(ctx context.Context, ref string) error {
 	if !ours {
 		return missing("pull failed: "+err.Error(), "it is not an agent image this binary can build: pull or build it yourself")
 	}
-	if p.Verify == sandboxagent.ImageVerifyStrict {
+	if p.Verify == catalog.VerifyStrict {
 		// A built image has no released digest: strict would refuse it.
 		return missing("pull failed: "+err.Error(), "image_verify is strict, so it is not built here: make its registry reachable (docker login), or set image_verify to off to build it")
 	}
@@ -147,7 +148,7 @@ func (p *Provider) provide(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
-	if name != sandboxagent.BaseImageName && notThere {
+	if name != catalog.BaseName && notThere {
 		// The registry answers: the base may well be there; pull it rather
 		// than build (not when the registry did not answer: another wait).
 		base := b.Versions().BaseImage(p.Build.Repo).Tag
@@ -164,11 +165,11 @@ func (p *Provider) provide(ctx context.Context, ref string) error {
 // agentImage finds which of the embedded images ref is under the
 // configured repository.
 func (p *Provider) agentImage(ref string) (string, bool) {
-	v := sandboxagent.Versions()
+	v := catalog.Versions()
 	if p.Build.Versions != nil {
 		v = *p.Build.Versions
 	}
-	for _, n := range append([]string{sandboxagent.BaseImageName}, v.CLINames()...) {
+	for _, n := range append([]string{catalog.BaseName}, v.CLINames()...) {
 		img, err := v.Image(n, p.Build.Repo)
 		if err == nil && img.Tag == ref {
 			return n, true

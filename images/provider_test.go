@@ -11,6 +11,7 @@ import (
 
 	"github.com/moby/moby/api/types/jsonstream"
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 )
 
 // pullFake is fakeEngine plus a registry it pulls from: a pull of a tag
@@ -47,7 +48,7 @@ func TestProviderPolicies(t *testing.T) {
 	unreachable := errors.New("dial tcp: lookup ghcr.io: no such host")
 	for _, tc := range []struct {
 		name      string
-		policy    sandboxagent.ImagePolicy
+		policy    catalog.Policy
 		ref       string
 		inReg     []string
 		pullErr   error
@@ -55,14 +56,14 @@ func TestProviderPolicies(t *testing.T) {
 		wantBuild []string
 		wantLocal string
 	}{
-		{"pulled", sandboxagent.ImagePullOrBuild, pi, []string{pi}, nil, "", nil, pi},
-		{"not in the registry: built, base first", sandboxagent.ImagePullOrBuild, pi, nil, nil, "", []string{base, pi}, pi},
+		{"pulled", catalog.PolicyPullOrBuild, pi, []string{pi}, nil, "", nil, pi},
+		{"not in the registry: built, base first", catalog.PolicyPullOrBuild, pi, nil, nil, "", []string{base, pi}, pi},
 		{"registry down: built", "", pi, nil, unreachable, "", []string{base, pi}, pi},
-		{"base pulled, CLI built", sandboxagent.ImagePullOrBuild, pi, []string{base}, nil, "", []string{pi}, pi},
-		{"not ours: no build", sandboxagent.ImagePullOrBuild, "example.org/mine:1", nil, nil, "not an agent image this binary can build", nil, ""},
-		{"pull only: not there", sandboxagent.ImagePull, pi, nil, nil, "push it there (sandbox-agent images push pi)", nil, ""},
-		{"pull only: down", sandboxagent.ImagePull, pi, nil, unreachable, "check the registry is reachable", nil, ""},
-		{"never", sandboxagent.ImageNever, pi, []string{pi}, nil, "build it with `sandbox-agent images build pi`", nil, ""},
+		{"base pulled, CLI built", catalog.PolicyPullOrBuild, pi, []string{base}, nil, "", []string{pi}, pi},
+		{"not ours: no build", catalog.PolicyPullOrBuild, "example.org/mine:1", nil, nil, "not an agent image this binary can build", nil, ""},
+		{"pull only: not there", catalog.PolicyPull, pi, nil, nil, "push it there (sandbox-agent images push pi)", nil, ""},
+		{"pull only: down", catalog.PolicyPull, pi, nil, unreachable, "check the registry is reachable", nil, ""},
+		{"never", catalog.PolicyNever, pi, []string{pi}, nil, "build it with `sandbox-agent images build pi`", nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &pullFake{fakeEngine: newFake(), pullErr: tc.pullErr}
@@ -185,7 +186,7 @@ func TestProviderStrictVerify(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &pullFake{fakeEngine: newFake(), digests: map[string]string{pi: tc.digest}}
 			f.local[pi], f.registry[pi] = tc.local, tc.registry
-			p := &Provider{Engine: f, Verify: sandboxagent.ImageVerifyStrict}
+			p := &Provider{Engine: f, Verify: catalog.VerifyStrict}
 			err := p.CheckImage(context.Background(), pi)
 			if (err != nil) != tc.wantCheck || (err != nil && !errors.Is(err, sandboxagent.ErrImageDigest)) {
 				t.Errorf("CheckImage: %v", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 )
 
 // Digests. A registry names an image's manifest by its digest
@@ -83,22 +84,22 @@ func (e *DigestError) Error() string {
 func (e *DigestError) Unwrap() error { return sandboxagent.ErrImageDigest }
 
 // VerifyDigest checks the local image ref against the digest this binary
-// recorded at release for its tag (sandboxagent.ReleasedDigest). Under
-// ImageVerifyOff (or "") it checks nothing and asks the engine nothing.
-// Under ImageVerifyStrict a tag with no recorded digest, or a local image
-// that does not carry the recorded digest among its repo digests for ref's
-// repository, is a *DigestError (errors.Is: sandboxagent.ErrImageDigest);
+// recorded at release for its tag (catalog.ReleasedDigest). Under
+// catalog.VerifyOff (or "") it checks nothing and asks the engine nothing.
+// Under catalog.VerifyStrict a tag with no recorded digest, or a local
+// image that does not carry the recorded digest among its repo digests
+// for ref's repository, is a *DigestError (errors.Is: sandboxagent.ErrImageDigest);
 // a missing image wraps sandboxagent.ErrImageNotFound. The engine records
 // repo digests when it pushes or pulls: an image built locally has none
 // and fails strict verification even when its content is the same.
-func VerifyDigest(ctx context.Context, eng RepoDigester, ref string, mode sandboxagent.ImageVerify) error {
+func VerifyDigest(ctx context.Context, eng RepoDigester, ref string, mode catalog.Verify) error {
 	switch mode {
-	case "", sandboxagent.ImageVerifyOff:
+	case "", catalog.VerifyOff:
 		return nil
-	case sandboxagent.ImageVerifyStrict:
+	case catalog.VerifyStrict:
 	default:
-		_, err := sandboxagent.ParseImageVerify(string(mode))
-		return err
+		_, err := catalog.ParseVerify(string(mode))
+		return invalidArgument(err)
 	}
 	if eng == nil {
 		return fmt.Errorf("%w: images: nil engine", sandboxagent.ErrInvalidArgument)
@@ -120,9 +121,9 @@ func VerifyDigest(ctx context.Context, eng RepoDigester, ref string, mode sandbo
 // emptyAuth is an X-Registry-Auth value without credentials (base64 of {}).
 const emptyAuth = "e30="
 
-// releasedDigest is sandboxagent.ReleasedDigest (tests record digests of
+// releasedDigest is catalog.ReleasedDigest (tests record digests of
 // their own).
-var releasedDigest = sandboxagent.ReleasedDigest
+var releasedDigest = catalog.ReleasedDigest
 
 // RepoDigests implements RepoDigester.
 func (e *ClientEngine) RepoDigests(ctx context.Context, ref string) ([]string, error) {
@@ -205,7 +206,7 @@ func (b *Builder) registryEngine() (RegistryEngine, error) {
 
 // Pushed is one image of Builder.Push.
 type Pushed struct {
-	Image sandboxagent.ImageSpec
+	Image catalog.Image
 	// Digest is the digest its registry now serves under the tag.
 	Digest string
 	// Already: the registry already served this image under the tag;
@@ -310,7 +311,7 @@ func orNone(s []string) string {
 
 // RegistryStatus is one image of Builder.CheckRegistry.
 type RegistryStatus struct {
-	Image sandboxagent.ImageSpec
+	Image catalog.Image
 	// Local: the engine has the image.
 	Local bool
 	// LocalDigests are its repo digests for the tag's repository.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -32,7 +33,7 @@ func TestIntegrationRegistryDigests(t *testing.T) {
 	rand.Read(rb)
 	path := "digests-" + hex.EncodeToString(rb)
 	repo := reg + "/" + path
-	v := sandboxagent.Versions()
+	v := catalog.Versions()
 	base, _ := v.Image("base", repo)
 	pi, _ := v.Image("pi", repo)
 	testenv.StandInImage(t, rt, base.Tag, "base")
@@ -56,7 +57,7 @@ func TestIntegrationRegistryDigests(t *testing.T) {
 	if len(pushed) != 2 || pushed[0].Image != base || pushed[1].Image != pi || pushed[0].Already || pushed[1].Already {
 		t.Fatalf("pushed %+v", pushed)
 	}
-	tagOf := func(img sandboxagent.ImageSpec) string { return img.Tag[len(repo)+1:] }
+	tagOf := func(img catalog.Image) string { return img.Tag[len(repo)+1:] }
 	baseManifest, baseType, baseDigest := testenv.RegistryManifest(t, reg, path, tagOf(base))
 	_, _, piDigest := testenv.RegistryManifest(t, reg, path, tagOf(pi))
 	if pushed[0].Digest != baseDigest || pushed[1].Digest != piDigest || baseDigest == piDigest {
@@ -81,8 +82,8 @@ func TestIntegrationRegistryDigests(t *testing.T) {
 	record := func(d string) {
 		releasedDigest = func(ref string) (string, bool) { return d, ref == pi.Tag }
 	}
-	t.Cleanup(func() { releasedDigest = sandboxagent.ReleasedDigest })
-	strict := sandboxagent.ImageVerifyStrict
+	t.Cleanup(func() { releasedDigest = catalog.ReleasedDigest })
+	strict := catalog.VerifyStrict
 	record(piDigest)
 	if err := VerifyDigest(ctx, eng, pi.Tag, strict); err != nil {
 		t.Errorf("VerifyDigest with the pushed digest recorded: %v", err)
@@ -101,11 +102,11 @@ func TestIntegrationRegistryDigests(t *testing.T) {
 		t.Errorf("VerifyDigest with another digest recorded: %v", err)
 	}
 	// Nothing recorded for the tag (this binary's own digests.json).
-	releasedDigest = sandboxagent.ReleasedDigest
+	releasedDigest = catalog.ReleasedDigest
 	if err := VerifyDigest(ctx, eng, pi.Tag, strict); !errors.Is(err, sandboxagent.ErrImageDigest) {
 		t.Errorf("VerifyDigest strict with this binary's digests: %v", err)
 	}
-	if err := VerifyDigest(ctx, eng, pi.Tag, sandboxagent.ImageVerifyOff); err != nil {
+	if err := VerifyDigest(ctx, eng, pi.Tag, catalog.VerifyOff); err != nil {
 		t.Errorf("VerifyDigest off: %v", err)
 	}
 

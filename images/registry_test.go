@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 )
 
 // digestFake is a fakeEngine with digests: a push makes the registry serve
@@ -81,14 +82,14 @@ func digestBuilder(t *testing.T, eng Engine, force bool) *Builder {
 
 func TestPushAllBaseFirstWithDigests(t *testing.T) {
 	f := newDigestFake()
-	for _, img := range sandboxagent.Versions().Images("") {
+	for _, img := range catalog.Versions().Images("") {
 		f.add(img.Tag, "content of "+img.CLI)
 	}
 	res, err := digestBuilder(t, f, false).Push(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := sandboxagent.Versions().Images("")
+	all := catalog.Versions().Images("")
 	if len(res) != len(all) || len(f.pushed()) != len(all) {
 		t.Fatalf("pushed %v, results %d, want %d", f.pushed(), len(res), len(all))
 	}
@@ -222,7 +223,7 @@ func TestVerifyDigest(t *testing.T) {
 	f.add(base, "base")
 	f.repo[pi] = []string{digestOf("older"), digestOf("pi")}
 	f.repo[base] = []string{digestOf("older base")}
-	recorded := map[string]string{"pi-" + sandboxagent.Versions().CLIs["pi"].Version + "-" + sandboxagent.Versions().ImageDate: digestOf("pi")}
+	recorded := map[string]string{"pi-" + catalog.Versions().CLIs["pi"].Version + "-" + catalog.Versions().ImageDate: digestOf("pi")}
 	saved := releasedDigest
 	t.Cleanup(func() { releasedDigest = saved })
 	releasedDigest = func(ref string) (string, bool) {
@@ -231,7 +232,7 @@ func TestVerifyDigest(t *testing.T) {
 	}
 	ctx := context.Background()
 	// off (and "") checks nothing, not even that the image exists.
-	for _, mode := range []sandboxagent.ImageVerify{"", sandboxagent.ImageVerifyOff} {
+	for _, mode := range []catalog.Verify{"", catalog.VerifyOff} {
 		if err := VerifyDigest(ctx, nil, "nothing:here", mode); err != nil {
 			t.Errorf("mode %q: %v", mode, err)
 		}
@@ -239,11 +240,11 @@ func TestVerifyDigest(t *testing.T) {
 	if err := VerifyDigest(ctx, f, pi, "loose"); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
 		t.Errorf("bad mode: %v", err)
 	}
-	strict := sandboxagent.ImageVerifyStrict
+	strict := catalog.VerifyStrict
 	if err := VerifyDigest(ctx, f, pi, strict); err != nil {
 		t.Errorf("recorded digest among the local ones: %v", err)
 	}
-	recorded["base-"+sandboxagent.Versions().ImageDate] = digestOf("released base")
+	recorded["base-"+catalog.Versions().ImageDate] = digestOf("released base")
 	err := VerifyDigest(ctx, f, base, strict)
 	var de *DigestError
 	if !errors.As(err, &de) || !errors.Is(err, sandboxagent.ErrImageDigest) || de.Recorded != digestOf("released base") ||

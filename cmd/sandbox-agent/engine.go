@@ -11,6 +11,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/images"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/runtime/docker"
 	"github.com/sandbox-agent/sandbox-agent/runtime/kubernetes"
 	"github.com/sandbox-agent/sandbox-agent/runtime/podman"
@@ -30,7 +31,7 @@ type engine struct {
 // dockerHost ("" = DOCKER_HOST or the default socket), Podman's
 // compatible API (its socket found as runtime/podman does), or a
 // Kubernetes cluster (kubeconfig, else in-cluster).
-func connect(ctx context.Context, s settings, policy sandboxagent.ImagePolicy) (*engine, error) {
+func connect(ctx context.Context, s settings, policy catalog.Policy) (*engine, error) {
 	switch s.runtime {
 	case "kubernetes":
 		// client-go logs a hung-up exec stream (an exec detached on
@@ -38,7 +39,7 @@ func connect(ctx context.Context, s settings, policy sandboxagent.ImagePolicy) (
 		// what matters.
 		quietKlog.Do(func() { klog.SetLogger(logr.Discard()) }) // klog's setter is not safe once client-go runs
 		pull := corev1.PullIfNotPresent
-		if policy == sandboxagent.ImageNever {
+		if policy == catalog.PolicyNever {
 			pull = corev1.PullNever
 		}
 		rt, err := kubernetes.New(ctx, kubernetes.Options{Kubeconfig: s.kubeconfig, Namespace: s.namespace, PullPolicy: pull, PodPidsLimit: s.podPidsLimit})

@@ -11,6 +11,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/images"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 )
 
 // imagesUsage is the help of `images`; the CLI names come from versions.json.
@@ -39,7 +40,7 @@ commands:
                             --registry: missing in the registry), 3 when a digest differs or
                             cannot be compared
 
-NAME is a CLI (` + strings.Join(sandboxagent.Versions().CLINames(), ", ") + `) or "base". Tags come from the
+NAME is a CLI (` + strings.Join(catalog.Versions().CLINames(), ", ") + `) or "base". Tags come from the
 versions.json compiled into this binary; SANDBOX_AGENT_IMAGE_NAME (image_name)
 replaces the repository part.
 `
@@ -89,8 +90,8 @@ func imagesNames(a *app, args []string) int {
 	if fs.NArg() > 0 {
 		return a.fail(fmt.Errorf("%w: images names takes no arguments", sandboxagent.ErrInvalidArgument))
 	}
-	fmt.Fprintln(a.stdout, sandboxagent.BaseImageName)
-	for _, n := range sandboxagent.Versions().CLINames() {
+	fmt.Fprintln(a.stdout, catalog.BaseName)
+	for _, n := range catalog.Versions().CLINames() {
 		fmt.Fprintln(a.stdout, n)
 	}
 	return exitOK
@@ -105,11 +106,11 @@ func imagesList(a *app, args []string) int {
 		return a.fail(fmt.Errorf("%w: images list takes no arguments", sandboxagent.ErrInvalidArgument))
 	}
 	if a.cfg.ImageName != "" {
-		if err := sandboxagent.CheckImageRepo(a.cfg.ImageName); err != nil {
+		if err := catalog.CheckRepo(a.cfg.ImageName); err != nil {
 			return a.fail(err)
 		}
 	}
-	for _, img := range sandboxagent.Versions().Images(a.cfg.ImageName) {
+	for _, img := range catalog.Versions().Images(a.cfg.ImageName) {
 		fmt.Fprintln(a.stdout, img.Tag)
 	}
 	return exitOK
@@ -126,13 +127,13 @@ func imagesWhich(a *app, args []string) int {
 	name := fs.Arg(0)
 	var tag string
 	var err error
-	if name == sandboxagent.BaseImageName {
+	if name == catalog.BaseName {
 		if a.cfg.ImageName != "" {
-			err = sandboxagent.CheckImageRepo(a.cfg.ImageName)
+			err = catalog.CheckRepo(a.cfg.ImageName)
 		}
-		tag = sandboxagent.Versions().BaseImage(a.cfg.ImageName).Tag
+		tag = catalog.Versions().BaseImage(a.cfg.ImageName).Tag
 	} else {
-		tag, err = sandboxagent.ResolveImage(name, "", a.cfg.ImageName, "")
+		tag, err = catalog.Resolve(name, "", a.cfg.ImageName, "")
 	}
 	if err != nil {
 		return a.fail(err)
@@ -152,7 +153,7 @@ func (a *app) imageSource(ctx context.Context) (sandboxagent.ImageSource, error)
 		return nil, err
 	}
 	if eng.images == nil {
-		if a.cfg.ImageVerify == sandboxagent.ImageVerifyStrict {
+		if a.cfg.ImageVerify == catalog.VerifyStrict {
 			// Never a silent downgrade: pinning pods to the recorded
 			// digests is not built yet (TODO.md).
 			return nil, fmt.Errorf("%w: image_verify strict needs a Docker engine to check digests; runtime kubernetes cannot verify them yet", sandboxagent.ErrUnsupportedByRuntime)
@@ -247,7 +248,7 @@ func imagesCheck(ctx context.Context, a *app, args []string) int {
 		return imagesCheckRegistry(ctx, a, b, fs.Args())
 	}
 	statuses, err := b.Check(ctx, false, fs.Args()...)
-	strict := a.cfg.ImageVerify == sandboxagent.ImageVerifyStrict
+	strict := a.cfg.ImageVerify == catalog.VerifyStrict
 	var missing []string
 	var mismatched []error
 	for _, s := range statuses {
@@ -290,11 +291,11 @@ func (a *app) verifyLocal(ctx context.Context, tag string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%w: this engine cannot report image digests", sandboxagent.ErrInvalidArgument)
 	}
-	err = images.VerifyDigest(ctx, rd, tag, sandboxagent.ImageVerifyStrict)
+	err = images.VerifyDigest(ctx, rd, tag, catalog.VerifyStrict)
 	var de *images.DigestError
 	switch {
 	case err == nil:
-		d, _ := sandboxagent.ReleasedDigest(tag)
+		d, _ := catalog.ReleasedDigest(tag)
 		return "digest ok " + d, nil
 	case errors.As(err, &de) && de.Recorded == "":
 		return "digest MISMATCH nothing recorded at release for this tag", nil

@@ -14,7 +14,7 @@ import (
 
 	"github.com/moby/moby/client"
 
-	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -41,8 +41,8 @@ func TestIntegrationCLIImagePolicy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	removeRepo := func(repo string) {
-		for _, n := range []string{sandboxagent.BaseImageName, agentDriver} {
-			img, _ := sandboxagent.Versions().Image(n, repo)
+		for _, n := range []string{catalog.BaseName, agentDriver} {
+			img, _ := catalog.Versions().Image(n, repo)
 			cli.ImageRemove(context.Background(), img.Tag, client.ImageRemoveOptions{Force: true})
 		}
 	}
@@ -64,11 +64,11 @@ func TestIntegrationCLIImagePolicy(t *testing.T) {
 	t.Run("pulled from the registry", func(t *testing.T) {
 		repo := reg + "/pull-" + run
 		t.Cleanup(func() { removeRepo(repo) })
-		src, err := sandboxagent.ResolveImage(agentDriver, "", os.Getenv("SANDBOX_AGENT_IMAGE_NAME"), "")
+		src, err := catalog.Resolve(agentDriver, "", os.Getenv("SANDBOX_AGENT_IMAGE_NAME"), "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		dst, _ := sandboxagent.Versions().Image(agentDriver, repo)
+		dst, _ := catalog.Versions().Image(agentDriver, repo)
 		if _, err := cli.ImageTag(ctx, client.ImageTagOptions{Source: src, Target: dst.Tag}); err != nil {
 			testenv.Unavailable(t, "agent image %s: %v", src, err)
 		}
@@ -99,7 +99,7 @@ func TestIntegrationCLIImagePolicy(t *testing.T) {
 		repo := reg + "/build-" + run
 		t.Cleanup(func() { removeRepo(repo) })
 		code, stdout, stderr := ask(repo, nil)
-		img, _ := sandboxagent.Versions().Image(agentDriver, repo)
+		img, _ := catalog.Versions().Image(agentDriver, repo)
 		if code != exitOK || strings.TrimSpace(stdout) != "IMAGE-OK" {
 			t.Fatalf("exit %d stdout %q stderr:\n%s", code, stdout, stderr)
 		}

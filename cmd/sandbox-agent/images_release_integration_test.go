@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -22,7 +22,7 @@ func TestIntegrationCLIImagesPushCheck(t *testing.T) {
 	// sandbox-agent repository holds the real images the engine runs.
 	path := "push-" + runID()
 	repo := reg + "/" + path
-	v := sandboxagent.Versions()
+	v := catalog.Versions()
 	base, _ := v.Image("base", repo)
 	pi, _ := v.Image("pi", repo)
 	testenv.StandInImage(t, rt, base.Tag, "cli-base")

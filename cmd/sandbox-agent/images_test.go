@@ -12,6 +12,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/images"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 )
 
 // registryFake is an images.RegistryEngine in memory: a push makes the
@@ -76,7 +77,7 @@ const fakeRepo = "127.0.0.1:5055/sandbox-agent"
 
 func fakeTag(t *testing.T, name string) string {
 	t.Helper()
-	img, err := sandboxagent.Versions().Image(name, fakeRepo)
+	img, err := catalog.Versions().Image(name, fakeRepo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,11 +174,11 @@ func TestImagesCheckStrictVerify(t *testing.T) {
 	if code != exitOK || stdout != fakeTag(t, "pi")+"\tlocal\n" {
 		t.Errorf("off: exit %d, stdout %q", code, stdout)
 	}
-	cfg.ImageVerify = sandboxagent.ImageVerifyStrict
+	cfg.ImageVerify = catalog.VerifyStrict
 	// The fake's image is never the released one: nothing is recorded (a
 	// development build), or what is recorded differs.
 	verdict := "digest MISMATCH nothing recorded at release for this tag"
-	if d, ok := sandboxagent.ReleasedDigest(fakeTag(t, "pi")); ok {
+	if d, ok := catalog.ReleasedDigest(fakeTag(t, "pi")); ok {
 		verdict = "digest MISMATCH local none recorded " + d
 	}
 	code, stdout, stderr := runImagesWith(t, f, cfg, "check", "pi")

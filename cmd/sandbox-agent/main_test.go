@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 )
 
 // runCLI runs the command in-process with an empty environment (plus env).
@@ -124,7 +124,7 @@ func TestImagesNames(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	want := append([]string{"base"}, sandboxagent.Versions().CLINames()...)
+	want := append([]string{"base"}, catalog.Versions().CLINames()...)
 	if got := strings.Fields(out); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("images names = %v, want %v", got, want)
 	}

@@ -16,7 +16,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 
-	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -35,7 +35,7 @@ func TestPythonClient(t *testing.T) {
 		driver = "codex"
 	}
 	rt := testenv.Runtime(t)
-	img, err := sandboxagent.ResolveImage(driver, "", os.Getenv("SANDBOX_AGENT_IMAGE_NAME"), "")
+	img, err := catalog.Resolve(driver, "", os.Getenv("SANDBOX_AGENT_IMAGE_NAME"), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/driver/dsh"
 	"github.com/sandbox-agent/sandbox-agent/driver/opencode"
 	"github.com/sandbox-agent/sandbox-agent/driver/pi"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 )
 
 // Endpoint is where a driver's CLI finds its model.
@@ -58,7 +59,7 @@ func All() map[string]Factory {
 // claude, pi, dsh).
 func Names() []string {
 	var names []string
-	for _, n := range sandboxagent.Versions().CLINames() {
+	for _, n := range catalog.Versions().CLINames() {
 		if _, ok := factories[n]; ok {
 			names = append(names, n)
 		}

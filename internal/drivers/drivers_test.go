@@ -13,13 +13,14 @@ import (
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
 // versions.json is the one list of CLIs: every CLI it pins has a driver
 // here and every driver has a pinned image.
 func TestTableMatchesVersions(t *testing.T) {
-	pinned := sandboxagent.Versions().CLINames()
+	pinned := catalog.Versions().CLINames()
 	var table []string
 	for n := range All() {
 		table = append(table, n)

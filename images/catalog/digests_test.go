@@ -1,4 +1,4 @@
-package sandboxagent
+package catalog
 
 import (
 	"errors"
@@ -99,12 +99,12 @@ func TestReleasedDigest(t *testing.T) {
 }
 
 func TestParseImageVerify(t *testing.T) {
-	for in, want := range map[string]ImageVerify{"": ImageVerifyOff, "off": ImageVerifyOff, "strict": ImageVerifyStrict} {
-		if got, err := ParseImageVerify(in); err != nil || got != want {
-			t.Errorf("ParseImageVerify(%q) = %q, %v", in, got, err)
+	for in, want := range map[string]Verify{"": VerifyOff, "off": VerifyOff, "strict": VerifyStrict} {
+		if got, err := ParseVerify(in); err != nil || got != want {
+			t.Errorf("ParseVerify(%q) = %q, %v", in, got, err)
 		}
 	}
-	if _, err := ParseImageVerify("on"); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "want off or strict") {
-		t.Errorf("ParseImageVerify(on) = %v", err)
+	if _, err := ParseVerify("on"); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "want off or strict") {
+		t.Errorf("ParseVerify(on) = %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package sandboxagent
+package catalog
 
 import (
 	"bytes"
@@ -76,7 +76,7 @@ func resetDigests() {
 func ReleasedDigests() map[string]string {
 	m, err := embeddedDigests()
 	if err != nil {
-		panic("sandboxagent: embedded " + err.Error())
+		panic("catalog: embedded " + err.Error())
 	}
 	return maps.Clone(m)
 }
@@ -106,28 +106,4 @@ func refTag(ref string) (string, bool) {
 		return "", false // a repository without a tag
 	}
 	return ref, tagRe.MatchString(ref)
-}
-
-// ImageVerify says whether images are checked against the digests recorded
-// at release (digests.json): config key image_verify.
-type ImageVerify string
-
-const (
-	// ImageVerifyOff checks nothing (the default; "" means the same).
-	ImageVerifyOff ImageVerify = "off"
-	// ImageVerifyStrict refuses an image unless this binary recorded a
-	// digest for its tag and the local image carries that digest for its
-	// repository (the engine records one when it pushes or pulls it).
-	ImageVerifyStrict ImageVerify = "strict"
-)
-
-// ParseImageVerify parses an image_verify value ("" is off).
-func ParseImageVerify(s string) (ImageVerify, error) {
-	switch v := ImageVerify(s); v {
-	case "", ImageVerifyOff:
-		return ImageVerifyOff, nil
-	case ImageVerifyStrict:
-		return v, nil
-	}
-	return ImageVerifyOff, fmt.Errorf("%w: image_verify %q (want off or strict)", ErrInvalidArgument, s)
 }

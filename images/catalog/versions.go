@@ -1,4 +1,4 @@
-package sandboxagent
+package catalog
 
 import (
 	"bytes"
@@ -20,12 +20,12 @@ import (
 //go:embed versions.json docker
 var imageFiles embed.FS
 
-// DefaultImageRepo is the repository of the published images.
-const DefaultImageRepo = "ghcr.io/sandbox-agent/sandbox-agent"
+// DefaultRepo is the repository of the published images.
+const DefaultRepo = "ghcr.io/sandbox-agent/sandbox-agent"
 
-// BaseImageName is the name the base image goes by in tags ("base-<date>")
+// BaseName is the name the base image goes by in tags ("base-<date>")
 // and wherever a list of image names is accepted.
-const BaseImageName = "base"
+const BaseName = "base"
 
 // VersionsFile is versions.json: the single source of every image tag and
 // of what goes into each image.
@@ -77,9 +77,9 @@ type CLISpec struct {
 	NPMOverrides map[string]string `json:"npm_overrides,omitempty"`
 }
 
-// ImageSpec is one image to build or run: a CLI image, or the base (CLI ==
-// BaseImageName, Package and Version empty).
-type ImageSpec struct {
+// Image is one image to build or run: a CLI image, or the base (CLI ==
+// BaseName, Package and Version empty).
+type Image struct {
 	CLI     string
 	Package string
 	Version string
@@ -159,7 +159,7 @@ func (v VersionsFile) Validate() error {
 	}
 	for _, name := range sortedKeys(v.CLIs) {
 		c := v.CLIs[name]
-		if !cliNameRe.MatchString(name) || name == BaseImageName {
+		if !cliNameRe.MatchString(name) || name == BaseName {
 			bad("clis: %q is not a valid CLI name", name)
 		}
 		if !npmNameRe.MatchString(c.Package) {
@@ -210,14 +210,14 @@ var embeddedVersions = sync.OnceValues(func() (VersionsFile, error) {
 func Versions() VersionsFile {
 	v, err := embeddedVersions()
 	if err != nil {
-		panic("sandboxagent: embedded " + err.Error())
+		panic("catalog: embedded " + err.Error())
 	}
 	return v
 }
 
-// ImageFiles returns the embedded build inputs: versions.json and the
+// Files returns the embedded build inputs: versions.json and the
 // docker/ directory (Dockerfile.base, Dockerfile.<cli>, helper scripts).
-func ImageFiles() fs.FS { return imageFiles }
+func Files() fs.FS { return imageFiles }
 
 // CLINames returns the CLI names of v in the order versions.json lists
 // them (opencode, codex, claude, pi, dsh for the embedded file); names
@@ -267,28 +267,28 @@ func cliOrder(data []byte) ([]string, error) {
 }
 
 // BaseImage returns the base image under repo ("" = v.Repo).
-func (v VersionsFile) BaseImage(repo string) ImageSpec {
+func (v VersionsFile) BaseImage(repo string) Image {
 	if repo == "" {
 		repo = v.Repo
 	}
-	return ImageSpec{CLI: BaseImageName, Tag: repo + ":" + BaseImageName + "-" + v.ImageDate}
+	return Image{CLI: BaseName, Tag: repo + ":" + BaseName + "-" + v.ImageDate}
 }
 
 // Image returns the image of a CLI under repo ("" = v.Repo). name may also
-// be BaseImageName. An unknown name is an error wrapping
+// be BaseName. An unknown name is an error wrapping
 // ErrInvalidArgument.
-func (v VersionsFile) Image(name, repo string) (ImageSpec, error) {
-	if name == BaseImageName {
+func (v VersionsFile) Image(name, repo string) (Image, error) {
+	if name == BaseName {
 		return v.BaseImage(repo), nil
 	}
 	c, ok := v.CLIs[name]
 	if !ok {
-		return ImageSpec{}, fmt.Errorf("%w: unknown CLI %q (known: %s)", ErrInvalidArgument, name, strings.Join(v.CLINames(), ", "))
+		return Image{}, fmt.Errorf("%w: unknown CLI %q (known: %s)", ErrInvalidArgument, name, strings.Join(v.CLINames(), ", "))
 	}
 	if repo == "" {
 		repo = v.Repo
 	}
-	return ImageSpec{
+	return Image{
 		CLI:     name,
 		Package: c.Package,
 		Version: c.Version,
@@ -297,8 +297,8 @@ func (v VersionsFile) Image(name, repo string) (ImageSpec, error) {
 }
 
 // Images returns the base then every CLI image under repo ("" = v.Repo).
-func (v VersionsFile) Images(repo string) []ImageSpec {
-	out := []ImageSpec{v.BaseImage(repo)}
+func (v VersionsFile) Images(repo string) []Image {
+	out := []Image{v.BaseImage(repo)}
 	for _, n := range v.CLINames() {
 		s, _ := v.Image(n, repo)
 		out = append(out, s)
@@ -315,19 +315,19 @@ func DefaultImage(cli string) (string, error) {
 	return s.Tag, nil
 }
 
-// CheckImageRepo validates an image-name override (SANDBOX_AGENT_IMAGE_NAME):
+// CheckRepo validates an image-name override (SANDBOX_AGENT_IMAGE_NAME):
 // a repository such as registry.example.com:5000/team/sandbox-agent,
 // without tag or digest.
-func CheckImageRepo(repo string) error {
+func CheckRepo(repo string) error {
 	if !repoRe.MatchString(repo) {
 		return fmt.Errorf("%w: image name %q is not a repository (expected e.g. registry.example.com/team/sandbox-agent, without tag or digest)", ErrInvalidArgument, repo)
 	}
 	return nil
 }
 
-// CheckImageRef refuses references that are unpinned: no tag (which means
+// CheckRef refuses references that are unpinned: no tag (which means
 // latest), or the tag "latest". A digest reference is accepted.
-func CheckImageRef(ref string) error {
+func CheckRef(ref string) error {
 	if ref == "" || strings.TrimSpace(ref) != ref {
 		return fmt.Errorf("%w: image reference %q is empty or has spaces", ErrInvalidArgument, ref)
 	}
@@ -344,10 +344,10 @@ func CheckImageRef(ref string) error {
 	return nil
 }
 
-// ResolveImage says which image a CLI runs in. The first of these wins:
+// Resolve says which image a CLI runs in. The first of these wins:
 //  1. explicit: an image option given by the caller (must be pinned: a tag
 //     other than latest, or a digest);
-//  2. imageName: SANDBOX_AGENT_IMAGE_NAME (Config.ImageName), which replaces
+//  2. imageName: SANDBOX_AGENT_IMAGE_NAME (config key image_name), which replaces
 //     the repository part of the derived tag ({imageName}:{cli}-{version}-{date});
 //  3. driverDefault: the driver's own default image;
 //  4. the built-in default ({repo}:{cli}-{version}-{date} from versions.json).
@@ -355,21 +355,21 @@ func CheckImageRef(ref string) error {
 // Steps 2 and 4 need a CLI known to versions.json; an unknown CLI skips
 // step 2 and, when nothing else resolves, is an error wrapping
 // ErrInvalidArgument.
-func ResolveImage(cli, explicit, imageName, driverDefault string) (string, error) {
+func Resolve(cli, explicit, imageName, driverDefault string) (string, error) {
 	return Versions().Resolve(cli, explicit, imageName, driverDefault)
 }
 
-// Resolve is ResolveImage against v.
+// Resolve is the package-level Resolve against v.
 func (v VersionsFile) Resolve(cli, explicit, imageName, driverDefault string) (string, error) {
 	if explicit != "" {
-		if err := CheckImageRef(explicit); err != nil {
+		if err := CheckRef(explicit); err != nil {
 			return "", err
 		}
 		return explicit, nil
 	}
 	_, known := v.CLIs[cli]
 	if imageName != "" {
-		if err := CheckImageRepo(imageName); err != nil {
+		if err := CheckRepo(imageName); err != nil {
 			return "", err
 		}
 		if known {
@@ -378,7 +378,7 @@ func (v VersionsFile) Resolve(cli, explicit, imageName, driverDefault string) (s
 		}
 	}
 	if driverDefault != "" {
-		if err := CheckImageRef(driverDefault); err != nil {
+		if err := CheckRef(driverDefault); err != nil {
 			return "", err
 		}
 		return driverDefault, nil

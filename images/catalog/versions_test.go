@@ -1,4 +1,4 @@
-package sandboxagent
+package catalog
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 )
 
 func TestEmbeddedVersionsValid(t *testing.T) {
-	data, err := fs.ReadFile(ImageFiles(), "versions.json")
+	data, err := fs.ReadFile(Files(), "versions.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -18,15 +18,15 @@ func TestEmbeddedVersionsValid(t *testing.T) {
 	if err != nil {
 		t.Fatalf("embedded versions.json: %v", err)
 	}
-	if v.Repo != DefaultImageRepo {
-		t.Errorf("repo = %q, want %q", v.Repo, DefaultImageRepo)
+	if v.Repo != DefaultRepo {
+		t.Errorf("repo = %q, want %q", v.Repo, DefaultRepo)
 	}
 	if got := strings.Join(v.CLINames(), ","); got != "opencode,codex,claude,pi,dsh" {
 		t.Errorf("CLINames = %s", got)
 	}
 	// Every image has a Dockerfile in the embedded docker/ directory.
 	for _, img := range v.Images("") {
-		if _, err := fs.Stat(ImageFiles(), "docker/Dockerfile."+img.CLI); err != nil {
+		if _, err := fs.Stat(Files(), "docker/Dockerfile."+img.CLI); err != nil {
 			t.Errorf("no Dockerfile for %s: %v", img.CLI, err)
 		}
 	}
@@ -37,7 +37,7 @@ func TestDockerfilesHaveNoPinsOfTheirOwn(t *testing.T) {
 	// versions.json is the single source: the CLI Dockerfiles take every
 	// version from build args and never say latest.
 	for _, cli := range Versions().CLINames() {
-		data, err := fs.ReadFile(ImageFiles(), "docker/Dockerfile."+cli)
+		data, err := fs.ReadFile(Files(), "docker/Dockerfile."+cli)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +56,7 @@ func TestDockerfilesHaveNoPinsOfTheirOwn(t *testing.T) {
 
 func validVersionsJSON() map[string]any {
 	var m map[string]any
-	data, _ := fs.ReadFile(ImageFiles(), "versions.json")
+	data, _ := fs.ReadFile(Files(), "versions.json")
 	if err := json.Unmarshal(data, &m); err != nil {
 		panic(err)
 	}
@@ -253,16 +253,16 @@ func TestResolveImagePrecedence(t *testing.T) {
 		})
 	}
 	// The package-level function uses the embedded file.
-	got, err := ResolveImage("codex", "", "", "")
+	got, err := Resolve("codex", "", "", "")
 	want, _ := DefaultImage("codex")
 	if err != nil || got != want {
-		t.Errorf("ResolveImage(codex) = %q, %v; want %q", got, err, want)
+		t.Errorf("Resolve(codex) = %q, %v; want %q", got, err, want)
 	}
 }
 
 func TestImageFilesHoldsDockerDir(t *testing.T) {
 	for _, name := range []string{"versions.json", "docker/Dockerfile.base", "docker/npm-fetch.sh", "docker/README.md"} {
-		if _, err := fs.Stat(ImageFiles(), name); err != nil {
+		if _, err := fs.Stat(Files(), name); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -271,7 +271,7 @@ func TestImageFilesHoldsDockerDir(t *testing.T) {
 // The committed dsh lock file (npm ci) must install exactly the versions
 // versions.json pins; an empty file means "resolve at build time".
 func TestDshLockMatchesVersions(t *testing.T) {
-	data, err := fs.ReadFile(ImageFiles(), "docker/dsh/package-lock.json")
+	data, err := fs.ReadFile(Files(), "docker/dsh/package-lock.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestDshLockMatchesVersions(t *testing.T) {
 	if got := lock.Packages["node_modules/"+c.Package].Version; got != c.Version {
 		t.Errorf("lock installs %s@%s, versions.json pins %s", c.Package, got, c.Version)
 	}
-	pkgJSON, err := fs.ReadFile(ImageFiles(), "docker/dsh/package.json")
+	pkgJSON, err := fs.ReadFile(Files(), "docker/dsh/package.json")
 	if err != nil {
 		t.Fatal(err)
 	}
