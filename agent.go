@@ -12,8 +12,8 @@ import (
 
 	"github.com/sandbox-agent/sandbox-agent/audit"
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
-	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
+	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
