@@ -57,6 +57,8 @@ type agentOptions struct {
 	cfg                            *Config
 	audit                          *bool
 	logger                         *slog.Logger
+	env                            map[string]string
+	memoryBytes, pids              int64
 	sandbox                        func(*SandboxOptions)
 }
 
@@ -96,9 +98,60 @@ func WithEgress(policy Egress, allowHosts ...string) AgentOption {
 // WithWorkDir sets the directory the CLI runs in.
 func WithWorkDir(dir string) AgentOption { return func(o *agentOptions) { o.workdir = dir } }
 
-// WithSandbox adjusts the sandbox options before the sandbox starts.
+// WithEnv adds variables to the sandbox's environment (the container's
+// and every exec's, the CLI's included). Keys must be names: not empty,
+// without '=' or NUL.
+func WithEnv(env map[string]string) AgentOption {
+	return func(o *agentOptions) {
+		if o.env == nil {
+			o.env = map[string]string{}
+		}
+		for k, v := range env {
+			o.env[k] = v
+		}
+	}
+}
+
+// WithResources sets the sandbox's memory limit in bytes (at least 6 MiB;
+// swap is never added) and its process limit; zero keeps the default
+// (DefaultMemoryBytes, DefaultPidsLimit). The sandbox's idle keepalive is
+// Config.Keepalive (WithConfig).
+func WithResources(memoryBytes, pids int64) AgentOption {
+	return func(o *agentOptions) { o.memoryBytes, o.pids = memoryBytes, pids }
+}
+
+// WithSandbox adjusts the sandbox options before the sandbox starts, after
+// every other option; several apply in order.
 func WithSandbox(f func(*SandboxOptions)) AgentOption {
-	return func(o *agentOptions) { o.sandbox = f }
+	return func(o *agentOptions) {
+		prev := o.sandbox
+		o.sandbox = func(s *SandboxOptions) {
+			if prev != nil {
+				prev(s)
+			}
+			f(s)
+		}
+	}
+}
+
+// minMemoryBytes is the smallest memory limit the engines accept.
+const minMemoryBytes = 6 << 20
+
+// check validates the options that need no engine.
+func (o *agentOptions) check() error {
+	for k := range o.env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			// Name the key only: the value may be a secret.
+			return fmt.Errorf("%w: env: key %q: want a name without '=' or NUL", ErrInvalidArgument, k)
+		}
+	}
+	if o.memoryBytes < 0 || (o.memoryBytes > 0 && o.memoryBytes < minMemoryBytes) {
+		return fmt.Errorf("%w: memory limit of %d bytes: want at least 6 MiB", ErrInvalidArgument, o.memoryBytes)
+	}
+	if o.pids < 0 {
+		return fmt.Errorf("%w: process limit %d: want a positive number", ErrInvalidArgument, o.pids)
+	}
+	return nil
 }
 
 // applyOptions collects the options and the configuration they name
@@ -122,6 +175,9 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 		return nil, fmt.Errorf("%w: nil driver", ErrInvalidArgument)
 	}
 	o, cfg := applyOptions(opts)
+	if err := o.check(); err != nil {
+		return nil, err
+	}
 	image, err := ResolveImage(drv.Name(), o.image, cfg.ImageName, drv.Image())
 	if err != nil {
 		return nil, err
@@ -152,7 +208,10 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	if a.log == nil {
 		a.log = slog.Default()
 	}
-	sopts := SandboxOptions{Image: image, Config: cfg, Egress: egress, AllowHosts: allow, Network: o.network, WorkDir: o.workdir}
+	sopts := SandboxOptions{
+		Image: image, Config: cfg, Egress: egress, AllowHosts: allow, Network: o.network, WorkDir: o.workdir,
+		Env: o.env, MemoryBytes: o.memoryBytes, PidsLimit: o.pids,
+	}
 	if o.sandbox != nil {
 		o.sandbox(&sopts)
 	}

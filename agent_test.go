@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -308,5 +309,41 @@ func TestAgentEnormousLine(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(res.AuditDir, "session.jsonl"))
 	if err != nil || fi.Size() > maxLineBytes+1<<10 {
 		t.Errorf("session.jsonl size %v (%v)", fi.Size(), err)
+	}
+}
+
+// TestAgentSandboxOptions: WithEnv and WithResources reach the container;
+// WithSandbox calls apply in order; bad values are refused before the
+// engine is asked.
+func TestAgentSandboxOptions(t *testing.T) {
+	rt := cliRuntime(func(string) (string, string, int) { return "", "", 0 })
+	cfg := DefaultConfig()
+	cfg.AuditEnabled = false
+	cfg.Egress = EgressOpen
+	var order []string
+	a, err := Start(context.Background(), rt, &fakeDriver{key: "k-123456"}, WithConfig(cfg),
+		WithEnv(map[string]string{"A": "1"}), WithEnv(map[string]string{"B": "2"}), WithResources(64<<20, 77),
+		WithSandbox(func(*SandboxOptions) { order = append(order, "first") }),
+		WithSandbox(func(*SandboxOptions) { order = append(order, "second") }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	spec := rt.created[0]
+	if spec.MemoryBytes != 64<<20 || spec.PidsLimit != 77 || !slices.Contains(spec.Env, "A=1") || !slices.Contains(spec.Env, "B=2") {
+		t.Errorf("spec: memory %d, pids %d, env %v", spec.MemoryBytes, spec.PidsLimit, spec.Env)
+	}
+	if strings.Join(order, ",") != "first,second" {
+		t.Errorf("WithSandbox order: %v", order)
+	}
+	for name, opt := range map[string]AgentOption{
+		"env key with =": WithEnv(map[string]string{"A=B": "x"}),
+		"empty env key":  WithEnv(map[string]string{"": "x"}),
+		"tiny memory":    WithResources(1<<20, 0),
+		"negative pids":  WithResources(0, -1),
+	} {
+		if _, err := Start(context.Background(), nil, &fakeDriver{}, opt); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
 	}
 }
