@@ -45,11 +45,22 @@ type Agent struct {
 	inTurn   bool
 	denied   []Event
 
-	mu       sync.Mutex // serialises turns and guards the fields below
-	session  string
+	// lock is the turn lock (a one-slot semaphore, so a wait can end with
+	// its context): held by a turn or a session call. The fields below it
+	// belong to its holder.
+	lock     chan struct{}
 	turns    int
 	sessions map[string]*sessionState
 	auditDay auditDay
+
+	mu         sync.Mutex // guards session and sessionSet
+	session    string
+	sessionSet int // SetSession calls, so a turn's end does not undo one made meanwhile
+
+	recMu     sync.Mutex // guards the turn records and their observers
+	records   []*turnRecord
+	observers map[int]func(TurnRecord, *Event)
+	nextObs   int
 }
 
 type agentOptions struct {
@@ -60,6 +71,8 @@ type agentOptions struct {
 	cfg                            *Config
 	audit                          *bool
 	logger                         *slog.Logger
+	env                            map[string]string
+	memoryBytes, pids              int64
 	sandbox                        func(*SandboxOptions)
 }
 
@@ -99,9 +112,60 @@ func WithEgress(policy Egress, allowHosts ...string) AgentOption {
 // WithWorkDir sets the directory the CLI runs in.
 func WithWorkDir(dir string) AgentOption { return func(o *agentOptions) { o.workdir = dir } }
 
-// WithSandbox adjusts the sandbox options before the sandbox starts.
+// WithEnv adds variables to the sandbox's environment (the container's
+// and every exec's, the CLI's included). Keys must be names: not empty,
+// without '=' or NUL.
+func WithEnv(env map[string]string) AgentOption {
+	return func(o *agentOptions) {
+		if o.env == nil {
+			o.env = map[string]string{}
+		}
+		for k, v := range env {
+			o.env[k] = v
+		}
+	}
+}
+
+// WithResources sets the sandbox's memory limit in bytes (at least 6 MiB;
+// swap is never added) and its process limit; zero keeps the default
+// (DefaultMemoryBytes, DefaultPidsLimit). The sandbox's idle keepalive is
+// Config.Keepalive (WithConfig).
+func WithResources(memoryBytes, pids int64) AgentOption {
+	return func(o *agentOptions) { o.memoryBytes, o.pids = memoryBytes, pids }
+}
+
+// WithSandbox adjusts the sandbox options before the sandbox starts, after
+// every other option; several apply in order.
 func WithSandbox(f func(*SandboxOptions)) AgentOption {
-	return func(o *agentOptions) { o.sandbox = f }
+	return func(o *agentOptions) {
+		prev := o.sandbox
+		o.sandbox = func(s *SandboxOptions) {
+			if prev != nil {
+				prev(s)
+			}
+			f(s)
+		}
+	}
+}
+
+// minMemoryBytes is the smallest memory limit the engines accept.
+const minMemoryBytes = 6 << 20
+
+// check validates the options that need no engine.
+func (o *agentOptions) check() error {
+	for k := range o.env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			// Name the key only: the value may be a secret.
+			return fmt.Errorf("%w: env: key %q: want a name without '=' or NUL", ErrInvalidArgument, k)
+		}
+	}
+	if o.memoryBytes < 0 || (o.memoryBytes > 0 && o.memoryBytes < minMemoryBytes) {
+		return fmt.Errorf("%w: memory limit of %d bytes: want at least 6 MiB", ErrInvalidArgument, o.memoryBytes)
+	}
+	if o.pids < 0 {
+		return fmt.Errorf("%w: process limit %d: want a positive number", ErrInvalidArgument, o.pids)
+	}
+	return nil
 }
 
 // applyOptions collects the options and the configuration they name
@@ -125,6 +189,9 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 		return nil, fmt.Errorf("%w: nil driver", ErrInvalidArgument)
 	}
 	o, cfg := applyOptions(opts)
+	if err := o.check(); err != nil {
+		return nil, err
+	}
 	image, err := catalog.Resolve(drv.Name(), o.image, cfg.ImageName, drv.Image())
 	if err != nil {
 		return nil, invalidArgument(err)
@@ -148,6 +215,7 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	a := &Agent{
 		drv: drv, image: image, model: o.model, cfg: cfg,
 		audit: cfg.AuditEnabled, log: o.logger, sessions: map[string]*sessionState{},
+		lock: make(chan struct{}, 1),
 	}
 	if o.audit != nil {
 		a.audit = *o.audit
@@ -155,7 +223,10 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	if a.log == nil {
 		a.log = slog.Default()
 	}
-	sopts := SandboxOptions{Image: image, Config: cfg, Egress: egress, AllowHosts: allow, Network: o.network, WorkDir: o.workdir}
+	sopts := SandboxOptions{
+		Image: image, Config: cfg, Egress: egress, AllowHosts: allow, Network: o.network, WorkDir: o.workdir,
+		Env: o.env, MemoryBytes: o.memoryBytes, PidsLimit: o.pids,
+	}
 	if o.sandbox != nil {
 		o.sandbox(&sopts)
 	}
@@ -246,7 +317,9 @@ func (a *Agent) Driver() Driver { return a.drv }
 // Image is the image the sandbox runs.
 func (a *Agent) Image() string { return a.image }
 
-// SessionID is the session the next turn continues ("" before the first).
+// SessionID is the session the next turn continues ("" before the
+// first). It does not wait for a running turn: the turn's own session, as
+// far as it is known, is in its record (Turns).
 func (a *Agent) SessionID() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -254,11 +327,50 @@ func (a *Agent) SessionID() string {
 }
 
 // SetSession makes the next turn continue the given session ("" starts a
-// new one).
+// new one), also when a turn is running.
 func (a *Agent) SetSession(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.session = id
+	a.sessionSet++
+}
+
+// holdKey marks a context whose calls run under an agent's Hold.
+type holdKey struct{}
+
+// lockTurn takes the turn lock for one call: at once when ctx carries
+// this agent's hold, else when the lock is free (an error when ctx ends
+// first).
+func (a *Agent) lockTurn(ctx context.Context) (unlock func(), err error) {
+	if h, _ := ctx.Value(holdKey{}).(*Agent); h == a {
+		return func() {}, nil
+	}
+	select {
+	case a.lock <- struct{}{}:
+		return func() { <-a.lock }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for the agent's running turn or session call: %w", ctx.Err())
+	}
+}
+
+// Hold waits up to wait (or until ctx ends) for the agent's turn lock,
+// which a turn or a session call holds while it runs, and keeps it until
+// release: other turns and session calls wait meanwhile. The agent's
+// methods called with the returned context (derived from ctx) run under
+// the hold; such calls must not overlap. A wait that runs out is an error
+// matching ErrTimeout. release is idempotent.
+func (a *Agent) Hold(ctx context.Context, wait time.Duration) (context.Context, func(), error) {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	unlock, err := a.lockTurn(wctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			err = fmt.Errorf("%w: the agent stayed busy for %v", ErrTimeout, wait)
+		}
+		return nil, nil, err
+	}
+	var once sync.Once
+	return context.WithValue(ctx, holdKey{}, a), func() { once.Do(unlock) }, nil
 }
 
 // Close revokes the agent's model-proxy token and destroys the sandbox.
@@ -312,28 +424,163 @@ func (a *Agent) Ask(ctx context.Context, prompt string) (string, error) {
 // happens, and returns the whole result. On error the result still holds
 // the events so far. A turn past its timeout (timeout_ask) has its
 // process tree killed and fails with ErrTimeout; a failure the CLI reported
-// is a *DriverError.
+// is a *DriverError. Turns run one at a time: Stream waits (until ctx
+// ends) for a running turn or session call.
 func (a *Agent) Stream(ctx context.Context, prompt string, fn func(Event)) (TurnResult, error) {
+	unlock, err := a.lockTurn(ctx)
+	if err != nil {
+		return TurnResult{}, err
+	}
+	defer unlock()
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	session, set := a.session, a.sessionSet
+	a.mu.Unlock()
 	a.turns++
 	t := &turn{a: a, no: a.turns, fn: fn, started: time.Now()}
-	t.spec = Turn{Prompt: prompt, Model: a.model, SessionID: a.session, WorkDir: a.sb.workDir()}
-	if st := a.sessions[a.session]; a.session != "" && st != nil {
+	t.spec = Turn{Prompt: prompt, Model: a.model, SessionID: session, WorkDir: a.sb.workDir()}
+	if st := a.sessions[session]; session != "" && st != nil {
 		t.lines = st.lines
 	}
 	t.firstLine = t.lines + 1
+	t.record = a.recordStart(t.no, prompt, t.started, session)
 	a.setInTurn(true)
 	defer a.setInTurn(false)
 	res, err := t.run(ctx)
 	// A made-up id (the CLI died before naming its session) names only the
 	// audit folder: the next turn must not ask the CLI to resume it.
 	if res.SessionID != "" && !strings.HasPrefix(res.SessionID, unknownSessionPrefix) {
-		a.session = res.SessionID
+		a.mu.Lock()
+		if a.sessionSet == set { // a SetSession during the turn wins
+			a.session = res.SessionID
+		}
+		a.mu.Unlock()
 		if s := a.srv.Load(); s != nil {
-			s.session = a.session // the session the long-lived process is on now
+			s.session = res.SessionID // the session the long-lived process is on now
 		}
 	}
 	t.finish(res, err)
+	a.recordEnd(t.record, res, err)
 	return res, err
+}
+
+// Bounds of the turn records an agent keeps (Turns): the audit trail
+// keeps everything.
+const (
+	maxTurnsKept       = 200
+	maxTurnsWithEvents = 20      // older records keep their summary only
+	maxEventsPerTurn   = 5000    // and a record at most this many events
+	maxTurnEventBytes  = 4 << 20 // of at most about this size
+)
+
+// TurnRecord is what the agent keeps of one turn (Turns, Observe). The
+// embedded result is the turn's so far while it runs (SessionID as soon
+// as the CLI names it); Events are the first ones within the record's
+// budget (5,000 events, about 4 MiB; none for turns older than the last
+// 20).
+type TurnRecord struct {
+	TurnResult
+	Turn    int // numbered from 1 in the agent's life
+	Prompt  string
+	Started time.Time
+	Running bool
+	Err     error // the error Stream returned
+	// EventCount counts the turn's events, kept or not.
+	EventCount int
+}
+
+type turnRecord struct {
+	TurnRecord
+	bytes int // the kept events' size, roughly
+}
+
+// Turns returns the records of the agent's last 200 turns, oldest first,
+// the running one included. It does not wait for a running turn. The
+// records share their Events with the agent: read them, do not change
+// them.
+func (a *Agent) Turns() []TurnRecord {
+	a.recMu.Lock()
+	defer a.recMu.Unlock()
+	out := make([]TurnRecord, len(a.records))
+	for i, r := range a.records {
+		out[i] = r.TurnRecord
+	}
+	return out
+}
+
+// Observe calls fn as turns run: when one starts (ev nil, rec.Running),
+// with each of its events (rec as of that event), and when it ends (ev
+// nil, !rec.Running), in order, from the goroutine running the turn. fn
+// must return quickly and must not call the agent. Observe returns the
+// record of the turn running when fn was registered (Turn 0 when none),
+// so an observer can replay what it missed without gaps or repeats; stop
+// ends the observation.
+func (a *Agent) Observe(fn func(rec TurnRecord, ev *Event)) (running TurnRecord, stop func()) {
+	a.recMu.Lock()
+	defer a.recMu.Unlock()
+	if a.observers == nil {
+		a.observers = map[int]func(TurnRecord, *Event){}
+	}
+	id := a.nextObs
+	a.nextObs++
+	a.observers[id] = fn
+	if n := len(a.records); n > 0 && a.records[n-1].Running {
+		running = a.records[n-1].TurnRecord
+	}
+	return running, func() {
+		a.recMu.Lock()
+		delete(a.observers, id)
+		a.recMu.Unlock()
+	}
+}
+
+// notify hands a record's change to the observers. Called with recMu.
+func (a *Agent) notify(r *turnRecord, ev *Event) {
+	for _, fn := range a.observers {
+		fn(r.TurnRecord, ev)
+	}
+}
+
+// recordStart opens the record of a turn, forgetting the oldest beyond
+// maxTurnsKept and the events of those beyond maxTurnsWithEvents.
+func (a *Agent) recordStart(no int, prompt string, started time.Time, session string) *turnRecord {
+	r := &turnRecord{TurnRecord: TurnRecord{Turn: no, Prompt: prompt, Started: started.UTC(), Running: true}}
+	r.SessionID = session
+	a.recMu.Lock()
+	defer a.recMu.Unlock()
+	a.records = append(a.records, r)
+	if len(a.records) > maxTurnsKept {
+		a.records = append([]*turnRecord(nil), a.records[len(a.records)-maxTurnsKept:]...)
+	}
+	if n := len(a.records) - maxTurnsWithEvents; n > 0 {
+		old := a.records[n-1]
+		old.Events, old.bytes = nil, 0
+	}
+	a.notify(r, nil)
+	return r
+}
+
+// recordEvent adds one event of the running turn, within its budget.
+func (a *Agent) recordEvent(r *turnRecord, ev Event) {
+	a.recMu.Lock()
+	defer a.recMu.Unlock()
+	r.EventCount++
+	if ev.SessionID != "" && !strings.HasPrefix(ev.SessionID, unknownSessionPrefix) {
+		r.SessionID = ev.SessionID
+	}
+	if size := int(eventSize(ev)); len(r.Events) < maxEventsPerTurn && r.bytes+size <= maxTurnEventBytes {
+		r.bytes += size
+		r.Events = append(r.Events, ev)
+	}
+	a.notify(r, &ev)
+}
+
+// recordEnd closes the record of a turn with its outcome.
+func (a *Agent) recordEnd(r *turnRecord, res TurnResult, err error) {
+	a.recMu.Lock()
+	defer a.recMu.Unlock()
+	events := r.Events
+	r.TurnResult = res
+	r.Events = events
+	r.Running, r.Err = false, err
+	a.notify(r, nil)
 }

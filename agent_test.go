@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -318,5 +320,105 @@ func TestStartRefusesUnpinnedImage(t *testing.T) {
 	_, err := Start(context.Background(), nil, &fakeDriver{}, WithImage("mine/claude:latest"))
 	if !errors.Is(err, ErrInvalidArgument) || !strings.HasPrefix(err.Error(), `invalid argument: image "mine/claude:latest" is not pinned`) {
 		t.Errorf("Start = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestAgentSandboxOptions: WithEnv and WithResources reach the container;
+// WithSandbox calls apply in order; bad values are refused before the
+// engine is asked.
+func TestAgentSandboxOptions(t *testing.T) {
+	rt := cliRuntime(func(string) (string, string, int) { return "", "", 0 })
+	cfg := DefaultConfig()
+	cfg.AuditEnabled = false
+	cfg.Egress = EgressOpen
+	var order []string
+	a, err := Start(context.Background(), rt, &fakeDriver{key: "k-123456"}, WithConfig(cfg),
+		WithEnv(map[string]string{"A": "1"}), WithEnv(map[string]string{"B": "2"}), WithResources(64<<20, 77),
+		WithSandbox(func(*SandboxOptions) { order = append(order, "first") }),
+		WithSandbox(func(*SandboxOptions) { order = append(order, "second") }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	spec := rt.created[0]
+	if spec.MemoryBytes != 64<<20 || spec.PidsLimit != 77 || !slices.Contains(spec.Env, "A=1") || !slices.Contains(spec.Env, "B=2") {
+		t.Errorf("spec: memory %d, pids %d, env %v", spec.MemoryBytes, spec.PidsLimit, spec.Env)
+	}
+	if strings.Join(order, ",") != "first,second" {
+		t.Errorf("WithSandbox order: %v", order)
+	}
+	for name, opt := range map[string]AgentOption{
+		"env key with =": WithEnv(map[string]string{"A=B": "x"}),
+		"empty env key":  WithEnv(map[string]string{"": "x"}),
+		"tiny memory":    WithResources(1<<20, 0),
+		"negative pids":  WithResources(0, -1),
+	} {
+		if _, err := Start(context.Background(), nil, &fakeDriver{}, opt); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+// TestAgentTurnRecordsAndHold: the agent numbers and keeps its turns, an
+// observer sees start, events and end in order, and Hold keeps turns and
+// session calls out until released.
+func TestAgentTurnRecordsAndHold(t *testing.T) {
+	rt := cliRuntime(func(prompt string) (string, string, int) {
+		if prompt == "fail" {
+			return `{"session":"s1"}` + "\n", "", 3
+		}
+		return `{"session":"s1"}` + "\n" + `{"text":"re ` + prompt + `"}` + "\n", "", 0
+	})
+	a, _ := startFake(t, rt, &fakeDriver{key: "k-123456"}, nil)
+	var seen []string
+	running, stop := a.Observe(func(rec TurnRecord, ev *Event) {
+		switch {
+		case ev != nil:
+			seen = append(seen, fmt.Sprintf("%d:%s", rec.Turn, ev.Kind))
+		case rec.Running:
+			seen = append(seen, fmt.Sprintf("%d:start:%s", rec.Turn, rec.Prompt))
+		default:
+			seen = append(seen, fmt.Sprintf("%d:end:%s:%d", rec.Turn, rec.Reply, rec.EventCount))
+		}
+	})
+	if running.Turn != 0 {
+		t.Errorf("running before any turn: %+v", running)
+	}
+	if _, err := a.Ask(context.Background(), "one"); err != nil {
+		t.Fatal(err)
+	}
+	_, ferr := a.Ask(context.Background(), "fail")
+	stop()
+	if _, err := a.Ask(context.Background(), "three"); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(seen, " "); !strings.HasPrefix(got, "1:start:one 1:session 1:text 1:done 1:end:re one:3 2:start:fail") || strings.Contains(got, "3:") {
+		t.Errorf("observed %s", got)
+	}
+	turns := a.Turns()
+	if len(turns) != 3 || turns[0].Turn != 1 || turns[2].Turn != 3 || turns[1].Err == nil || !errors.Is(turns[1].Err, ferr) ||
+		turns[0].Running || turns[0].Reply != "re one" || turns[0].SessionID != "s1" || len(turns[0].Events) != 3 || turns[2].Prompt != "three" {
+		t.Fatalf("turns %+v", turns)
+	}
+
+	ctx, release, err := a.Hold(context.Background(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.ListSessions(ctx); !errors.Is(err, ErrUnsupported) { // runs under the hold
+		t.Errorf("ListSessions under the hold: %v", err)
+	}
+	if _, _, err := a.Hold(context.Background(), 50*time.Millisecond); !errors.Is(err, ErrTimeout) {
+		t.Errorf("a second Hold: %v, want ErrTimeout", err)
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := a.Stream(wctx, "four", nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Stream during a hold: %v, want its context's error", err)
+	}
+	release()
+	release()
+	if _, err := a.Ask(context.Background(), "five"); err != nil {
+		t.Errorf("after release: %v", err)
 	}
 }

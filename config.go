@@ -15,7 +15,8 @@ import (
 // Config is the library's configuration, loaded once (LoadConfig) and
 // passed down. Precedence: environment > config file > built-in defaults.
 // The command line reads a few more keys of the same file (engine
-// selection, gateway, start queue): they are its own, not the library's.
+// selection, gateway, start queue): they are its own, not the library's
+// (LoadConfig's programKeys).
 type Config struct {
 	// Timeouts by category; a call given no timeout uses its category.
 	Timeouts Timeouts
@@ -162,12 +163,6 @@ var configKeys = []configfile.Key[Config]{
 	configfile.Int("audit_retention_days", 0, func(c *Config, n int64) { c.AuditRetentionDays = int(n) }),
 }
 
-// commandLineKeys are the keys of the same file that only the command line
-// reads (cmd/sandbox-agent: engine selection, gateway, start queue).
-// LoadConfig accepts them and leaves them alone; the command line's test
-// checks this list against its own table.
-var commandLineKeys = []string{"runtime", "docker_host", "kubeconfig", "kubernetes_namespace", "kubernetes_pod_pids_limit", "gateway_url", "gateway_key", "max_concurrent_starts", "serve_max_agents", "serve_max_concurrent_turns", "serve_max_body_bytes"}
-
 // DefaultConfigPath is ~/.config/sandbox-agent/config.json (XDG_CONFIG_HOME
 // is honoured).
 func DefaultConfigPath() string {
@@ -181,13 +176,16 @@ func DefaultConfigPath() string {
 // LoadConfig builds the configuration from defaults, then the config file
 // at path (a missing file is fine; "" means none), then the environment as
 // given by getenv (os.Getenv in production; a map in tests). An invalid
-// value is a *ConfigError naming the key and where it came from.
-func LoadConfig(path string, getenv func(string) string) (Config, error) {
+// value, or a key of the file that is neither the library's nor one of
+// programKeys (a program's own keys of the same file, which LoadConfig
+// leaves alone: the command line passes its own), is a *ConfigError
+// naming the key and where it came from.
+func LoadConfig(path string, getenv func(string) string, programKeys ...string) (Config, error) {
 	cfg := DefaultConfig()
 	if v := getenv("SSL_CERT_FILE"); v != "" {
 		cfg.CACertFile = v
 	}
-	if err := configfile.Load(&cfg, path, getenv, configKeys, commandLineKeys); err != nil {
+	if err := configfile.Load(&cfg, path, getenv, configKeys, programKeys); err != nil {
 		return Config{}, asConfigError(err)
 	}
 	return cfg, nil

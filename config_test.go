@@ -65,7 +65,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 				t.Errorf("got %q", c.CACertFile)
 			}
 		}},
-		{"the command line's keys are accepted and left alone", writeConfig(t, `{"gateway_url": "http://127.0.0.1:9", "docker_host": "unix:///x.sock", "gateway_key": "k", "max_concurrent_starts": 3, "keepalive": 60}`), nil, func(t *testing.T, c Config) {
+		{"a program's own keys, named, are accepted and left alone", writeConfig(t, `{"gateway_url": "http://127.0.0.1:9", "docker_host": "unix:///x.sock", "gateway_key": "k", "max_concurrent_starts": 3, "keepalive": 60}`), nil, func(t *testing.T, c Config) {
 			if c.Keepalive != time.Minute {
 				t.Errorf("got %+v", c)
 			}
@@ -101,7 +101,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := LoadConfig(tt.path, envMap(tt.env))
+			c, err := LoadConfig(tt.path, envMap(tt.env), "gateway_url", "docker_host", "gateway_key", "max_concurrent_starts")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -299,3 +299,134 @@ func archiveErr(err error) error {
 	}
 	return err
 }
+
+// uploadTop is the one top-level name an UploadTar archive is re-rooted
+// under while it is checked.
+const uploadTop = "upload"
+
+// UploadTar extracts the tar stream r at the container directory dst
+// (created when missing). The archive is checked on the host first, by
+// the download rules (package safetar: only regular files and
+// directories, no name outside dst, within the download limits), into a
+// staging directory that is then uploaded: a rejected archive
+// (ErrUnsafeArchive, ErrLimitExceeded) leaves nothing in the sandbox. The
+// report lists the entries left out (links, devices, ...).
+func (s *Sandbox) UploadTar(ctx context.Context, dst string, r io.Reader) (safetar.Report, error) {
+	dst, err := cleanContainerPath(dst)
+	if err != nil {
+		return safetar.Report{}, err
+	}
+	staging, err := os.MkdirTemp("", "sandbox-agent-upload-")
+	if err != nil {
+		return safetar.Report{}, err
+	}
+	defer os.RemoveAll(staging)
+	body := reroot(r)
+	rep, err := safetar.Extract(ctx, body, staging, uploadTop, safetar.Limits{
+		MaxBytes: s.cfg.MaxDownloadBytes, MaxEntries: s.cfg.MaxDownloadEntries, MaxDepth: s.cfg.MaxDownloadDepth,
+	})
+	body.Close() // a rejected stream must not leave its rewriter blocked
+	if err != nil {
+		return rep, fmt.Errorf("upload tar to %s: %w", dst, archiveErr(err))
+	}
+	return rep, s.Upload(ctx, filepath.Join(staging, uploadTop), dst)
+}
+
+// reroot rewrites a tar stream so that every entry sits under uploadTop
+// (safetar.Extract wants one top-level name). Link targets are left
+// alone: Extract skips symlinks and checks hardlinks itself.
+func reroot(body io.Reader) *io.PipeReader {
+	pr, pw := io.Pipe()
+	go func() {
+		tr := tar.NewReader(body)
+		tw := tar.NewWriter(pw)
+		// The top directory itself, so that an empty tar makes an empty
+		// directory.
+		if err := tw.WriteHeader(&tar.Header{Name: uploadTop + "/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX}); err != nil {
+			pw.CloseWithError(err)
+			return
+		}
+		for {
+			hdr, err := tr.Next()
+			if err == io.EOF {
+				pw.CloseWithError(tw.Close())
+				return
+			}
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			name := strings.TrimPrefix(hdr.Name, "./")
+			if name == "" || name == "." {
+				continue // the archive's own root
+			}
+			if strings.HasPrefix(name, "/") {
+				// Absolute names stay absolute: Extract refuses them.
+				hdr.Name = name
+			} else {
+				hdr.Name = uploadTop + "/" + name
+			}
+			if hdr.Typeflag == tar.TypeLink && !strings.HasPrefix(hdr.Linkname, "/") {
+				hdr.Linkname = uploadTop + "/" + strings.TrimPrefix(hdr.Linkname, "./")
+			}
+			hdr.Format = tar.FormatPAX // long names after the prefix
+			if err := tw.WriteHeader(hdr); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			if _, err := io.Copy(tw, tr); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+	}()
+	return pr
+}
+
+// DownloadTar copies the container file or directory src out as a tar
+// stream whose one top-level entry is its base name. The container's
+// archive is hostile: it is first extracted on the host under the
+// download rules (as Download does, into a staging directory), and only
+// what passed is packed again, so no symlink, device or outside path
+// planted in the sandbox reaches the reader. The report (skipped entries)
+// is complete when DownloadTar returns, before anything is read; the
+// reader packs the checked tree as it is read and removes it on Close.
+// A packing failure is the reader's error: the stream is then cut, not
+// short and well-formed.
+func (s *Sandbox) DownloadTar(ctx context.Context, src string) (io.ReadCloser, DownloadReport, error) {
+	src, err := cleanContainerPath(src)
+	if err != nil {
+		return nil, DownloadReport{}, err
+	}
+	staging, err := os.MkdirTemp("", "sandbox-agent-download-")
+	if err != nil {
+		return nil, DownloadReport{}, err
+	}
+	rep, err := s.Download(ctx, src, staging)
+	if err != nil {
+		os.RemoveAll(staging)
+		return nil, rep, err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		// The staged tree holds only regular files and directories.
+		pw.CloseWithError(safetar.Pack(ctx, pw, rep.Path, path.Base(src), safetar.Owner{}))
+	}()
+	return &stagedTar{PipeReader: pr, staging: staging}, rep, nil
+}
+
+// stagedTar is DownloadTar's stream: Close stops the packer and removes
+// the staging directory.
+type stagedTar struct {
+	*io.PipeReader
+	staging string
+	once    sync.Once
+}
+
+func (t *stagedTar) Close() error {
+	t.once.Do(func() {
+		t.PipeReader.CloseWithError(io.ErrClosedPipe)
+		os.RemoveAll(t.staging)
+	})
+	return nil
+}

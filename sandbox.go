@@ -145,9 +145,10 @@ type Sandbox struct {
 	host *boundary.Host    // the relay's host side; nil without proxies
 	env  map[string]string // added to every exec (proxy variables)
 
-	closeOnce sync.Once
-	closeErr  error
-	closed    chan struct{}
+	closeMu sync.Mutex
+	removed bool  // the container is gone (Close succeeded once)
+	hostErr error // closing the proxies (once)
+	closed  chan struct{}
 }
 
 // withDefaults fills zero fields from DefaultConfig.
@@ -558,20 +559,28 @@ func (s *Sandbox) isClosed() bool {
 }
 
 // Close destroys the container. It is idempotent and succeeds when the
-// container already died or removed itself.
+// container already died or removed itself; a removal that failed is
+// tried again by the next Close.
 func (s *Sandbox) Close() error {
-	s.closeOnce.Do(func() {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if !s.isClosed() {
 		close(s.closed)
+		if s.host != nil {
+			if err := s.host.Close(); err != nil {
+				s.hostErr = fmt.Errorf("close sandbox %s: proxies: %w", s.name, err)
+			}
+		}
+	}
+	if !s.removed {
+		// Retried by the next Close when it fails (an engine away for a
+		// moment): the caller keeps a handle it can close again.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := s.rt.Remove(ctx, s.id); err != nil {
-			s.closeErr = fmt.Errorf("close sandbox %s: %w", s.name, err)
+			return fmt.Errorf("close sandbox %s: %w", s.name, err)
 		}
-		if s.host != nil {
-			if err := s.host.Close(); err != nil && s.closeErr == nil {
-				s.closeErr = fmt.Errorf("close sandbox %s: proxies: %w", s.name, err)
-			}
-		}
-	})
-	return s.closeErr
+		s.removed = true
+	}
+	return s.hostErr
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // The session operations below hold the agent's turn lock: they never run
-// while a turn does. Each fails with ErrUnsupported when the driver does
+// while a turn does (they wait for it until their context ends; see Hold). Each fails with ErrUnsupported when the driver does
 // not implement the optional interface it needs (Forker, SkillInstaller,
 // RulesInstaller, SessionStore).
 
@@ -28,14 +28,17 @@ func (a *Agent) sessionStore(what string) (SessionStore, error) {
 // session and returns its id. The agent keeps continuing the session it
 // was on; SetSession(forkID) switches to the fork.
 func (a *Agent) Fork(ctx context.Context, sessionID string) (string, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	unlock, err := a.lockTurn(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	f, ok := a.drv.(Forker)
 	if !ok {
 		return "", a.unsupported("fork", "Forker")
 	}
 	if sessionID == "" {
-		sessionID = a.session
+		sessionID = a.SessionID()
 	}
 	if sessionID == "" {
 		return "", fmt.Errorf("%w: no session to fork yet", ErrInvalidArgument)
@@ -49,8 +52,11 @@ func (a *Agent) InstallSkill(ctx context.Context, s Skill) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	unlock, err := a.lockTurn(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	si, ok := a.drv.(SkillInstaller)
 	if !ok {
 		return a.unsupported("skills", "SkillInstaller")
@@ -60,8 +66,11 @@ func (a *Agent) InstallSkill(ctx context.Context, s Skill) error {
 
 // InstallRules installs instruction text where the CLI reads rules.
 func (a *Agent) InstallRules(ctx context.Context, rules string) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	unlock, err := a.lockTurn(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	ri, ok := a.drv.(RulesInstaller)
 	if !ok {
 		return a.unsupported("rules", "RulesInstaller")
@@ -71,8 +80,11 @@ func (a *Agent) InstallRules(ctx context.Context, rules string) error {
 
 // ListSessions lists the CLI's sessions in this sandbox.
 func (a *Agent) ListSessions(ctx context.Context) ([]SessionInfo, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	unlock, err := a.lockTurn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	st, err := a.sessionStore("list sessions")
 	if err != nil {
 		return nil, err
@@ -83,8 +95,11 @@ func (a *Agent) ListSessions(ctx context.Context) ([]SessionInfo, error) {
 // DeleteSession deletes a session; the CLI can no longer resume it. If it
 // was the current session, the next turn starts a new one.
 func (a *Agent) DeleteSession(ctx context.Context, id string) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	unlock, err := a.lockTurn(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	st, err := a.sessionStore("delete session")
 	if err != nil {
 		return err
@@ -92,23 +107,29 @@ func (a *Agent) DeleteSession(ctx context.Context, id string) error {
 	if err := st.DeleteSession(ctx, a.sb, id); err != nil {
 		return err
 	}
+	a.mu.Lock()
 	if a.session == id {
 		a.session = ""
+		a.sessionSet++
 	}
+	a.mu.Unlock()
 	return nil
 }
 
 // DumpSession captures a session (the current one when id is "") as a
 // portable value, e.g. to LoadSession it into another agent's container.
 func (a *Agent) DumpSession(ctx context.Context, id string) (SessionDump, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	unlock, err := a.lockTurn(ctx)
+	if err != nil {
+		return SessionDump{}, err
+	}
+	defer unlock()
 	st, err := a.sessionStore("dump session")
 	if err != nil {
 		return SessionDump{}, err
 	}
 	if id == "" {
-		id = a.session
+		id = a.SessionID()
 	}
 	if id == "" {
 		return SessionDump{}, fmt.Errorf("%w: no session to dump yet", ErrInvalidArgument)
@@ -119,8 +140,11 @@ func (a *Agent) DumpSession(ctx context.Context, id string) (SessionDump, error)
 // LoadSession installs a dumped session in this agent's container and
 // makes it the current session, so the next turn continues it.
 func (a *Agent) LoadSession(ctx context.Context, d SessionDump) (string, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	unlock, err := a.lockTurn(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	st, err := a.sessionStore("load session")
 	if err != nil {
 		return "", err
@@ -132,6 +156,6 @@ func (a *Agent) LoadSession(ctx context.Context, d SessionDump) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	a.session = id
+	a.SetSession(id)
 	return id, nil
 }

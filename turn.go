@@ -94,6 +94,8 @@ type turn struct {
 	unbackedEnd  bool              // a long-lived turn ended on the CLI's word alone
 	callIDs      map[string]string // the CLI's tool call id -> the model's, where they differ
 	checks       int               // verification checks so far (maxVerifyChecks)
+
+	record *turnRecord // the agent's record of this turn (Turns)
 }
 
 func (t *turn) run(ctx context.Context) (TurnResult, error) {
@@ -408,6 +410,9 @@ func (t *turn) emit(ev Event) {
 		ev.SessionID = t.session
 	}
 	t.events = append(t.events, ev)
+	if t.record != nil {
+		t.a.recordEvent(t.record, ev)
+	}
 	if t.log != nil {
 		if err := t.log.Event(ev); err != nil {
 			t.warn(err)

@@ -11,17 +11,8 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 )
 
-// Bounds of what the server keeps in memory per agent for the inspector
-// and GET .../turns (the audit trail keeps everything).
-const (
-	maxTurnsKept       = 200
-	maxTurnsWithEvents = 20      // older turns keep their summary only
-	maxEventsPerTurn   = 5000    // and at most this many events
-	maxTurnEventBytes  = 4 << 20 // of at most about this size
-	watcherBuffer      = 1024
-)
-
-// agent is one agent the server owns.
+// agent is one agent the server owns. Its turns, their records and its
+// session are the library agent's; the server adds an id and the HTTP.
 type agent struct {
 	id      string
 	driver  string
@@ -30,21 +21,13 @@ type agent struct {
 	ag      *sandboxagent.Agent
 	stop    func()
 
-	// turn is held while a turn runs: a second one is refused (409).
-	turn sync.Mutex
+	// gone ends with close: it aborts the running turn and ends the watch
+	// streams.
+	gone context.Context
+	end  context.CancelFunc
 
-	mu sync.Mutex
-	// session mirrors the library agent's current session: its
-	// SessionID waits while a turn runs, a listing must not.
-	session  string
-	turns    []*turnRecord // the last maxTurnsKept
-	turnNo   int
-	running  *turnRecord
-	cancel   context.CancelFunc // of the running turn
-	watchers map[chan watchMsg]struct{}
-	closed   bool
-	closeErr error
-	once     sync.Once
+	closeMu sync.Mutex
+	closed  bool // the library agent is closed and stop ran
 }
 
 // agentView is the JSON of an agent. Field names are a public interface.
@@ -61,23 +44,35 @@ type agentView struct {
 }
 
 func (a *agent) view() agentView {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	status := "idle"
-	if a.running != nil {
-		status = "busy"
+	v := agentView{
+		ID: a.id, Driver: a.driver, Model: a.model, Image: a.ag.Image(), SessionID: a.ag.SessionID(),
+		Status: "idle", Created: a.created, Container: a.ag.Container().Name(),
 	}
-	return agentView{
-		ID: a.id, Driver: a.driver, Model: a.model, Image: a.ag.Image(), SessionID: a.session,
-		Status: status, Created: a.created, Turns: a.turnNo, Container: a.ag.Container().Name(),
+	if last, ok := a.lastTurn(); ok {
+		v.Turns = last.Turn
+		if last.Running {
+			v.Status = "busy"
+			if last.SessionID != "" {
+				v.SessionID = last.SessionID // shown while the turn runs
+			}
+		}
 	}
+	return v
 }
 
-// setSession records the agent's current session.
-func (a *agent) setSession(id string) {
-	a.mu.Lock()
-	a.session = id
-	a.mu.Unlock()
+// lastTurn is the record of the agent's latest turn.
+func (a *agent) lastTurn() (sandboxagent.TurnRecord, bool) {
+	turns := a.ag.Turns()
+	if len(turns) == 0 {
+		return sandboxagent.TurnRecord{}, false
+	}
+	return turns[len(turns)-1], true
+}
+
+// running reports whether a turn is running on the agent.
+func (a *agent) running() bool {
+	last, ok := a.lastTurn()
+	return ok && last.Running
 }
 
 // idleWait is how long a session call waits for a turn to end before it
@@ -85,43 +80,26 @@ func (a *agent) setSession(id string) {
 // answer, short enough not to hang a client behind a long turn.
 const idleWait = 2 * time.Second
 
-// idle holds the agent's turn lock for a session call, which must not
-// interleave with a turn (the library would wait for the turn to end); it
-// answers 409 while a turn runs. The caller unlocks a.turn.
-func (a *agent) idle(w http.ResponseWriter, r *http.Request) bool {
-	deadline := time.Now().Add(idleWait)
-	for !a.turn.TryLock() {
-		if time.Now().After(deadline) || r.Context().Err() != nil {
-			writeError(w, busy(a))
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
-}
-
 func busy(a *agent) error {
 	return &apiError{status: http.StatusConflict, kind: KindBusy, msg: "a turn is running on agent " + a.id}
 }
 
-// close ends a running turn, ends the watch streams and destroys the
-// sandbox. Idempotent.
+// close ends a running turn and the watch streams and destroys the
+// sandbox. It can be called again after a failure (the library retries
+// the removal).
 func (a *agent) close() error {
-	a.once.Do(func() {
-		a.mu.Lock()
-		a.closed = true
-		if a.cancel != nil {
-			a.cancel()
-		}
-		for ch := range a.watchers {
-			close(ch)
-		}
-		a.watchers = nil
-		a.mu.Unlock()
-		a.closeErr = a.ag.Close()
-		a.stop()
-	})
-	return a.closeErr
+	a.end()
+	a.closeMu.Lock()
+	defer a.closeMu.Unlock()
+	if a.closed {
+		return nil
+	}
+	if err := a.ag.Close(); err != nil {
+		return err
+	}
+	a.closed = true
+	a.stop()
+	return nil
 }
 
 func newID() string {
@@ -174,7 +152,8 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	a := &agent{id: newID(), driver: req.Driver, model: req.Model, created: time.Now().UTC(), ag: ag, stop: stop, session: ag.SessionID(), watchers: map[chan watchMsg]struct{}{}}
+	a := &agent{id: newID(), driver: req.Driver, model: req.Model, created: time.Now().UTC(), ag: ag, stop: stop}
+	a.gone, a.end = context.WithCancel(context.Background())
 	s.agents[a.id] = a
 	s.order = append(s.order, a.id)
 	s.mu.Unlock()
@@ -213,20 +192,24 @@ func (s *Server) getAgent(w http.ResponseWriter, r *http.Request, a *agent) {
 }
 
 func (s *Server) deleteAgent(w http.ResponseWriter, r *http.Request, a *agent) {
-	s.mu.Lock()
-	delete(s.agents, a.id)
-	for i, id := range s.order {
-		if id == a.id {
-			s.order = append(s.order[:i:i], s.order[i+1:]...)
-			break
-		}
-	}
-	s.mu.Unlock()
+	// Closed first: an agent whose close failed stays listed, and DELETE
+	// can be tried again.
 	if err := a.close(); err != nil {
 		s.log.Warn("close agent", "id", a.id, "err", err)
 		writeError(w, err)
 		return
 	}
+	s.mu.Lock()
+	if s.agents[a.id] == a {
+		delete(s.agents, a.id)
+		for i, id := range s.order {
+			if id == a.id {
+				s.order = append(s.order[:i:i], s.order[i+1:]...)
+				break
+			}
+		}
+	}
+	s.mu.Unlock()
 	s.log.Info("agent deleted", "id", a.id)
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -171,13 +171,18 @@ func (s *Server) withAgent(h agentHandler) http.HandlerFunc {
 }
 
 // withIdleAgent is withAgent for session calls, which run between turns
-// (agent.idle).
+// (Agent.Hold).
 func (s *Server) withIdleAgent(h agentHandler) http.HandlerFunc {
 	return s.withAgent(func(w http.ResponseWriter, r *http.Request, a *agent) {
-		if a.idle(w, r) {
-			defer a.turn.Unlock()
-			h(w, r, a)
+		// The library's turn lock, held for the call (r's context carries
+		// the hold): a running turn is waited for idleWait, then 409.
+		ctx, release, err := a.ag.Hold(r.Context(), idleWait)
+		if err != nil {
+			writeError(w, busy(a))
+			return
 		}
+		defer release()
+		h(w, r.WithContext(ctx), a)
 	})
 }
 

@@ -2,16 +2,14 @@ package server
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/audit"
 )
 
 type sessionRef struct {
@@ -35,9 +33,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request, a *agent) 
 func sessionID(a *agent, r *http.Request) string {
 	sid := r.PathValue("sid")
 	if sid == "current" {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return a.session
+		return a.ag.SessionID()
 	}
 	return sid
 }
@@ -75,7 +71,6 @@ func (s *Server) loadSession(w http.ResponseWriter, r *http.Request, a *agent) {
 		writeError(w, err)
 		return
 	}
-	a.setSession(id)
 	writeJSON(w, http.StatusCreated, sessionRef{SessionID: id})
 }
 
@@ -95,7 +90,6 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, a *agent)
 		writeError(w, sessionErr(err, sid))
 		return
 	}
-	a.setSession(a.ag.SessionID())
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -106,13 +100,8 @@ func (s *Server) setSession(w http.ResponseWriter, r *http.Request, a *agent) {
 		return
 	}
 	a.ag.SetSession(ref.SessionID)
-	a.setSession(ref.SessionID)
 	w.WriteHeader(http.StatusNoContent)
 }
-
-// maxAuditLine bounds one line of events.jsonl the answer carries; a
-// longer one (a huge tool output) is left out and counted.
-const maxAuditLine = 16 << 20
 
 // sessionEvents streams a session's events.jsonl from the audit trail
 // (the folder of the agent's latest turn in that session) as one JSON
@@ -121,87 +110,43 @@ const maxAuditLine = 16 << 20
 func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request, a *agent) {
 	sid := sessionID(a, r)
 	var dir string
-	a.mu.Lock()
-	for _, t := range a.turns {
-		if t.res.SessionID == sid && t.res.AuditDir != "" {
-			dir = t.res.AuditDir
+	for _, t := range a.ag.Turns() {
+		if t.SessionID == sid && t.AuditDir != "" {
+			dir = t.AuditDir
 		}
 	}
-	a.mu.Unlock()
 	if dir == "" {
 		writeError(w, notFound("no audit trail of session %q for agent %s (audit off, or no turn of it here)", sid, a.id))
 		return
 	}
-	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
-	if err != nil {
-		writeError(w, notFound("session %q: %v", sid, err))
-		return
+	var bw *bufio.Writer
+	begin := func() {
+		head, _ := json.Marshal(map[string]string{"session_id": sid, "audit_dir": dir})
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		bw = bufio.NewWriter(w)
+		bw.Write(head[:len(head)-1])
+		bw.WriteString(`,"events":[`)
 	}
-	defer f.Close()
-	head, _ := json.Marshal(map[string]string{"session_id": sid, "audit_dir": dir})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriter(w)
-	defer bw.Flush()
-	bw.Write(head[:len(head)-1])
-	bw.WriteString(`,"events":[`)
-	br := bufio.NewReaderSize(f, 64<<10)
-	n, skipped := 0, 0
-	for {
-		line, err := readLine(br, maxAuditLine)
-		if line == nil && err != nil {
-			break
+	n := 0
+	skipped, err := audit.ReadEvents(dir, func(line []byte) error {
+		if bw == nil {
+			begin()
 		}
-		switch {
-		case errors.Is(err, errLineTooLong), !json.Valid(line): // too long, or cut by a crash
-			skipped++
-		default:
-			if n > 0 {
-				bw.WriteByte(',')
-			}
-			bw.Write(line)
-			n++
+		if n > 0 {
+			bw.WriteByte(',')
 		}
-		if err != nil && !errors.Is(err, errLineTooLong) {
-			break
+		n++
+		_, err := bw.Write(line)
+		return err
+	})
+	if bw == nil {
+		if err != nil {
+			writeError(w, notFound("session %q: %v", sid, err))
+			return
 		}
+		begin()
 	}
 	fmt.Fprintf(bw, `],"skipped":%d}`+"\n", skipped)
-}
-
-var errLineTooLong = errors.New("line too long")
-
-// readLine reads one line without its newline; a line over max is
-// consumed and returned empty with errLineTooLong.
-func readLine(br *bufio.Reader, max int) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(line)+len(chunk) > max {
-			line = []byte{} // drop, but keep reading to the newline
-			if err == bufio.ErrBufferFull {
-				for err == bufio.ErrBufferFull {
-					_, err = br.ReadSlice('\n')
-				}
-			}
-			if err != nil && err != io.EOF {
-				return nil, err
-			}
-			return []byte{}, errLineTooLong
-		}
-		line = append(line, chunk...)
-		switch err {
-		case nil:
-			return bytes.TrimSuffix(line, []byte("\n")), nil
-		case bufio.ErrBufferFull:
-			continue
-		case io.EOF:
-			if len(line) == 0 {
-				return nil, io.EOF
-			}
-			return line, nil
-		default:
-			return nil, err
-		}
-	}
+	bw.Flush()
 }

@@ -35,21 +35,33 @@ type turnResult struct {
 	Verification *sandboxagent.Verification `json:"verification,omitempty"`
 }
 
-// turnRecord is a turn the server keeps; guarded by its agent's mu.
-type turnRecord struct {
-	res   turnResult
-	bytes int // the kept events' size, roughly
-}
-
-// snapshot copies the record, with or without its events.
-func (t *turnRecord) snapshot(events bool) turnResult {
-	r := t.res
+// turnJSON is the JSON of a turn record, with or without its events.
+func turnJSON(t sandboxagent.TurnRecord, events bool) turnResult {
+	r := turnResult{
+		Turn: t.Turn, Prompt: t.Prompt, Reply: t.Reply, SessionID: t.SessionID, ExitCode: t.ExitCode,
+		Started: t.Started, DurationMS: t.Duration.Milliseconds(), AuditDir: t.AuditDir, Running: t.Running,
+		EventCount: t.EventCount, Dropped: t.EventCount - len(t.Events), Verification: t.Verification,
+	}
+	if t.Running {
+		r.Reply, r.SessionID, r.ExitCode, r.DurationMS, r.AuditDir, r.Verification = "", "", 0, 0, "", nil
+	}
+	if t.Err != nil {
+		_, body := classify(turnError(t.Err))
+		r.Error, r.Kind = body.Error, body.Kind
+	}
 	if events {
-		r.Events = append([]sandboxagent.Event(nil), t.res.Events...)
-	} else {
-		r.Events = nil
+		r.Events = t.Events
 	}
 	return r
+}
+
+// turnError names a turn ended by its request's timeout (a deadline: the
+// server's own contexts are only ever cancelled) as a timeout.
+func turnError(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, sandboxagent.ErrTimeout) {
+		return fmt.Errorf("%w: the turn's timeout passed: %w", sandboxagent.ErrTimeout, err)
+	}
+	return err
 }
 
 type turnRequest struct {
@@ -62,19 +74,6 @@ type turnRequest struct {
 type watchMsg struct {
 	event string
 	data  any
-}
-
-// broadcast sends m to every watcher; a watcher too slow to keep up is
-// dropped (its stream ends; EventSource reconnects). Called with a.mu held.
-func (a *agent) broadcast(m watchMsg) {
-	for ch := range a.watchers {
-		select {
-		case ch <- m:
-		default:
-			close(ch)
-			delete(a.watchers, ch)
-		}
-	}
 }
 
 func wantsSSE(r *http.Request) bool {
@@ -96,50 +95,50 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 		writeError(w, err)
 		return
 	}
-	if !a.lockForTurn(r) {
+	// A running turn answers 409 at once; a session call holding the
+	// agent is waited for (sessionCallWait).
+	if a.running() {
 		writeError(w, busy(a))
 		return
 	}
+	held, release, err := a.ag.Hold(r.Context(), sessionCallWait)
+	if err != nil {
+		writeError(w, busy(a))
+		return
+	}
+	defer release()
 	select {
 	case s.turns <- struct{}{}:
 	default:
-		a.turn.Unlock()
 		writeError(w, &apiError{status: http.StatusTooManyRequests, kind: KindLimit, msg: "serve_max_concurrent_turns reached: try again when a turn ends"})
 		return
 	}
 	// The agent is free again as soon as its turn is recorded, before the
 	// answer is written: a client that sends the next turn the moment it
 	// reads the result must not get 409.
-	released := false
-	release := func() {
-		if !released {
-			released = true
+	freed := false
+	free := func() {
+		if !freed {
+			freed = true
 			<-s.turns
-			a.turn.Unlock()
+			release()
 		}
 	}
-	defer release()
+	defer free()
 
-	// The request's context: a client that goes away aborts the turn
-	// (the session is kept); DELETE of the agent cancels it too.
-	ctx, cancel := context.WithCancel(r.Context())
+	// The request's context (held): a client that goes away aborts the
+	// turn (the session is kept); DELETE of the agent cancels it too.
+	ctx, cancel := context.WithCancel(held)
 	defer cancel()
+	defer context.AfterFunc(a.gone, cancel)()
 	if timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
+	if a.gone.Err() != nil {
 		writeError(w, notFound("agent %q was deleted", a.id))
 		return
 	}
-	a.turnNo++
-	rec := &turnRecord{res: turnResult{Turn: a.turnNo, Prompt: req.Prompt, Started: time.Now().UTC(), Running: true}}
-	a.running, a.cancel = rec, cancel
-	a.keep(rec)
-	a.broadcast(watchMsg{"turn_start", map[string]any{"turn": rec.res.Turn, "prompt": req.Prompt}})
-	a.mu.Unlock()
 
 	var out *sseStream
 	if wantsSSE(r) {
@@ -147,52 +146,24 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 		// aborted like a disconnected one's.
 		out = newSSEStream(w, cancel)
 	}
-	res, turnErr := a.ag.Stream(ctx, req.Prompt, func(e sandboxagent.Event) {
-		a.mu.Lock()
-		if e.SessionID != "" {
-			a.session = e.SessionID // shown while the turn runs
-		}
-		rec.add(e)
-		a.broadcast(watchMsg{"event", e})
-		a.mu.Unlock()
-		if out != nil {
-			out.push("event", e)
-		}
-	})
-	// The library's own record of the current session (a CLI that died
-	// before naming its session does not change it).
-	session := a.ag.SessionID()
-
-	a.mu.Lock()
-	a.session = session
-	rr := &rec.res
-	rr.Running = false
-	rr.Reply, rr.SessionID, rr.ExitCode, rr.AuditDir = res.Reply, res.SessionID, res.ExitCode, res.AuditDir
-	rr.DurationMS = res.Duration.Milliseconds()
-	rr.Verification = res.Verification
-	var status int
-	var body errorBody
-	if turnErr != nil {
-		if errors.Is(turnErr, context.DeadlineExceeded) && r.Context().Err() == nil {
-			turnErr = fmt.Errorf("%w: the turn's timeout of %v passed: %w", sandboxagent.ErrTimeout, timeout, turnErr)
-		}
-		status, body = classify(turnErr)
-		rr.Error, rr.Kind = body.Error, body.Kind
+	var fn func(sandboxagent.Event)
+	if out != nil {
+		fn = func(e sandboxagent.Event) { out.push("event", e) }
 	}
-	a.running, a.cancel = nil, nil
+	res, turnErr := a.ag.Stream(ctx, req.Prompt, fn)
+	rec, _ := a.lastTurn() // this turn's: the agent is still held
+	free()
+
 	// The answer carries every event of the turn (the library holds them
 	// anyway); the record keeps what its budget allows.
-	final := rec.snapshot(false)
+	final := turnJSON(rec, false)
 	final.Events, final.Dropped = res.Events, 0
-	a.broadcast(watchMsg{"turn_end", rec.snapshot(false)})
-	a.mu.Unlock()
-	release()
-
 	switch {
 	case out != nil:
 		out.push("result", final)
 		out.close()
 	case turnErr != nil:
+		status, body := classify(turnError(turnErr))
 		body.Turn = &final
 		writeJSON(w, status, body)
 	default:
@@ -200,41 +171,12 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 	}
 }
 
-// keep adds a turn's record, forgetting the oldest beyond maxTurnsKept
-// and the events of those beyond maxTurnsWithEvents. Called with a.mu.
-func (a *agent) keep(rec *turnRecord) {
-	a.turns = append(a.turns, rec)
-	if len(a.turns) > maxTurnsKept {
-		a.turns = a.turns[len(a.turns)-maxTurnsKept:]
-	}
-	if n := len(a.turns) - maxTurnsWithEvents; n > 0 {
-		old := a.turns[n-1]
-		old.res.Dropped += len(old.res.Events)
-		old.res.Events, old.bytes = nil, 0
-	}
-}
-
-// add records one event of the turn within the turn's budget. Called with
-// its agent's mu held.
-func (t *turnRecord) add(e sandboxagent.Event) {
-	t.res.EventCount++
-	p := e.Payload
-	size := 256 + len(p.Text) + len(p.Output) + len(p.Command) + len(p.Path) + len(p.Input) + len(p.Raw)
-	if len(t.res.Events) >= maxEventsPerTurn || t.bytes+size > maxTurnEventBytes {
-		t.res.Dropped++
-		return
-	}
-	t.bytes += size
-	t.res.Events = append(t.res.Events, e)
-}
-
 func (s *Server) listTurns(w http.ResponseWriter, r *http.Request, a *agent) {
-	a.mu.Lock()
-	out := make([]turnResult, 0, len(a.turns))
-	for _, t := range a.turns {
-		out = append(out, t.snapshot(false))
+	turns := a.ag.Turns()
+	out := make([]turnResult, 0, len(turns))
+	for _, t := range turns {
+		out = append(out, turnJSON(t, false))
 	}
-	a.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"turns": out})
 }
 
@@ -244,51 +186,61 @@ func (s *Server) getTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 		writeError(w, badRequest("turn %q: want a turn number from 1", r.PathValue("n")))
 		return
 	}
-	a.mu.Lock()
-	var found *turnResult
-	for _, t := range a.turns {
-		if t.res.Turn == n {
-			snap := t.snapshot(true)
-			found = &snap
+	for _, t := range a.ag.Turns() {
+		if t.Turn == n {
+			writeJSON(w, http.StatusOK, turnJSON(t, true))
+			return
 		}
 	}
-	a.mu.Unlock()
-	if found == nil {
-		writeError(w, notFound("agent %s has no turn %d in memory", a.id, n))
-		return
-	}
-	writeJSON(w, http.StatusOK, found)
+	writeError(w, notFound("agent %s has no turn %d in memory", a.id, n))
 }
 
 // pingEvery keeps idle event streams alive through proxies.
 const pingEvery = 15 * time.Second
 
+// watcherBuffer bounds the messages waiting for a watch stream's client.
+const watcherBuffer = 1024
+
 // watch streams an agent's turns as they happen: turn_start, every event,
 // turn_end. A turn running when the watcher connects is replayed first.
 func (s *Server) watch(w http.ResponseWriter, r *http.Request, a *agent) {
-	ch := make(chan watchMsg, watcherBuffer)
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
+	if a.gone.Err() != nil {
 		writeError(w, notFound("agent %q was deleted", a.id))
 		return
 	}
+	// The library calls the observer in order, under its own lock: it
+	// only queues, and a watcher too slow to keep up is dropped (its
+	// stream ends; EventSource reconnects).
+	ch := make(chan watchMsg, watcherBuffer)
+	dropped := false
+	running, stop := a.ag.Observe(func(t sandboxagent.TurnRecord, e *sandboxagent.Event) {
+		if dropped {
+			return
+		}
+		var m watchMsg
+		switch {
+		case e != nil:
+			m = watchMsg{"event", *e}
+		case t.Running:
+			m = watchMsg{"turn_start", map[string]any{"turn": t.Turn, "prompt": t.Prompt}}
+		default:
+			m = watchMsg{"turn_end", turnJSON(t, false)}
+		}
+		select {
+		case ch <- m:
+		default:
+			dropped = true
+			close(ch)
+		}
+	})
+	defer stop()
 	var replay []watchMsg
-	if t := a.running; t != nil {
-		replay = append(replay, watchMsg{"turn_start", map[string]any{"turn": t.res.Turn, "prompt": t.res.Prompt}})
-		for _, e := range t.res.Events {
+	if running.Turn != 0 {
+		replay = append(replay, watchMsg{"turn_start", map[string]any{"turn": running.Turn, "prompt": running.Prompt}})
+		for _, e := range running.Events {
 			replay = append(replay, watchMsg{"event", e})
 		}
 	}
-	a.watchers[ch] = struct{}{}
-	a.mu.Unlock()
-	defer func() {
-		a.mu.Lock()
-		if _, ok := a.watchers[ch]; ok {
-			delete(a.watchers, ch)
-		}
-		a.mu.Unlock()
-	}()
 
 	sw := sseHeaders(w)
 	defer sw.done()
@@ -306,9 +258,11 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, a *agent) {
 		select {
 		case <-r.Context().Done():
 			return
+		case <-a.gone.Done():
+			return // the agent was deleted
 		case m, ok := <-ch:
 			if !ok {
-				return // the agent was deleted, or this watcher fell behind
+				return // this watcher fell behind
 			}
 			if sw.write(m.event, m.data) != nil || sw.flush() != nil {
 				return
@@ -457,19 +411,3 @@ func (s *sseStream) run() {
 // holds the agent (the inspector lists sessions as it opens an agent; an
 // exec in the sandbox, slow on a loaded engine).
 const sessionCallWait = 30 * time.Second
-
-// lockForTurn takes the agent's turn lock: at once, or after the session
-// call holding it ends; false (409) while a turn runs.
-func (a *agent) lockForTurn(r *http.Request) bool {
-	deadline := time.Now().Add(sessionCallWait)
-	for !a.turn.TryLock() {
-		a.mu.Lock()
-		running := a.running != nil
-		a.mu.Unlock()
-		if running || time.Now().After(deadline) || r.Context().Err() != nil {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
-}

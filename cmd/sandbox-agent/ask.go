@@ -53,22 +53,11 @@ func fakeKey() string {
 	return "sk-fake-" + hex.EncodeToString(b)
 }
 
-// startAgent resolves the endpoint (fake model, provider or gateway),
-// builds the driver and starts the agent in a sandbox with opts (parsed
-// from f's sandbox flags). The returned stop func shuts the fake model
-// down.
-func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts sandboxagent.SandboxOptions) (*sandboxagent.Agent, func(), error) {
+// newDriver builds the named driver against its endpoint: the fake model
+// (a script file, or serve's script itself), else the provider or gateway.
+// The returned stop func shuts the fake model down; it is never nil.
+func (a *app) newDriver(name string, f *agentFlags) (sandboxagent.Driver, func(), error) {
 	stop := func() {}
-	cfg := a.cfg
-	if f.timeout > 0 {
-		cfg.Timeouts.Ask = f.timeout
-	}
-	if f.auditRoot != "" {
-		cfg.AuditRoot = f.auditRoot
-	}
-	if f.noAudit {
-		cfg.AuditEnabled = false
-	}
 	var ep drivers.Endpoint
 	var err error
 	switch {
@@ -101,46 +90,74 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts s
 	}
 	drv, err := drivers.New(name, ep)
 	if err != nil {
-		return nil, stop, err
+		stop()
+		return nil, func() {}, err
 	}
-	rt, err := a.runtime(ctx)
+	return drv, stop, nil
+}
+
+// agentConfig is the configuration of an agent f starts.
+func (a *app) agentConfig(f *agentFlags) sandboxagent.Config {
+	cfg := a.cfg
+	if f.timeout > 0 {
+		cfg.Timeouts.Ask = f.timeout
+	}
+	if f.auditRoot != "" {
+		cfg.AuditRoot = f.auditRoot
+	}
+	if f.noAudit {
+		cfg.AuditEnabled = false
+	}
+	if f.keepalive > 0 {
+		cfg.Keepalive = f.keepalive
+	}
+	return cfg
+}
+
+// sandboxHooks are the options every agent the command line starts gets
+// beside its own (ask's flags, serve's request): the image source and the
+// egress denials printed on stderr.
+func (a *app) sandboxHooks(ctx context.Context) ([]sandboxagent.AgentOption, error) {
+	src, err := a.imageSource(ctx)
 	if err != nil {
-		return nil, stop, err
+		return nil, err
 	}
+	return []sandboxagent.AgentOption{sandboxagent.WithSandbox(func(so *sandboxagent.SandboxOptions) {
+		so.OnEgress = a.egressDenied
+		so.Images = src
+	})}, nil
+}
+
+// startAgent builds the driver and starts the agent in a sandbox with
+// opts (parsed from f's sandbox flags), through the same library options
+// as serve's agents (server.NewStarter). The returned stop func shuts the
+// fake model down.
+func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts sandboxagent.SandboxOptions) (*sandboxagent.Agent, func(), error) {
+	cfg := a.agentConfig(f)
 	allow := opts.AllowHosts
 	if allow == nil {
 		allow = cfg.AllowHosts
 	}
-	notes := opts
-	a.egressNotes(&notes)
-	src, err := a.imageSource(ctx)
+	a.warnOpen(opts.Egress)
+	hooks, err := a.sandboxHooks(ctx)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	rt, err := a.runtime(ctx)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	drv, stop, err := a.newDriver(name, f)
 	if err != nil {
 		return nil, stop, err
 	}
-	agentOpts := []sandboxagent.AgentOption{
+	agentOpts := append([]sandboxagent.AgentOption{
 		sandboxagent.WithConfig(cfg), sandboxagent.WithModel(f.model), sandboxagent.WithImage(f.image),
 		sandboxagent.WithNetwork(f.network),
 		sandboxagent.WithEgress(opts.Egress, allow...),
-		sandboxagent.WithSandbox(func(so *sandboxagent.SandboxOptions) {
-			so.OnEgress = notes.OnEgress
-			so.Images = src
-			for k, v := range opts.Env {
-				if so.Env == nil {
-					so.Env = map[string]string{}
-				}
-				so.Env[k] = v
-			}
-			if f.keepalive > 0 {
-				so.Keepalive = f.keepalive
-			}
-			if opts.MemoryBytes > 0 {
-				so.MemoryBytes = opts.MemoryBytes
-			}
-			if opts.PidsLimit > 0 {
-				so.PidsLimit = opts.PidsLimit
-			}
-		}),
-	}
+		sandboxagent.WithEnv(opts.Env),
+		sandboxagent.WithResources(opts.MemoryBytes, opts.PidsLimit),
+	}, hooks...)
 	ag, err := sandboxagent.Start(ctx, rt, drv, agentOpts...)
 	if err != nil {
 		stop()

@@ -75,7 +75,7 @@ var settingsKeys = []configfile.Key[settings]{
 // loadConfig reads the library's keys and the command line's from the
 // same file and environment. Errors are *sandboxagent.ConfigError.
 func loadConfig(path string, getenv func(string) string) (sandboxagent.Config, settings, error) {
-	lib, err := sandboxagent.LoadConfig(path, getenv)
+	lib, err := sandboxagent.LoadConfig(path, getenv, settingsKeyNames()...)
 	if err != nil {
 		return sandboxagent.Config{}, settings{}, err
 	}
@@ -92,4 +92,14 @@ func loadConfig(path string, getenv func(string) string) (sandboxagent.Config, s
 		return sandboxagent.Config{}, settings{}, err
 	}
 	return lib, s, nil
+}
+
+// settingsKeyNames are the names of the command line's own keys, which
+// the library's LoadConfig is told to leave alone.
+func settingsKeyNames() []string {
+	out := make([]string, len(settingsKeys))
+	for i, k := range settingsKeys {
+		out[i] = k.Name
+	}
+	return out
 }

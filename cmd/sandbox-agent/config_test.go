@@ -52,8 +52,9 @@ func TestLoadConfigErrors(t *testing.T) {
 	}
 }
 
-// One file holds both tables: the library must accept exactly the command
-// line's keys (and the two tables must not share a name).
+// One file holds both tables: the library accepts the command line's keys
+// when told them, and only then (it holds none of its own), and the two
+// tables do not share a name.
 func TestKeyTablesPartitionTheFile(t *testing.T) {
 	lib := map[string]bool{}
 	for _, k := range sandboxagent.ConfigKeys() {
@@ -67,8 +68,11 @@ func TestKeyTablesPartitionTheFile(t *testing.T) {
 		if err := os.WriteFile(file, []byte(`{"`+k.Name+`": "1"}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := sandboxagent.LoadConfig(file, func(string) string { return "" }); err != nil {
+		if _, err := sandboxagent.LoadConfig(file, func(string) string { return "" }, settingsKeyNames()...); err != nil {
 			t.Errorf("the library refuses the command line's key %s: %v", k.Name, err)
+		}
+		if _, err := sandboxagent.LoadConfig(file, func(string) string { return "" }); err == nil {
+			t.Errorf("the library accepts the command line's key %s untold", k.Name)
 		}
 	}
 }

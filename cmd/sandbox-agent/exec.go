@@ -311,17 +311,25 @@ func runVersion(ctx context.Context, a *app, args []string) int {
 // egressNotes warns about an open network and reports every denied
 // egress attempt on stderr.
 func (a *app) egressNotes(opts *sandboxagent.SandboxOptions) {
-	egress := opts.Egress
+	a.warnOpen(opts.Egress)
+	opts.OnEgress = a.egressDenied
+}
+
+// warnOpen warns, on stderr, of a sandbox whose policy (egress, else
+// egress from the configuration) is open.
+func (a *app) warnOpen(egress sandboxagent.Egress) {
 	if egress == "" {
 		egress = a.cfg.Egress
 	}
 	if egress == sandboxagent.EgressOpen {
 		fmt.Fprintln(a.stderr, "sandbox-agent: warning: egress open: the sandbox can reach the internet and the host's services")
 	}
-	opts.OnEgress = func(r egressproxy.Record) {
-		if !r.Allowed {
-			// The host is what the sandbox asked for.
-			fmt.Fprintf(a.stderr, "sandbox-agent: egress to %s:%d denied: %s\n", line(r.Host), r.Port, line(r.Reason))
-		}
+}
+
+// egressDenied reports a denied egress attempt on stderr.
+func (a *app) egressDenied(r egressproxy.Record) {
+	if !r.Allowed {
+		// The host is what the sandbox asked for.
+		fmt.Fprintf(a.stderr, "sandbox-agent: egress to %s:%d denied: %s\n", line(r.Host), r.Port, line(r.Reason))
 	}
 }

@@ -79,8 +79,12 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	if src != nil {
 		a.images = &imageOnce{src: src}
 	}
+	start, err := a.serveStarter(ctx, *noAudit, *auditRoot)
+	if err != nil {
+		return a.fail(err)
+	}
 	srv, err := server.New(server.Options{
-		Start: a.serveStarter(*noAudit, *auditRoot), Token: token, Version: version, Logger: log,
+		Start: start, Token: token, Version: version, Logger: log,
 		MaxAgents: a.cli.serveMaxAgents, MaxConcurrentTurns: a.cli.serveMaxTurns, MaxBodyBytes: a.cli.serveMaxBodyBytes,
 	})
 	if err != nil {
@@ -216,46 +220,38 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// serveStarter starts the agent of a POST /v1/agents as ask starts its
-// own: the same flags' rules, the fake model when the request carries a
-// script, else the real endpoint.
-func (a *app) serveStarter(noAudit bool, auditRoot string) server.Starter {
-	return func(ctx context.Context, req server.CreateRequest) (*sandboxagent.Agent, func(), error) {
-		if !slices.Contains(drivers.Names(), req.Driver) {
-			return nil, nil, fmt.Errorf("%w: driver %q: want one of %s", sandboxagent.ErrInvalidArgument, req.Driver, strings.Join(drivers.Names(), ", "))
-		}
-		f := agentFlags{model: req.Model, noAudit: noAudit, auditRoot: auditRoot, provider: "zhipuai-coding-plan"}
-		f.image = req.Image
-		f.egress = req.Egress
-		f.allow = req.AllowHosts
-		f.keepalive = time.Duration(req.Keepalive * float64(time.Second))
-		f.memory = req.Memory
-		f.pids = req.Pids
-		for k, v := range req.Env {
-			if k == "" || strings.ContainsAny(k, "=\x00") {
-				// Name the key only: the value may be a secret.
-				return nil, nil, fmt.Errorf("%w: env: key %q: want a name without '=' or NUL", sandboxagent.ErrInvalidArgument, k)
-			}
-			f.env = append(f.env, k+"="+v)
-		}
-		if len(req.FakeModelScript) > 0 && string(req.FakeModelScript) != "null" {
-			script, err := fakemodel.ParseScript(req.FakeModelScript)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%w: fake_model_script: %w", sandboxagent.ErrInvalidArgument, err)
-			}
-			f.fakeScript = &script
-		}
-		opts, _, _, err := f.sandboxFlags.options(a.cfg)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: %w", sandboxagent.ErrInvalidArgument, err)
-		}
-		ag, stop, err := a.startAgent(ctx, req.Driver, &f, opts)
-		if err != nil {
-			stop()
-			return nil, nil, err
-		}
-		return ag, stop, nil
+// serveStarter starts the agent of a POST /v1/agents through
+// server.NewStarter, with the library options ask uses: the request's
+// fields as options, the fake model when the request carries a script,
+// else the real endpoint.
+func (a *app) serveStarter(ctx context.Context, noAudit bool, auditRoot string) (server.Starter, error) {
+	rt, err := a.runtime(ctx)
+	if err != nil {
+		return nil, err
 	}
+	hooks, err := a.sandboxHooks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg := a.agentConfig(&agentFlags{noAudit: noAudit, auditRoot: auditRoot})
+	return server.NewStarter(server.StarterOptions{
+		Runtime: rt, Config: &cfg, Options: hooks,
+		Driver: func(ctx context.Context, req server.CreateRequest) (sandboxagent.Driver, func(), error) {
+			if !slices.Contains(drivers.Names(), req.Driver) {
+				return nil, nil, fmt.Errorf("%w: driver %q: want one of %s", sandboxagent.ErrInvalidArgument, req.Driver, strings.Join(drivers.Names(), ", "))
+			}
+			f := agentFlags{provider: "zhipuai-coding-plan"}
+			if len(req.FakeModelScript) > 0 && string(req.FakeModelScript) != "null" {
+				script, err := fakemodel.ParseScript(req.FakeModelScript)
+				if err != nil {
+					return nil, nil, fmt.Errorf("%w: fake_model_script: %w", sandboxagent.ErrInvalidArgument, err)
+				}
+				f.fakeScript = &script
+			}
+			a.warnOpen(sandboxagent.Egress(req.Egress))
+			return a.newDriver(req.Driver, &f)
+		},
+	}), nil
 }
 
 // imageOnce lets one agent at a time make a given image present: fifty

@@ -42,7 +42,10 @@ func BenchmarkServeTurn(b *testing.B) {
 		a.cfg, a.cli = cfg, cli
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		var ag *sandboxagent.Agent
-		start := a.serveStarter(false, "")
+		start, err := a.serveStarter(ctx, false, "")
+		if err != nil {
+			b.Fatal(err)
+		}
 		srv, err := server.New(server.Options{Token: strings.Repeat("t", 32), Start: func(ctx context.Context, req server.CreateRequest) (*sandboxagent.Agent, func(), error) {
 			got, stop, err := start(ctx, req)
 			ag = got

@@ -1,0 +1,99 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	units "github.com/docker/go-units"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// StarterOptions configure NewStarter.
+type StarterOptions struct {
+	// Runtime runs the sandboxes; required.
+	Runtime sandboxagent.Runtime
+	// Config is every agent's configuration (nil: sandboxagent's
+	// default); a request's keepalive replaces its Keepalive.
+	Config *sandboxagent.Config
+	// Driver builds the driver a request names (and whatever it needs
+	// beside, such as a fake model, which stop releases; stop is never nil
+	// on success); required. Which drivers, keys and endpoints a request
+	// may use is the embedder's choice. Errors wrapping
+	// sandboxagent.ErrInvalidArgument answer 400.
+	Driver func(ctx context.Context, req CreateRequest) (drv sandboxagent.Driver, stop func(), err error)
+	// Options are added after the request's: an image source, a logger,
+	// an egress observer (WithSandbox), ...
+	Options []sandboxagent.AgentOption
+}
+
+// NewStarter returns the Starter that sandbox-agent serve uses: the
+// driver from o.Driver, then every field of the request as the agent's
+// options (model, image, egress and allowed hosts, env, memory, pids,
+// keepalive), through sandboxagent.Start.
+func NewStarter(o StarterOptions) Starter {
+	return func(ctx context.Context, req CreateRequest) (*sandboxagent.Agent, func(), error) {
+		if o.Runtime == nil || o.Driver == nil {
+			return nil, nil, fmt.Errorf("server: NewStarter: Runtime and Driver are required")
+		}
+		opts, err := requestOptions(o.Config, req)
+		if err != nil {
+			return nil, nil, err
+		}
+		drv, stop, err := o.Driver(ctx, req)
+		if err != nil {
+			return nil, nil, err
+		}
+		ag, err := sandboxagent.Start(ctx, o.Runtime, drv, append(opts, o.Options...)...)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		return ag, stop, nil
+	}
+}
+
+// requestOptions are the agent options a CreateRequest asks for.
+func requestOptions(base *sandboxagent.Config, req CreateRequest) ([]sandboxagent.AgentOption, error) {
+	var cfg sandboxagent.Config
+	if base != nil {
+		cfg = *base
+	} else {
+		cfg = sandboxagent.DefaultConfig()
+	}
+	keepalive, err := seconds("keepalive", req.Keepalive)
+	if err != nil {
+		return nil, err
+	}
+	if keepalive > 0 {
+		cfg.Keepalive = keepalive
+	}
+	egress, err := sandboxagent.ParseEgress(req.Egress)
+	if err != nil {
+		return nil, err
+	}
+	allow := req.AllowHosts
+	if allow == nil {
+		allow = cfg.AllowHosts
+	}
+	if err := sandboxagent.CheckAllowHosts(allow); err != nil {
+		return nil, err
+	}
+	var memory int64
+	if req.Memory != "" {
+		if memory, err = units.RAMInBytes(req.Memory); err != nil || memory < 6<<20 {
+			return nil, fmt.Errorf("%w: memory %q: want a size of at least 6m, like 512m or 2g", sandboxagent.ErrInvalidArgument, req.Memory)
+		}
+	}
+	if req.Pids < 0 {
+		return nil, fmt.Errorf("%w: pids %d: want a positive number", sandboxagent.ErrInvalidArgument, req.Pids)
+	}
+	return []sandboxagent.AgentOption{
+		sandboxagent.WithConfig(cfg),
+		sandboxagent.WithModel(req.Model),
+		sandboxagent.WithImage(req.Image),
+		sandboxagent.WithEgress(egress, allow...),
+		sandboxagent.WithEnv(req.Env),
+		sandboxagent.WithResources(memory, req.Pids),
+	}, nil
+}
