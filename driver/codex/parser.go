@@ -271,12 +271,9 @@ func compact(r json.RawMessage) json.RawMessage {
 func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, error) {
 	out := sandboxagent.TurnOutcome{Reply: p.reply, SessionID: p.session}
 	errText := strings.TrimSpace(string(stderr))
-	fail := func(msg string) (sandboxagent.TurnOutcome, error) {
-		msg = kit.Fold(msg)
-		return out, &sandboxagent.DriverError{
-			Driver: "codex", Message: msg, ExitCode: exitCode, Stderr: errText, Status: httpStatus(msg),
-		}
-	}
+	f := kit.Failure{Driver: "codex", ExitCode: exitCode, Stderr: errText}
+	// codex reports an API error's status only in its message.
+	fail := func(msg string) (sandboxagent.TurnOutcome, error) { return out, f.Err(msg, kit.HTTPStatus(kit.Fold(msg))) }
 	switch {
 	case p.failed != "":
 		return fail(p.failed)
