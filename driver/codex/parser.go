@@ -273,7 +273,9 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 	errText := strings.TrimSpace(string(stderr))
 	f := kit.Failure{Driver: "codex", ExitCode: exitCode, Stderr: errText}
 	// codex reports an API error's status only in its message.
-	fail := func(msg string) (sandboxagent.TurnOutcome, error) { return out, f.Err(msg, kit.HTTPStatus(kit.Fold(msg))) }
+	fail := func(msg string) (sandboxagent.TurnOutcome, error) {
+		return out, f.Err(msg, kit.HTTPStatus(kit.Fold(msg)))
+	}
 	switch {
 	case p.failed != "":
 		return fail(p.failed)
