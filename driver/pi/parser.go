@@ -416,8 +416,6 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 	out := sandboxagent.TurnOutcome{SessionID: p.session}
 	errText := string(bytes.TrimSpace(stderr))
 	f := kit.Failure{Driver: "pi", ExitCode: exitCode, Stderr: errText}
-	// pi puts an API error's status in front of its message only.
-	fail := func(msg string, status int) (sandboxagent.TurnOutcome, error) { return out, f.Err(msg, status) }
 	apiErr := ""
 	switch {
 	case p.assistant && (p.lastStop == "error" || p.lastStop == "aborted"):
@@ -436,10 +434,10 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 		if msg == "" {
 			msg = fmt.Sprintf("pi exited with code %d", exitCode)
 		}
-		return fail(msg, kit.HTTPStatus(apiErr))
+		return out, f.Err(msg, kit.HTTPStatus(apiErr))
 	}
 	if apiErr != "" {
-		return fail(apiErr, kit.HTTPStatus(apiErr))
+		return out, f.Err(apiErr, kit.HTTPStatus(apiErr))
 	}
 	if !p.assistant {
 		msg := "pi ended without an answer"
@@ -448,7 +446,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 		} else if l := kit.FirstLine(errText); l != "" {
 			msg += ": " + l
 		}
-		return fail(msg, 0)
+		return out, f.Err(msg, 0)
 	}
 	out.Reply = p.lastText
 	if out.Reply == "" {
