@@ -41,6 +41,9 @@ type Options struct {
 	// ANTHROPIC_DEFAULT_HAIKU_MODEL for a gateway). It is also written to
 	// settings.json.
 	Env map[string]string
+	// Image overrides the image the driver asks for ("" = the built-in one
+	// from versions.json).
+	Image string
 }
 
 // Driver drives Claude Code. It holds no per-sandbox state, so one Driver
@@ -54,15 +57,15 @@ type Driver struct {
 var _ sandboxagent.Driver = (*Driver)(nil)
 
 // New returns a driver.
-// It runs in the built-in claude image; its traits are everything but
+// It runs in Options.Image ("" = the built-in claude image); its traits are everything but
 // deltas (the driver does not ask the CLI for partial messages; each
 // content block arrives whole). An abort interrupts the long-lived CLI's
 // turn (a CLI run per turn is killed). Rules are the user-global
 // ~/.claude/CLAUDE.md, skills ~/.claude/skills/<name>/.
 func New(o Options) *Driver {
 	return &Driver{
-		Identity:     kit.NewIdentity("claude", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortInterrupt}),
-		Instructions: kit.Instructions{Files: sh, RulesFile: rulesFile, SkillsDir: skillsDir, Mode: kit.PlainFiles},
+		Identity:     kit.NewIdentity("claude", o.Image, sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortInterrupt}),
+		Instructions: instructions(),
 		o:            o,
 	}
 }

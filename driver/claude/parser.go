@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
@@ -160,7 +159,7 @@ func (p *parser) control(l *line, b []byte) []sandboxagent.Event {
 	}
 	text := "claude refused the control request " + r.RequestID
 	if r.Error != "" {
-		text += ": " + oneLine(r.Error)
+		text += ": " + kit.Message(r.Error)
 	}
 	return []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: text}}}
 }
@@ -308,7 +307,7 @@ func (p *parser) user(l *line, b []byte) []sandboxagent.Event {
 			other = true
 			continue
 		}
-		out := resultText(bl.Content)
+		out := kit.ToolResultText(bl.Content)
 		pl := sandboxagent.Payload{CallID: bl.ToolUseID, Tool: p.tools[bl.ToolUseID], Output: out, IsError: bl.IsError}
 		if pl.Tool == "Bash" {
 			code := 0
@@ -340,31 +339,6 @@ func interrupted(bs []block) bool {
 		}
 	}
 	return len(bs) > 0
-}
-
-// resultText is a tool_result's content: a string, or the text of its
-// blocks.
-func resultText(c json.RawMessage) string {
-	if len(c) == 0 {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(c, &s) == nil {
-		return s
-	}
-	var bs []block
-	if json.Unmarshal(c, &bs) == nil {
-		var parts []string
-		for _, bl := range bs {
-			if bl.Type == "text" {
-				parts = append(parts, bl.Text)
-			} else {
-				parts = append(parts, "["+bl.Type+"]")
-			}
-		}
-		return strings.Join(parts, "\n")
-	}
-	return string(c)
 }
 
 func (p *parser) resultLine(l *line, b []byte) []sandboxagent.Event {
@@ -423,11 +397,7 @@ func (p *parser) stream(l *line, b []byte) []sandboxagent.Event {
 func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, error) {
 	out := sandboxagent.TurnOutcome{SessionID: p.session}
 	errText := string(bytes.TrimSpace(stderr))
-	fail := func(msg string) (sandboxagent.TurnOutcome, error) {
-		return out, &sandboxagent.DriverError{
-			Driver: p.driver, Message: oneLine(msg), ExitCode: exitCode, Stderr: errText, Status: p.apiStatus,
-		}
-	}
+	f := kit.Failure{Driver: p.driver, ExitCode: exitCode, Stderr: errText}
 	r := p.result
 	switch {
 	case r == nil && exitCode != 0:
@@ -438,9 +408,9 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 		if msg == "" {
 			msg = fmt.Sprintf("claude exited with code %d and no result", exitCode)
 		}
-		return fail(msg)
+		return out, f.Err(msg, p.apiStatus)
 	case r == nil:
-		return fail("claude printed no result line")
+		return out, f.Err("claude printed no result line", p.apiStatus)
 	case r.IsError:
 		var msg string
 		switch {
@@ -456,7 +426,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 		default:
 			msg = fmt.Sprintf("claude reported an error (%s, %s)", r.Subtype, r.TerminalReason)
 		}
-		return fail(msg)
+		return out, f.Err(msg, p.apiStatus)
 	}
 	if r.Result != nil {
 		out.Reply = *r.Result
@@ -468,21 +438,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 		if msg == "" {
 			msg = fmt.Sprintf("claude exited with code %d", exitCode)
 		}
-		return fail(msg)
+		return out, f.Err(msg, p.apiStatus)
 	}
 	return out, nil
-}
-
-// oneLine joins s's lines with spaces and caps it.
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	const max = 500
-	if len(s) > max {
-		cut := max
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…"
-	}
-	return s
 }

@@ -15,12 +15,8 @@ import (
 )
 
 // Where the CLI keeps things, relative to $HOME.
-const (
-	projectsDir = ".claude/projects"
-	rulesFile   = ".claude/CLAUDE.md"
-	skillsDir   = ".claude/skills"
-	sessionEnv  = ".claude/session-env"
-)
+// (The session scripts, scripts/*.sh, name the same folders.)
+const projectsDir = ".claude/projects"
 
 // Dump file names.
 const (
@@ -41,12 +37,6 @@ var (
 	newID   = kit.NewUUID
 )
 
-// findScript prints the transcript of session $1 (the first found under
-// any project folder) or exits kit.ExitNoSession.
-const findScript = `f=$(find "$HOME/` + projectsDir + `" -mindepth 2 -maxdepth 2 -type f -name "$1.jsonl" 2>/dev/null | head -n 1)
-[ -n "$f" ] || exit 3
-`
-
 var _ sandboxagent.Forker = (*Driver)(nil)
 
 // Fork copies session id (its transcript, with the id replaced by the new
@@ -56,20 +46,8 @@ func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, id strin
 	if err != nil {
 		return "", err
 	}
-	script := findScript + `set -e
-dir=$(dirname -- "$f")
-[ ! -e "$dir/$2.jsonl" ] || exit 4
-sed "s/$1/$2/g" "$f" > "$dir/$2.jsonl.tmp"
-if [ -d "$dir/$1" ]; then cp -R -- "$dir/$1" "$dir/$2"; fi
-mv -f -- "$dir/$2.jsonl.tmp" "$dir/$2.jsonl"`
-	return ids.Copy(ctx, c, sh, script, id, nid)
+	return ids.Copy(ctx, c, sh, forkScript, id, nid)
 }
-
-// Skills and rules: kit.Instructions (see New).
-var (
-	_ sandboxagent.SkillInstaller = (*Driver)(nil)
-	_ sandboxagent.RulesInstaller = (*Driver)(nil)
-)
 
 var _ sandboxagent.SessionStore = (*Driver)(nil)
 
@@ -80,13 +58,7 @@ var _ sandboxagent.SessionStore = (*Driver)(nil)
 // appended, and at exit), so while a long-lived CLI serves the session
 // the last-prompt record may still name an earlier turn's prompt.
 func (d *Driver) ListSessions(ctx context.Context, c sandboxagent.ContainerOps) ([]sandboxagent.SessionInfo, error) {
-	script := `d="$HOME/` + projectsDir + `"
-[ -d "$d" ] || exit 0
-find "$d" -mindepth 2 -maxdepth 2 -type f -name '*.jsonl' -printf '%T@\t%p\n' | while IFS="$(printf '\t')" read -r t p; do
-  lp=$(grep -F -e '"type":"last-prompt"' -e '"operation":"enqueue"' "$p" | tail -n 1)
-  printf '%s\t%s\t%s\n' "$t" "$p" "$lp"
-done`
-	out, _, err := sh.Run(ctx, c, nil, script)
+	out, _, err := sh.Run(ctx, c, nil, listScript)
 	if err != nil {
 		return nil, err
 	}
@@ -121,24 +93,13 @@ func parseList(out []byte) []sandboxagent.SessionInfo {
 
 // DeleteSession removes the session's transcript, folder and session-env.
 func (d *Driver) DeleteSession(ctx context.Context, c sandboxagent.ContainerOps, id string) error {
-	script := `found=0
-for f in "$HOME/` + projectsDir + `"/*/"$1.jsonl"; do
-  [ -f "$f" ] || continue
-  found=1
-  rm -rf -- "$f" "${f%.jsonl}" || exit 1
-done
-rm -rf -- "$HOME/` + sessionEnv + `/$1"
-[ "$found" = 1 ] || exit 3`
-	_, _, err := ids.Run(ctx, c, sh, script, id)
+	_, _, err := ids.Run(ctx, c, sh, deleteScript, id)
 	return err
 }
 
 // DumpSession reads the session's transcript and folder.
 func (d *Driver) DumpSession(ctx context.Context, c sandboxagent.ContainerOps, id string) (sandboxagent.SessionDump, error) {
-	script := findScript + `printf '%s\n' "$f"
-dir="${f%.jsonl}"
-if [ -d "$dir" ]; then find "$dir" -type f -printf '%P\n'; fi`
-	out, _, err := ids.Run(ctx, c, sh, script, id)
+	out, _, err := ids.Run(ctx, c, sh, dumpScript, id)
 	if err != nil {
 		return sandboxagent.SessionDump{}, err
 	}

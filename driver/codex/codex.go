@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
@@ -88,7 +86,7 @@ func New(o Options) *Driver {
 		Identity: kit.NewIdentity("codex", o.Image, sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortKill}),
 		o:        o,
 	}
-	d.Instructions = kit.Instructions{Files: d.sh(), RulesFile: "AGENTS.md", SkillsDir: "skills", Mode: kit.ExecScripts}
+	d.Instructions = d.instructions()
 	return d
 }
 
@@ -237,17 +235,4 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 // NewParser implements sandboxagent.Driver.
 func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 	return newParser(t)
-}
-
-// statusRE finds an HTTP status in codex's error messages:
-// "unexpected status 401 Unauthorized", "last status: 429 Too Many Requests".
-var statusRE = regexp.MustCompile(`\bstatus:? ([1-5][0-9][0-9])\b`)
-
-func httpStatus(msg string) int {
-	m := statusRE.FindStringSubmatch(msg)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
 }

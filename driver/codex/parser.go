@@ -271,11 +271,10 @@ func compact(r json.RawMessage) json.RawMessage {
 func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, error) {
 	out := sandboxagent.TurnOutcome{Reply: p.reply, SessionID: p.session}
 	errText := strings.TrimSpace(string(stderr))
+	f := kit.Failure{Driver: "codex", ExitCode: exitCode, Stderr: errText}
+	// codex reports an API error's status only in its message.
 	fail := func(msg string) (sandboxagent.TurnOutcome, error) {
-		msg = kit.Fold(msg)
-		return out, &sandboxagent.DriverError{
-			Driver: "codex", Message: msg, ExitCode: exitCode, Stderr: errText, Status: httpStatus(msg),
-		}
+		return out, f.Err(msg, kit.HTTPStatus(kit.Fold(msg)))
 	}
 	switch {
 	case p.failed != "":

@@ -183,17 +183,3 @@ func TestParserEdgeCases(t *testing.T) {
 		t.Errorf("crash: %#v", err)
 	}
 }
-
-func TestHTTPStatus(t *testing.T) {
-	for msg, want := range map[string]int{
-		"unexpected status 401 Unauthorized: invalid api key":                        401,
-		"exceeded retry limit, last status: 429 Too Many Requests, request id: x":    429,
-		"stream disconnected before completion: mock model failure":                  0,
-		"Missing environment variable: `SANDBOX_AGENT_CODEX_API_KEY`.":               0,
-		"unexpected status 503 Service Unavailable: upstream, url: http://h:5000/v1": 503,
-	} {
-		if got := httpStatus(msg); got != want {
-			t.Errorf("httpStatus(%q) = %d, want %d", msg, got, want)
-		}
-	}
-}

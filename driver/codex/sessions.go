@@ -18,12 +18,6 @@ import (
 // maxForkDepth bounds the chain of parents a dump follows.
 const maxForkDepth = 32
 
-// Skills and rules: kit.Instructions (see New).
-var (
-	_ sandboxagent.SkillInstaller = (*Driver)(nil)
-	_ sandboxagent.RulesInstaller = (*Driver)(nil)
-)
-
 // rollout is one session file found in the container.
 type rollout struct {
 	id      string
@@ -39,9 +33,7 @@ func (d *Driver) rollouts(ctx context.Context, c sandboxagent.ContainerOps, id s
 	if id != "" {
 		pattern = "rollout-*-" + id + ".jsonl"
 	}
-	script := `printf '%s\n' "$H"; [ -d "$H/sessions" ] || exit 0; ` +
-		`find "$H/sessions" -type f -name "$1" -printf '%T@ %P\n'`
-	stdout, _, err := d.sh().Run(ctx, c, nil, script, pattern)
+	stdout, _, err := d.sh().Run(ctx, c, nil, rolloutsScript, pattern)
 	if err != nil {
 		return nil, err
 	}
@@ -130,8 +122,8 @@ func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, sessionI
 		if msg == "" {
 			msg = "no new thread id"
 		}
-		return "", &sandboxagent.DriverError{Driver: "codex", Message: "fork " + sessionID + ": " + kit.Fold(msg),
-			ExitCode: res.ExitCode, Stderr: strings.TrimSpace(string(res.Stderr))}
+		f := kit.Failure{Driver: "codex", ExitCode: res.ExitCode, Stderr: string(res.Stderr)}
+		return "", f.Err("fork "+sessionID+": "+msg, 0)
 	}
 	return p.session, nil
 }
@@ -248,13 +240,7 @@ func (d *Driver) DeleteSession(ctx context.Context, c sandboxagent.ContainerOps,
 	if _, err := d.find(ctx, c, id); err != nil {
 		return err
 	}
-	script := `id="$1"
-if err=$(codex delete --force "$id" 2>&1 >/dev/null); then exit 0; fi
-dep=$(find "$H/sessions" -type f -name 'rollout-*.jsonl' ! -name "*-$id.jsonl" -exec grep -l -F "\"forked_from_id\":\"$id\"" {} +)
-if [ -n "$dep" ]; then echo "forks depend on it: $dep" >&2; exit 3; fi
-n=$(find "$H/sessions" -type f -name "rollout-*-$id.jsonl" -print -delete | wc -l)
-if [ "$n" -eq 0 ]; then echo "$err" >&2; exit 1; fi`
-	res, err := d.sh().Exec(ctx, c, nil, script, id)
+	res, err := d.sh().Exec(ctx, c, nil, deleteScript, id)
 	if err != nil {
 		return err
 	}

@@ -82,6 +82,9 @@ type Options struct {
 	// dsh (defaults 128000 and 8192).
 	ContextWindow int
 	MaxTokens     int
+	// Image overrides the image the driver asks for ("" = the built-in one
+	// from versions.json).
+	Image string
 }
 
 // Driver drives DeepSeek Harness (dsh). It holds no per-sandbox state, so
@@ -95,14 +98,14 @@ type Driver struct {
 var _ sandboxagent.Driver = (*Driver)(nil)
 
 // New returns a driver.
-// It runs in the built-in dsh image; its traits are everything (deltas:
+// It runs in Options.Image ("" = the built-in dsh image); its traits are everything (deltas:
 // the session log carries the model's text and reasoning fragments as
 // they stream). Rules are the user-global $DSH_HOME/AGENTS.md, skills
 // $DSH_HOME/skills/<name>/.
 func New(o Options) *Driver {
 	return &Driver{
-		Identity:     kit.NewIdentity("dsh", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Deltas: true, Abort: sandboxagent.AbortKill}),
-		Instructions: kit.Instructions{Files: sh, RulesFile: rulesFile, SkillsDir: skillsDir, Mode: kit.PlainFiles},
+		Identity:     kit.NewIdentity("dsh", o.Image, sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Deltas: true, Abort: sandboxagent.AbortKill}),
+		Instructions: instructions(),
 		o:            o,
 	}
 }

@@ -310,7 +310,7 @@ func (p *parser) toolResult(data json.RawMessage) ([]sandboxagent.Event, error) 
 		if b.Type != "tool-result" {
 			continue
 		}
-		out := resultText(b.Content)
+		out := kit.ToolResultText(b.Content)
 		pl := sandboxagent.Payload{CallID: b.ToolCallID, Tool: p.tools[b.ToolCallID], Output: out, IsError: b.IsError}
 		if pl.Tool == "bash" {
 			if ms := exitMarker.FindAllStringSubmatch(out, -1); len(ms) > 0 {
@@ -331,35 +331,6 @@ func (p *parser) toolResult(data json.RawMessage) ([]sandboxagent.Event, error) 
 		return nil, fmt.Errorf("tool/result without a tool-result block")
 	}
 	return evs, nil
-}
-
-// resultText joins the text parts of a tool result's content (a string or
-// a list of {type:"text",text} blocks); other parts are kept as JSON.
-func resultText(c json.RawMessage) string {
-	if len(c) == 0 {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(c, &s) == nil {
-		return s
-	}
-	var parts []json.RawMessage
-	if json.Unmarshal(c, &parts) != nil {
-		return string(c)
-	}
-	var b strings.Builder
-	for _, part := range parts {
-		var t struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		}
-		if json.Unmarshal(part, &t) == nil && t.Type == "text" {
-			b.WriteString(t.Text)
-		} else {
-			b.Write(part)
-		}
-	}
-	return b.String()
 }
 
 func (p *parser) retry(data json.RawMessage) ([]sandboxagent.Event, error) {
@@ -401,7 +372,7 @@ func (p *parser) turnEnd(data json.RawMessage) ([]sandboxagent.Event, error) {
 
 // describe is a failure as dsh prints it: "CODE: message".
 func describe(f *failure) string {
-	msg := oneLine(f.Message)
+	msg := kit.Message(f.Message)
 	if f.Code != "" {
 		msg = f.Code + ": " + msg
 	}
@@ -431,53 +402,33 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 	if code == 0 && p.failed == nil && p.wrapErr == "" {
 		return out, nil
 	}
-	de := &sandboxagent.DriverError{Driver: p.driver, ExitCode: code, Stderr: serr}
+	f := kit.Failure{Driver: p.driver, ExitCode: code, Stderr: serr}
+	if f.ExitCode == 0 {
+		f.ExitCode = 1
+	}
+	var msg string
+	status := 0
 	switch {
 	case p.failed != nil:
-		de.Message, de.Status = describe(p.failed), statusOf(p.failed)
+		// The status dsh recorded, else the "401: ..." prefix its
+		// OpenAI-compatible route puts in the message, else an HTTP_<status>
+		// code.
+		msg, status = describe(p.failed), p.failed.Status
+		if status == 0 {
+			status = kit.HTTPStatus(p.failed.Message, p.failed.Code)
+		}
 	case stderrError.MatchString(serr):
-		de.Message = oneLine(stderrError.FindStringSubmatch(serr)[1])
+		msg = stderrError.FindStringSubmatch(serr)[1]
 	case jsError.MatchString(serr):
-		de.Message = oneLine(jsError.FindString(serr))
+		msg = jsError.FindString(serr)
 	case serr != "":
-		de.Message = kit.FirstLine(serr)
+		msg = kit.FirstLine(serr)
 	case p.wrapErr != "":
-		de.Message = oneLine(p.wrapErr)
+		msg = p.wrapErr
 	case !p.turnEnded:
-		de.Message = "dsh exited before its turn ended"
+		msg = "dsh exited before its turn ended"
 	default:
-		de.Message = fmt.Sprintf("dsh failed (exit %d)", code)
+		msg = fmt.Sprintf("dsh failed (exit %d)", code)
 	}
-	if de.ExitCode == 0 {
-		de.ExitCode = 1
-	}
-	return out, de
-}
-
-// statusOf is the HTTP status of a failure: the one dsh recorded, else
-// the "401: ..." prefix its OpenAI-compatible route puts in the message,
-// else an HTTP_<status> code.
-func statusOf(f *failure) int {
-	if f.Status != 0 {
-		return f.Status
-	}
-	if m := statusPrefix.FindStringSubmatch(f.Message); m != nil {
-		n, _ := strconv.Atoi(m[1])
-		return n
-	}
-	if rest, ok := strings.CutPrefix(f.Code, "HTTP_"); ok {
-		n, _ := strconv.Atoi(rest)
-		return n
-	}
-	return 0
-}
-
-var statusPrefix = regexp.MustCompile(`^([1-5][0-9][0-9])(?::|\s|$)`)
-
-func oneLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = strings.TrimSpace(s[:i]) + " …"
-	}
-	return s
+	return out, f.Err(msg, status)
 }

@@ -45,13 +45,6 @@ func dshHomeDir(ctx context.Context, c sandboxagent.ContainerOps) (string, error
 	return path.Clean(h), nil
 }
 
-// findScript sets $f to the log of session $1 (in any project folder) or
-// exits kit.ExitNoSession.
-const findScript = `f=""
-for x in "$H/` + sessionsDir + `"/*/"$1"/session.jsonl; do [ -f "$x" ] && f="$x" && break; done
-[ -n "$f" ] || exit 3
-`
-
 var _ sandboxagent.Forker = (*Driver)(nil)
 
 // Fork copies session id's folder into a new session beside it, with the
@@ -62,39 +55,15 @@ func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, id strin
 	if err != nil {
 		return "", err
 	}
-	// The header is the first line; its id is the only place the session
-	// names itself. Copy the folder aside, rewrite the header, then
-	// publish the folder under its new name.
-	script := findScript + `set -e
-dir=$(dirname -- "$f")
-proj=$(dirname -- "$dir")
-[ ! -e "$proj/$2" ] || exit 4
-tmp="$proj/.$2.tmp"
-rm -rf -- "$tmp"
-cp -R -p -- "$dir" "$tmp"
-{ head -n 1 -- "$f" | sed "s/\"id\":\"$1\"/\"id\":\"$2\"/"; tail -n +2 -- "$f"; } > "$tmp/session.jsonl"
-head -n 1 -- "$tmp/session.jsonl" | grep -q "\"id\":\"$2\""
-mv -- "$tmp" "$proj/$2"`
-	return ids.Copy(ctx, c, sh, script, id, nid)
+	return ids.Copy(ctx, c, sh, forkScript, id, nid)
 }
-
-// Skills and rules: kit.Instructions (see New).
-var (
-	_ sandboxagent.SkillInstaller = (*Driver)(nil)
-	_ sandboxagent.RulesInstaller = (*Driver)(nil)
-)
 
 var _ sandboxagent.SessionStore = (*Driver)(nil)
 
 // ListSessions lists every session log under $DSH_HOME/sessions, newest
 // first, titled with the session's latest title.
 func (d *Driver) ListSessions(ctx context.Context, c sandboxagent.ContainerOps) ([]sandboxagent.SessionInfo, error) {
-	script := `[ -d "$H/` + sessionsDir + `" ] || exit 0
-find "$H/` + sessionsDir + `" -mindepth 3 -maxdepth 3 -type f -name session.jsonl -printf '%T@\t%p\n' | while IFS="$(printf '\t')" read -r t p; do
-  tl=$(grep -F '"type":"session/title"' "$p" | tail -n 1)
-  printf '%s\t%s\t%s\n' "$t" "$p" "$tl"
-done`
-	out, _, err := sh.Run(ctx, c, nil, script)
+	out, _, err := sh.Run(ctx, c, nil, listScript)
 	if err != nil {
 		return nil, err
 	}
@@ -123,15 +92,13 @@ func parseList(out []byte) []sandboxagent.SessionInfo {
 
 // DeleteSession removes the session's folder.
 func (d *Driver) DeleteSession(ctx context.Context, c sandboxagent.ContainerOps, id string) error {
-	_, _, err := ids.Run(ctx, c, sh, findScript+`rm -rf -- "$(dirname -- "$f")"`, id)
+	_, _, err := ids.Run(ctx, c, sh, deleteScript, id)
 	return err
 }
 
 // DumpSession reads the session's folder: its log and any other file.
 func (d *Driver) DumpSession(ctx context.Context, c sandboxagent.ContainerOps, id string) (sandboxagent.SessionDump, error) {
-	script := findScript + `printf '%s\n' "$f"
-find "$(dirname -- "$f")" -type f ! -name session.jsonl -printf '%P\n'`
-	out, _, err := ids.Run(ctx, c, sh, script, id)
+	out, _, err := ids.Run(ctx, c, sh, dumpScript, id)
 	if err != nil {
 		return sandboxagent.SessionDump{}, err
 	}

@@ -58,6 +58,9 @@ type Options struct {
 	// the session on a new one) once its resident memory passes this many
 	// MiB. Zero means DefaultServerMemoryMB, negative never.
 	ServerMemoryMB int
+	// Image overrides the image the driver asks for ("" = the built-in one
+	// from versions.json).
+	Image string
 
 	// routedURL is the model proxy's URL for a built-in provider (Routed).
 	routedURL string
@@ -79,9 +82,9 @@ func New(o Options) *Driver {
 	if o.Provider == "" && o.BaseURL != "" {
 		o.Provider = DefaultProvider
 	}
-	// The tag from versions.json; everything but deltas (opencode's JSON
-	// output prints only finished parts).
-	return &Driver{Identity: kit.NewIdentity("opencode", "", sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortInterrupt}), o: o}
+	// Options.Image ("" = the built-in one); everything but deltas
+	// (opencode's JSON output prints only finished parts).
+	return &Driver{Identity: kit.NewIdentity("opencode", o.Image, sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortInterrupt}), o: o}
 }
 
 // Secrets returns the API key.
@@ -297,15 +300,8 @@ func lastLine(s, def string) string {
 	lines := strings.Split(stripANSI(s), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
 		if l := strings.TrimSpace(lines[i]); l != "" {
-			return truncate(l, 500)
+			return l
 		}
 	}
 	return def
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

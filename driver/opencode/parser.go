@@ -161,9 +161,9 @@ func parseError(b json.RawMessage) apiError {
 	if err := json.Unmarshal(b, &e); err != nil {
 		var s string
 		if json.Unmarshal(b, &s) == nil && s != "" {
-			return apiError{message: oneLine(s)}
+			return apiError{message: kit.Message(s)}
 		}
-		return apiError{message: oneLine(string(b))}
+		return apiError{message: kit.Message(string(b))}
 	}
 	msg := e.Data.Message
 	if msg == "" {
@@ -175,11 +175,7 @@ func parseError(b json.RawMessage) apiError {
 	if msg == "" {
 		msg = "unknown error"
 	}
-	return apiError{name: e.Name, message: oneLine(msg), status: e.Data.StatusCode}
-}
-
-func oneLine(s string) string {
-	return truncate(strings.Join(strings.Fields(s), " "), 1000)
+	return apiError{name: e.Name, message: kit.Message(msg), status: e.Data.StatusCode}
 }
 
 // toolEvents turns a finished tool part into tool_call + tool_result.
@@ -225,16 +221,14 @@ func toolEvents(pt part) []sandboxagent.Event {
 // with text) and fails when opencode reported an error or exited non-zero.
 func (p *Parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, error) {
 	out := sandboxagent.TurnOutcome{Reply: strings.Join(p.reply, "\n"), SessionID: p.session}
-	serr := strings.TrimSpace(stripANSI(string(stderr)))
+	serr := stripANSI(string(stderr))
+	f := kit.Failure{Driver: "opencode", ExitCode: exitCode, Stderr: serr}
 	if len(p.errs) > 0 {
 		e := p.errs[len(p.errs)-1]
-		return out, &sandboxagent.DriverError{Driver: "opencode", Message: e.short(), ExitCode: exitCode, Stderr: serr, Status: e.status}
+		return out, f.Err(e.short(), e.status)
 	}
 	if exitCode != 0 {
-		return out, &sandboxagent.DriverError{
-			Driver: "opencode", Message: lastLine(serr, fmt.Sprintf("opencode exited with code %d", exitCode)),
-			ExitCode: exitCode, Stderr: serr,
-		}
+		return out, f.Err(lastLine(serr, fmt.Sprintf("opencode exited with code %d", exitCode)), 0)
 	}
 	return out, nil
 }

@@ -25,10 +25,8 @@ func run(ctx context.Context, c sandboxagent.ContainerOps, req sandboxagent.Exec
 		return res, fmt.Errorf("opencode: %s: %w", strings.Join(req.Cmd[:min(len(req.Cmd), 3)], " "), sandboxagent.ErrTimeout)
 	}
 	if res.ExitCode != 0 {
-		return res, &sandboxagent.DriverError{
-			Driver: "opencode", Message: lastLine(string(res.Stderr), fmt.Sprintf("%s failed", strings.Join(req.Cmd[:min(len(req.Cmd), 3)], " "))),
-			ExitCode: res.ExitCode, Stderr: strings.TrimSpace(stripANSI(string(res.Stderr))),
-		}
+		f := kit.Failure{Driver: "opencode", ExitCode: res.ExitCode, Stderr: stripANSI(string(res.Stderr))}
+		return res, f.Err(lastLine(string(res.Stderr), fmt.Sprintf("%s failed", strings.Join(req.Cmd[:min(len(req.Cmd), 3)], " "))), 0)
 	}
 	return res, nil
 }
@@ -41,29 +39,6 @@ var ids = kit.SessionIDs{Driver: "opencode", Form: "ses_<letters and digits>", V
 func quietEnv() map[string]string {
 	return map[string]string{"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1"}
 }
-
-// forkScript starts `opencode serve` on a loopback port, forks session $1
-// through its HTTP API, prints the new session as JSON and stops the
-// server. OPENCODE_SERVER_PASSWORD comes from the environment.
-const forkScript = `set -u
-log=$(mktemp); out=$(mktemp)
-opencode serve --hostname 127.0.0.1 --port 0 >"$log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log" "$out"' EXIT
-url=
-i=0
-while [ $i -lt 1800 ]; do
-  url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$log" | head -n 1)
-  [ -n "$url" ] && break
-  kill -0 $pid 2>/dev/null || { cat "$log" >&2; exit 3; }
-  sleep 0.1; i=$((i+1))
-done
-[ -n "$url" ] || { echo "opencode serve did not start" >&2; cat "$log" >&2; exit 3; }
-code=$(curl -sS -o "$out" -w '%{http_code}' -u "opencode:$OPENCODE_SERVER_PASSWORD" -X POST \
-  -H 'content-type: application/json' -d '{}' "$url/session/$1/fork") || { echo "fork request failed" >&2; exit 4; }
-if [ "$code" != 200 ]; then echo "fork: HTTP $code: $(head -c 2000 "$out")" >&2; exit 5; fi
-cat "$out"
-`
 
 func randHex(n int) string {
 	b := make([]byte, n)
@@ -93,39 +68,9 @@ func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, sessionI
 		ID string `json:"id"`
 	}
 	if err := json.Unmarshal(res.Stdout, &info); err != nil || ids.Check(info.ID) != nil {
-		return "", fmt.Errorf("opencode: fork %s: unexpected answer %q", sessionID, truncate(string(res.Stdout), 300))
+		return "", fmt.Errorf("opencode: fork %s: unexpected answer %q", sessionID, kit.Cut(string(res.Stdout), 300))
 	}
 	return info.ID, nil
-}
-
-var _ sandboxagent.RulesInstaller = (*Driver)(nil)
-
-// InstallRules writes the global AGENTS.md (empty rules remove it).
-func (d *Driver) InstallRules(ctx context.Context, c sandboxagent.ContainerOps, rules string) error {
-	dir, err := configFiles(ctx, c)
-	if err != nil {
-		return err
-	}
-	return kit.InstallRules(ctx, c, dir, "AGENTS.md", rules)
-}
-
-var _ sandboxagent.SkillInstaller = (*Driver)(nil)
-
-// InstallSkill writes a skill under the global skills directory,
-// replacing one of the same name.
-func (d *Driver) InstallSkill(ctx context.Context, c sandboxagent.ContainerOps, s sandboxagent.Skill) error {
-	dir, err := configFiles(ctx, c)
-	if err != nil {
-		return err
-	}
-	return kit.InstallSkill(ctx, c, dir, "skills", s, kit.PlainFiles)
-}
-
-// configFiles is opencode's global config directory, written through
-// ContainerOps.WriteFile.
-func configFiles(ctx context.Context, c sandboxagent.ContainerOps) (kit.OpsDir, error) {
-	dir, err := configDir(ctx, c)
-	return kit.OpsDir{Driver: "opencode", Root: dir}, err
 }
 
 var _ sandboxagent.SessionStore = (*Driver)(nil)
@@ -152,7 +97,7 @@ func parseSessionList(out []byte) ([]sandboxagent.SessionInfo, error) {
 		Directory string `json:"directory"`
 	}
 	if err := json.Unmarshal(out, &list); err != nil {
-		return nil, fmt.Errorf("opencode: session list: %w: %q", err, truncate(string(out), 300))
+		return nil, fmt.Errorf("opencode: session list: %w: %q", err, kit.Cut(string(out), 300))
 	}
 	infos := make([]sandboxagent.SessionInfo, 0, len(list))
 	for _, s := range list {
@@ -197,7 +142,7 @@ func (d *Driver) DumpSession(ctx context.Context, c sandboxagent.ContainerOps, i
 		} `json:"info"`
 	}
 	if err := json.Unmarshal(res.Stdout, &exp); err != nil || exp.Info.ID != id {
-		return sandboxagent.SessionDump{}, fmt.Errorf("opencode: export %s: unexpected output %q", id, truncate(string(res.Stdout), 300))
+		return sandboxagent.SessionDump{}, fmt.Errorf("opencode: export %s: unexpected output %q", id, kit.Cut(string(res.Stdout), 300))
 	}
 	return sandboxagent.SessionDump{
 		Driver: d.Name(), SessionID: id,

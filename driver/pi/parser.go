@@ -185,7 +185,7 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 		evs, err = p.toolEnd(&l)
 	case "auto_retry_start":
 		p.agentEnded = false // another agent run follows
-		msg := fmt.Sprintf("retrying (attempt %d of %d, in %d ms): %s", l.Attempt, l.MaxAttempts, l.DelayMs, oneLine(l.ErrorMessage))
+		msg := fmt.Sprintf("retrying (attempt %d of %d, in %d ms): %s", l.Attempt, l.MaxAttempts, l.DelayMs, kit.Message(l.ErrorMessage))
 		evs = []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: msg}}}
 	case "auto_retry_end":
 		if l.Success == nil {
@@ -199,19 +199,19 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 		if p.retryFail == "" {
 			p.retryFail = "retries exhausted"
 		}
-		msg := fmt.Sprintf("gave up after %d retries: %s", l.Attempt, oneLine(p.retryFail))
+		msg := fmt.Sprintf("gave up after %d retries: %s", l.Attempt, kit.Message(p.retryFail))
 		evs = []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: msg, IsError: true}}}
 	case "compaction_end":
 		if l.ErrorMessage == "" {
 			return nil
 		}
-		evs = []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: "compaction failed: " + oneLine(l.ErrorMessage)}}}
+		evs = []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: "compaction failed: " + kit.Message(l.ErrorMessage)}}}
 	case "extension_error":
 		msg := l.Error
 		if msg == "" {
 			msg = l.ErrorMessage
 		}
-		evs = []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: "extension error: " + oneLine(msg), IsError: true}}}
+		evs = []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: "extension error: " + kit.Message(msg), IsError: true}}}
 	default:
 		return kit.Raw(b)
 	}
@@ -231,7 +231,7 @@ func (p *parser) response(b []byte, l *line) []sandboxagent.Event {
 		return []sandboxagent.Event{{Kind: sandboxagent.KindSession, SessionID: l.Data.SessionID}}
 	case l.Command == "prompt" && !ok:
 		p.final = true
-		p.retryFail = "pi refused the prompt: " + oneLine(l.Error)
+		p.retryFail = "pi refused the prompt: " + kit.Message(l.Error)
 		return []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: p.retryFail, IsError: true}}}
 	case !ok:
 		return kit.Raw(b)
@@ -334,7 +334,7 @@ func (p *parser) messageEnd(l *line) ([]sandboxagent.Event, error) {
 		if msg == "" {
 			msg = "request " + m.StopReason
 		}
-		evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: oneLine(msg), IsError: true}})
+		evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: kit.Message(msg), IsError: true}})
 	}
 	return evs, nil
 }
@@ -415,11 +415,7 @@ func (p *parser) toolEnd(l *line) ([]sandboxagent.Event, error) {
 func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, error) {
 	out := sandboxagent.TurnOutcome{SessionID: p.session}
 	errText := string(bytes.TrimSpace(stderr))
-	fail := func(msg string, status int) (sandboxagent.TurnOutcome, error) {
-		return out, &sandboxagent.DriverError{
-			Driver: "pi", Message: oneLine(msg), ExitCode: exitCode, Stderr: errText, Status: status,
-		}
-	}
+	f := kit.Failure{Driver: "pi", ExitCode: exitCode, Stderr: errText}
 	apiErr := ""
 	switch {
 	case p.assistant && (p.lastStop == "error" || p.lastStop == "aborted"):
@@ -438,10 +434,10 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 		if msg == "" {
 			msg = fmt.Sprintf("pi exited with code %d", exitCode)
 		}
-		return fail(msg, httpStatus(apiErr))
+		return out, f.Err(msg, kit.HTTPStatus(apiErr))
 	}
 	if apiErr != "" {
-		return fail(apiErr, httpStatus(apiErr))
+		return out, f.Err(apiErr, kit.HTTPStatus(apiErr))
 	}
 	if !p.assistant {
 		msg := "pi ended without an answer"
@@ -450,19 +446,11 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 		} else if l := kit.FirstLine(errText); l != "" {
 			msg += ": " + l
 		}
-		return fail(msg, 0)
+		return out, f.Err(msg, 0)
 	}
 	out.Reply = p.lastText
 	if out.Reply == "" {
 		out.Reply = p.reply
 	}
 	return out, nil
-}
-
-// oneLine is the first non-empty line of s.
-func oneLine(s string) string {
-	if l := kit.FirstLine(s); l != "" {
-		return l
-	}
-	return strings.TrimSpace(s)
 }

@@ -235,19 +235,3 @@ func TestToolPayloads(t *testing.T) {
 		}
 	}
 }
-
-func TestHTTPStatus(t *testing.T) {
-	for msg, want := range map[string]int{
-		"401 Incorrect API key provided": 401,
-		"500 upstream exploded":          500,
-		"429: slow down":                 429,
-		"Connection error.":              0,
-		"200 ok":                         0,
-		"4010 x":                         0,
-		"":                               0,
-	} {
-		if got := httpStatus(msg); got != want {
-			t.Errorf("httpStatus(%q) = %d, want %d", msg, got, want)
-		}
-	}
-}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
@@ -133,7 +132,7 @@ var _ sandboxagent.Driver = (*Driver)(nil)
 func New(o Options) *Driver {
 	return &Driver{
 		Identity:     kit.NewIdentity("pi", o.Image, sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Deltas: true, Abort: sandboxagent.AbortInterrupt}),
-		Instructions: kit.Instructions{Files: sh, RulesFile: rulesFile, SkillsDir: skillsDir, Mode: kit.PlainFiles},
+		Instructions: instructions(),
 		o:            o,
 	}
 }
@@ -404,20 +403,4 @@ func (d *Driver) invocation(mode string, t sandboxagent.Turn) (sandboxagent.Invo
 // NewParser returns the parser of one turn's --mode json output.
 func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 	return &parser{session: t.SessionID}
-}
-
-// httpStatus is the HTTP status pi puts in front of an API error message
-// ("401 Incorrect API key provided"), or 0.
-func httpStatus(msg string) int {
-	if len(msg) < 3 {
-		return 0
-	}
-	if len(msg) > 3 && msg[3] != ' ' && msg[3] != ':' {
-		return 0
-	}
-	n, err := strconv.Atoi(msg[:3])
-	if err != nil || n < 400 || n > 599 {
-		return 0
-	}
-	return n
 }

@@ -19,11 +19,10 @@ import (
 )
 
 // Where pi keeps things, relative to $HOME.
+// (The session scripts, scripts/*.sh, name the same folders.)
 const (
 	agentDir    = ".pi/agent"
 	sessionsDir = agentDir + "/sessions"
-	rulesFile   = agentDir + "/AGENTS.md"
-	skillsDir   = agentDir + "/skills"
 )
 
 // Dump file names and meta keys.
@@ -73,19 +72,9 @@ func fileName(t time.Time, id string) string {
 	return ts + "_" + id + ".jsonl"
 }
 
-// findScript sets f to the session file whose header has id $1 (exit
-// kit.ExitNoSession when none). The header is the file's first line.
-const findScript = `f=
-for g in "$HOME/` + sessionsDir + `"/*/*.jsonl; do
-  [ -f "$g" ] || continue
-  if head -n 1 -- "$g" | grep -qF "\"id\":\"$1\""; then f=$g; break; fi
-done
-[ -n "$f" ] || exit 3
-`
-
 // find returns the absolute path of session id's file.
 func find(ctx context.Context, c sandboxagent.ContainerOps, id string) (string, error) {
-	out, _, err := ids.Run(ctx, c, sh, findScript+`printf '%s' "$f"`, id)
+	out, _, err := ids.Run(ctx, c, sh, findScript, id)
 	if err != nil {
 		return "", err
 	}
@@ -230,51 +219,6 @@ func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, id strin
 	return nid, nil
 }
 
-var _ sandboxagent.SkillInstaller = (*Driver)(nil)
-
-// InstallSkill writes the skill to ~/.pi/agent/skills/<name>/ (replacing
-// an earlier one of that name). pi lists it in the system prompt (name and
-// description from SKILL.md's front matter) and the model reads it with
-// its read tool.
-func (d *Driver) InstallSkill(ctx context.Context, c sandboxagent.ContainerOps, s sandboxagent.Skill) error {
-	if !hasDescription(s.Files["SKILL.md"]) {
-		return fmt.Errorf("%w: skill %q: SKILL.md has no front matter with a description (pi silently ignores such a skill)", sandboxagent.ErrInvalidArgument, s.Name)
-	}
-	return d.Instructions.InstallSkill(ctx, c, s)
-}
-
-// hasDescription reports whether a SKILL.md starts with a YAML front
-// matter block that has a non-empty description, which pi requires to list
-// the skill.
-func hasDescription(md []byte) bool {
-	text := strings.ReplaceAll(string(bytes.TrimPrefix(md, []byte("\ufeff"))), "\r\n", "\n")
-	rest, ok := strings.CutPrefix(text, "---\n")
-	if !ok {
-		return false
-	}
-	for _, l := range strings.Split(rest, "\n") {
-		if strings.TrimRight(l, " \t") == "---" {
-			return false
-		}
-		if v, ok := strings.CutPrefix(l, "description:"); ok && strings.TrimSpace(v) != "" {
-			return true
-		}
-	}
-	return false
-}
-
-// Rules: kit.Instructions (see New).
-var _ sandboxagent.RulesInstaller = (*Driver)(nil)
-
-// listScript prints, for every session file: "F\t<path>\t<mtime>", the
-// header as "H\t<json>" and the first user message as "U\t<json>".
-const listScript = `for f in "$HOME/` + sessionsDir + `"/*/*.jsonl; do
-  [ -f "$f" ] || continue
-  printf 'F\t%s\t%s\n' "$f" "$(stat -c %Y -- "$f")"
-  head -n 1 -- "$f" | head -c 65536 | sed 's/^/H\t/'; echo
-  grep -m 1 '"role":"user"' -- "$f" | head -c 65536 | sed 's/^/U\t/'; echo
-done`
-
 var _ sandboxagent.SessionStore = (*Driver)(nil)
 
 // ListSessions lists every session file under ~/.pi/agent/sessions,
@@ -345,11 +289,11 @@ func (d *Driver) ListSessions(ctx context.Context, c sandboxagent.ContainerOps) 
 }
 
 // title is the first line of a prompt, at most 100 runes and "…".
-func title(s string) string { return kit.Title(oneLine(s), 101) }
+func title(s string) string { return kit.Title(kit.FirstLine(s), 101) }
 
 // DeleteSession removes session id's file.
 func (d *Driver) DeleteSession(ctx context.Context, c sandboxagent.ContainerOps, id string) error {
-	_, _, err := ids.Run(ctx, c, sh, findScript+`rm -f -- "$f"`, id)
+	_, _, err := ids.Run(ctx, c, sh, deleteScript, id)
 	return err
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"strconv"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 )
@@ -119,14 +118,18 @@ func (s SessionIDs) Copy(ctx context.Context, c sandboxagent.ContainerOps, sh Sh
 }
 
 // CheckAbsent fails with Exists("load", id) when find, a script that
-// exits ExitNoSession when there is no session $1, finds session id.
+// exits ExitNoSession when there is no session $1 and 0 when there is,
+// finds session id.
 func (s SessionIDs) CheckAbsent(ctx context.Context, c sandboxagent.ContainerOps, sh Shell, find, id string) error {
 	if err := s.Check(id); err != nil {
 		return err
 	}
-	_, code, err := sh.Run(ctx, c, nil, find+"\nexit "+strconv.Itoa(ExitExists), id)
-	if err == nil && code == ExitExists {
-		err = s.Exists("load", id)
+	_, code, err := sh.Run(ctx, c, nil, find, id)
+	switch {
+	case err != nil:
+		return err
+	case code == ExitNoSession:
+		return nil
 	}
-	return err
+	return s.Exists("load", id)
 }

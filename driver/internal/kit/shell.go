@@ -3,6 +3,7 @@ package kit
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"fmt"
 	"io/fs"
 	"strconv"
@@ -105,14 +106,11 @@ func FirstLine(s string) string {
 // Fold is s on one line: its words joined by single spaces.
 func Fold(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-const writeScript = `set -e
-f="$H/$1"
-d=$(dirname -- "$f")
-[ -d "$d" ] || ( [ -z "$3" ] || umask "$3"; mkdir -p -- "$d" )
-tmp="$f.tmp.$$"
-cat > "$tmp"
-chmod "$2" "$tmp"
-mv -f -- "$tmp" "$f"`
+// writeScript writes stdin to $H/$1 with mode $2, creating parents under
+// umask $3 (scripts/write.sh).
+//
+//go:embed scripts/write.sh
+var writeScript string
 
 // checkRel refuses a path that is not a clean relative one.
 func checkRel(rel string) error {
