@@ -9,6 +9,8 @@ import (
 	"io"
 	"strconv"
 	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/guest"
 )
 
 // ExecRequest is one command for Sandbox.Run.
@@ -233,7 +235,7 @@ func (s *Sandbox) killTree(tag, user string) error {
 	defer cancel()
 	var out bytes.Buffer
 	code, err := s.rt.Exec(ctx, s.id, RuntimeExec{
-		Cmd:    []string{"/bin/sh", "-c", killScript, "sandbox-agent-kill", tag, strconv.Itoa(int(killGrace / (10 * time.Millisecond)))},
+		Cmd:    []string{"/bin/sh", "-c", guest.ExecKill, "sandbox-agent-kill", tag, strconv.Itoa(int(killGrace / (10 * time.Millisecond)))},
 		User:   user,
 		Stdout: &out, Stderr: &out,
 	})

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandbox-agent/sandbox-agent/internal/guest"
+
 	"github.com/sandbox-agent/sandbox-agent/safetar"
 )
 
@@ -157,7 +159,7 @@ func (s *Sandbox) fileOwner(ctx context.Context) (safetar.Owner, error) {
 	if s.owner != nil {
 		return *s.owner, nil
 	}
-	res, err := s.Run(ctx, ExecRequest{Cmd: []string{"sh", "-c", userIDsScript}})
+	res, err := s.Run(ctx, ExecRequest{Cmd: []string{"sh", "-c", guest.UserIDs}})
 	if err != nil {
 		return safetar.Owner{}, fmt.Errorf("look up the sandbox user: %w", err)
 	}

@@ -4,53 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
-	"reflect"
 	"testing"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/guest"
 )
-
-func TestParseCounters(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		in   string
-		want ResourceEvents
-	}{
-		{"v1 and v2 lines", "oom 2\npids 17\n", ResourceEvents{OOMKills: 2, PidsLimit: 17}},
-		{"nothing readable", "", ResourceEvents{}},
-		{"junk from a hostile container", "oom -5\npids x\noom\n\x00\npids 99999999999999999999\n", ResourceEvents{}},
-		{"unknown keys", "max 3\noom_kill 4\n", ResourceEvents{}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := parseCounters([]byte(tc.in)); got != tc.want {
-				t.Errorf("parseCounters(%q) = %+v, want %+v", tc.in, got, tc.want)
-			}
-		})
-	}
-}
-
-func TestParseGroups(t *testing.T) {
-	in := "1 (docker-init) S 0 1 1 0 -1\n" +
-		"7 (bash) S 1 7 1 0 -1\n" + // the keepalive: the container's session
-		"10 (sh) S 0 10 10 0 -1\n" +
-		"16 (sh) R 10 10 10 0 -1\n" +
-		"17 (a (b) c) S 1 10 10 0 -1\n" + // comm with spaces and parens
-		"20 (node) S 0 20 20 0 -1\n" +
-		"garbage\n" +
-		"21 (x) S 0\n"
-	want := map[int]int{10: 3, 20: 1}
-	if got := parseGroups(in); !reflect.DeepEqual(got, want) {
-		t.Errorf("parseGroups = %v, want %v", got, want)
-	}
-}
-
-func TestParseValue(t *testing.T) {
-	out := "current 97\nrefused 12\n30 (sh) R 0 30 30\ncurrent-ish 5\n"
-	if c, r, none := parseValue(out, "current"), parseValue(out, "refused"), parseValue("30 (sh) R 0\n", "current"); c != 97 || r != 12 || none != -1 {
-		t.Errorf("current %d refused %d missing %d; want 97 12 -1", c, r, none)
-	}
-	if v := parseValue("current -3\ncurrent x\n", "current"); v != -1 {
-		t.Errorf("bad values parsed as %d", v)
-	}
-}
 
 func TestSuspectLimits(t *testing.T) {
 	for _, tc := range []struct {
@@ -130,14 +87,14 @@ func TestRunReportsLimits(t *testing.T) {
 			}
 			f.exec = func(_ context.Context, req RuntimeExec) (int, error) {
 				switch {
-				case len(req.Cmd) == 3 && req.Cmd[2] == countersScript:
+				case len(req.Cmd) == 3 && req.Cmd[2] == guest.Counters:
 					if cur.counters == "gone" {
 						running = false
 						return -1, ErrContainerNotFound
 					}
 					io.WriteString(req.Stdout, cur.counters)
 					return 0, nil
-				case len(req.Cmd) > 2 && req.Cmd[2] == scanScript:
+				case len(req.Cmd) > 2 && req.Cmd[2] == guest.ProcessScan:
 					io.WriteString(req.Stdout, "1 (docker-init) S 0 1 1\n9 (bash) S 1 9 1\n40 (node) S 0 40 40\n")
 					if killedGroup == "" && !cur.bombGone { // the bomb, until killed
 						io.WriteString(req.Stdout, "current 97\n30 (sh) R 0 30 30\n31 (sh) R 1 30 30\n")

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandbox-agent/sandbox-agent/internal/guest"
+
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 	"github.com/sandbox-agent/sandbox-agent/safetar"
@@ -446,7 +448,7 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 	return ContainerSpec{
 		Name:            name,
 		Image:           opts.Image,
-		Cmd:             []string{"/bin/sh", "-c", keepaliveLauncher, "sandbox-agent-keepalive", keepaliveScript, strconv.FormatInt(kaSecs, 10), strconv.FormatInt(interval, 10), strconv.FormatInt(lifeSecs, 10)},
+		Cmd:             []string{"/bin/sh", "-c", guest.Launcher, "sandbox-agent-keepalive", guest.Keepalive, strconv.FormatInt(kaSecs, 10), strconv.FormatInt(interval, 10), strconv.FormatInt(lifeSecs, 10)},
 		Env:             env,
 		User:            opts.User,
 		WorkDir:         opts.WorkDir,

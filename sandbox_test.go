@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/guest"
 )
 
 // fakeRuntime records calls; exec behaviour is scripted per test.
@@ -387,5 +389,12 @@ func TestNewSandboxProvidesMissingImage(t *testing.T) {
 	}
 	if _, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img:1"}); !errors.Is(err, ErrImageNotFound) {
 		t.Errorf("without a source: %v", err)
+	}
+}
+
+// The exec kill script looks for the variable Run sets on every exec.
+func TestExecKillFindsTheTag(t *testing.T) {
+	if !strings.Contains(guest.ExecKill, `tag="`+execTagVar+`=$1"`) {
+		t.Errorf("exec-kill.sh does not look for %s", execTagVar)
 	}
 }
