@@ -56,23 +56,6 @@ var (
 	ErrUnsupportedByRuntime = errors.New("not supported by this container runtime")
 )
 
-// ConfigError is an invalid configuration value, naming the key and the
-// source it came from (a file path or an environment variable).
-type ConfigError struct {
-	Key    string
-	Source string
-	Err    error
-}
-
-func (e *ConfigError) Error() string {
-	if e.Key == "" {
-		return fmt.Sprintf("config %s: %v", e.Source, e.Err)
-	}
-	return fmt.Sprintf("config key %q from %s: %v", e.Key, e.Source, e.Err)
-}
-
-func (e *ConfigError) Unwrap() error { return e.Err }
-
 // invalidArgument adds ErrInvalidArgument to the chain of err, an error
 // of a package the library builds on (images/catalog's own
 // ErrInvalidArgument), keeping err's message.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/config"
 )
 
 // Kinds of error, the "kind" of every JSON error body. A public interface:
@@ -61,7 +62,7 @@ func classify(err error) (int, errorBody) {
 	body := errorBody{Error: err.Error()}
 	var ae *apiError
 	var de *sandboxagent.DriverError
-	var ce *sandboxagent.ConfigError
+	var ce *config.Error
 	var re *sandboxagent.ResourceError
 	var mbe *http.MaxBytesError
 	status := http.StatusInternalServerError

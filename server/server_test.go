@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/config"
 )
 
 const testToken = "test-token-0123456789abcdef"
@@ -109,7 +110,7 @@ func TestCreateErrors(t *testing.T) {
 		{"keepalive out of range", nil, `{"driver":"pi","keepalive":1e9}`, 400, KindInvalidArgument},
 		{"over the body limit", nil, `{"driver":"` + strings.Repeat("p", 2<<10) + `"}`, 413, KindTooLarge},
 		{"starter: invalid argument", fmt.Errorf("x: %w", sandboxagent.ErrInvalidArgument), `{"driver":"pi"}`, 400, KindInvalidArgument},
-		{"starter: config error", &sandboxagent.ConfigError{Key: "k", Err: errors.New("bad")}, `{"driver":"pi"}`, 400, KindInvalidArgument},
+		{"starter: config error", &config.Error{Key: "k", Err: errors.New("bad")}, `{"driver":"pi"}`, 400, KindInvalidArgument},
 		{"starter: image missing", fmt.Errorf("x: %w", sandboxagent.ErrImageNotFound), `{"driver":"pi"}`, 404, KindNotFound},
 		{"starter: engine down", fmt.Errorf("x: %w", sandboxagent.ErrEngineUnavailable), `{"driver":"pi"}`, 503, KindEngineUnavailable},
 		{"starter: CLI failed", &sandboxagent.DriverError{Driver: "pi", Message: "no"}, `{"driver":"pi"}`, 422, KindDriverError},

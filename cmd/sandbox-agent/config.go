@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/config"
 	"github.com/sandbox-agent/sandbox-agent/internal/configfile"
 	"github.com/sandbox-agent/sandbox-agent/server"
 )
@@ -50,7 +51,7 @@ func defaultSettings() settings {
 }
 
 // settingsKeys are the command line's own keys (the library's are in
-// sandboxagent.ConfigKeys).
+// config.Keys).
 var settingsKeys = []configfile.Key[settings]{
 	{Name: "runtime", Env: "SANDBOX_AGENT_RUNTIME", Apply: func(s *settings, raw string) error {
 		switch v := strings.TrimSpace(raw); v {
@@ -73,21 +74,21 @@ var settingsKeys = []configfile.Key[settings]{
 }
 
 // loadConfig reads the library's keys and the command line's from the
-// same file and environment. Errors are *sandboxagent.ConfigError.
+// same file and environment. Errors are *config.Error.
 func loadConfig(path string, getenv func(string) string) (sandboxagent.Config, settings, error) {
-	lib, err := sandboxagent.LoadConfig(path, getenv, settingsKeyNames()...)
+	lib, err := config.Load(path, getenv, settingsKeyNames()...)
 	if err != nil {
 		return sandboxagent.Config{}, settings{}, err
 	}
 	s := defaultSettings()
 	var libKeys []string
-	for _, k := range sandboxagent.ConfigKeys() {
+	for _, k := range config.Keys() {
 		libKeys = append(libKeys, k[0])
 	}
 	if err := configfile.Load(&s, path, getenv, settingsKeys, libKeys); err != nil {
 		var fe *configfile.Error
 		if errors.As(err, &fe) {
-			err = &sandboxagent.ConfigError{Key: fe.Key, Source: fe.Source, Err: fe.Err}
+			err = &config.Error{Key: fe.Key, Source: fe.Source, Err: fe.Err}
 		}
 		return sandboxagent.Config{}, settings{}, err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/config"
 )
 
 func TestLoadConfig(t *testing.T) {
@@ -45,9 +46,9 @@ func TestLoadConfigErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, _, err := loadConfig(file, func(string) string { return "" })
-		var ce *sandboxagent.ConfigError
+		var ce *config.Error
 		if !errors.As(err, &ce) || ce.Key != tt.key {
-			t.Errorf("%s: err = %v, want a ConfigError for %s", tt.body, err, tt.key)
+			t.Errorf("%s: err = %v, want a config.Error for %s", tt.body, err, tt.key)
 		}
 	}
 }
@@ -57,7 +58,7 @@ func TestLoadConfigErrors(t *testing.T) {
 // tables do not share a name.
 func TestKeyTablesPartitionTheFile(t *testing.T) {
 	lib := map[string]bool{}
-	for _, k := range sandboxagent.ConfigKeys() {
+	for _, k := range config.Keys() {
 		lib[k[0]] = true
 	}
 	for _, k := range settingsKeys {
@@ -68,10 +69,10 @@ func TestKeyTablesPartitionTheFile(t *testing.T) {
 		if err := os.WriteFile(file, []byte(`{"`+k.Name+`": "1"}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := sandboxagent.LoadConfig(file, func(string) string { return "" }, settingsKeyNames()...); err != nil {
+		if _, err := config.Load(file, func(string) string { return "" }, settingsKeyNames()...); err != nil {
 			t.Errorf("the library refuses the command line's key %s: %v", k.Name, err)
 		}
-		if _, err := sandboxagent.LoadConfig(file, func(string) string { return "" }); err == nil {
+		if _, err := config.Load(file, func(string) string { return "" }); err == nil {
 			t.Errorf("the library accepts the command line's key %s untold", k.Name)
 		}
 	}

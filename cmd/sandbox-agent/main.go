@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/config"
 )
 
 // Exit codes of sandbox-agent itself. exec passes the command's own exit
@@ -144,7 +145,7 @@ func configPath(getenv func(string) string) string {
 	if p := getenv("SANDBOX_AGENT_CONFIG"); p != "" {
 		return p
 	}
-	return sandboxagent.DefaultConfigPath()
+	return config.DefaultPath()
 }
 
 func main() {

@@ -1,4 +1,4 @@
-package sandboxagent
+package config
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 )
 
@@ -30,29 +31,29 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		name  string
 		path  string
 		env   map[string]string
-		check func(t *testing.T, c Config)
+		check func(t *testing.T, c sandboxagent.Config)
 	}{
-		{"defaults", "", nil, func(t *testing.T, c Config) {
-			d := DefaultConfig()
+		{"defaults", "", nil, func(t *testing.T, c sandboxagent.Config) {
+			d := sandboxagent.DefaultConfig()
 			if c.Timeouts != d.Timeouts || c.Keepalive != time.Hour || !c.AuditEnabled || c.AuditRetentionDays != 7 {
 				t.Errorf("got %+v", c)
 			}
 		}},
-		{"missing file is fine", filepath.Join(t.TempDir(), "nope.json"), nil, func(t *testing.T, c Config) {
-			if c.Timeouts.Exec != DefaultConfig().Timeouts.Exec {
+		{"missing file is fine", filepath.Join(t.TempDir(), "nope.json"), nil, func(t *testing.T, c sandboxagent.Config) {
+			if c.Timeouts.Exec != sandboxagent.DefaultConfig().Timeouts.Exec {
 				t.Errorf("got %v", c.Timeouts.Exec)
 			}
 		}},
-		{"file over defaults", file, nil, func(t *testing.T, c Config) {
+		{"file over defaults", file, nil, func(t *testing.T, c sandboxagent.Config) {
 			if c.Timeouts.Exec != 90*time.Second || c.Timeouts.Ask != 120*time.Second || c.Keepalive != 2*time.Hour ||
 				c.AuditEnabled || c.ImageName != "from-file/x" || c.MaxDownloadBytes != 1000 {
 				t.Errorf("got %+v", c)
 			}
-			if c.Timeouts.Start != DefaultConfig().Timeouts.Start {
+			if c.Timeouts.Start != sandboxagent.DefaultConfig().Timeouts.Start {
 				t.Errorf("unset key changed: %v", c.Timeouts.Start)
 			}
 		}},
-		{"env over file", file, map[string]string{"SANDBOX_AGENT_TIMEOUT_EXEC": "5m", "SANDBOX_AGENT_IMAGE_NAME": "reg.example/x"}, func(t *testing.T, c Config) {
+		{"env over file", file, map[string]string{"SANDBOX_AGENT_TIMEOUT_EXEC": "5m", "SANDBOX_AGENT_IMAGE_NAME": "reg.example/x"}, func(t *testing.T, c sandboxagent.Config) {
 			if c.Timeouts.Exec != 5*time.Minute || c.ImageName != "reg.example/x" {
 				t.Errorf("got %+v", c)
 			}
@@ -60,40 +61,40 @@ func TestLoadConfigPrecedence(t *testing.T) {
 				t.Errorf("file value lost: %v", c.Keepalive)
 			}
 		}},
-		{"SSL_CERT_FILE is the CA default", "", map[string]string{"SSL_CERT_FILE": "/etc/ca.pem"}, func(t *testing.T, c Config) {
+		{"SSL_CERT_FILE is the CA default", "", map[string]string{"SSL_CERT_FILE": "/etc/ca.pem"}, func(t *testing.T, c sandboxagent.Config) {
 			if c.CACertFile != "/etc/ca.pem" {
 				t.Errorf("got %q", c.CACertFile)
 			}
 		}},
-		{"a program's own keys, named, are accepted and left alone", writeConfig(t, `{"gateway_url": "http://127.0.0.1:9", "docker_host": "unix:///x.sock", "gateway_key": "k", "max_concurrent_starts": 3, "keepalive": 60}`), nil, func(t *testing.T, c Config) {
+		{"a program's own keys, named, are accepted and left alone", writeConfig(t, `{"gateway_url": "http://127.0.0.1:9", "docker_host": "unix:///x.sock", "gateway_key": "k", "max_concurrent_starts": 3, "keepalive": 60}`), nil, func(t *testing.T, c sandboxagent.Config) {
 			if c.Keepalive != time.Minute {
 				t.Errorf("got %+v", c)
 			}
 		}},
-		{"egress and allow_hosts from the file (array) and the environment (comma-separated)", writeConfig(t, `{"egress": "open", "allow_hosts": ["registry.npmjs.org", "*.example.com:8443"]}`), nil, func(t *testing.T, c Config) {
-			if c.Egress != EgressOpen || strings.Join(c.AllowHosts, " ") != "registry.npmjs.org *.example.com:8443" {
+		{"egress and allow_hosts from the file (array) and the environment (comma-separated)", writeConfig(t, `{"egress": "open", "allow_hosts": ["registry.npmjs.org", "*.example.com:8443"]}`), nil, func(t *testing.T, c sandboxagent.Config) {
+			if c.Egress != sandboxagent.EgressOpen || strings.Join(c.AllowHosts, " ") != "registry.npmjs.org *.example.com:8443" {
 				t.Errorf("got %q %q", c.Egress, c.AllowHosts)
 			}
 		}},
-		{"allow_hosts from the environment wins", writeConfig(t, `{"allow_hosts": ["a.org"]}`), map[string]string{"SANDBOX_AGENT_ALLOW_HOSTS": " b.org, c.org ", "SANDBOX_AGENT_EGRESS": "none"}, func(t *testing.T, c Config) {
-			if c.Egress != EgressNone || strings.Join(c.AllowHosts, " ") != "b.org c.org" {
+		{"allow_hosts from the environment wins", writeConfig(t, `{"allow_hosts": ["a.org"]}`), map[string]string{"SANDBOX_AGENT_ALLOW_HOSTS": " b.org, c.org ", "SANDBOX_AGENT_EGRESS": "none"}, func(t *testing.T, c sandboxagent.Config) {
+			if c.Egress != sandboxagent.EgressNone || strings.Join(c.AllowHosts, " ") != "b.org c.org" {
 				t.Errorf("got %q %q", c.Egress, c.AllowHosts)
 			}
 		}},
-		{"image_policy: default pull-or-build, file, environment wins", writeConfig(t, `{"image_policy": "pull"}`), map[string]string{"SANDBOX_AGENT_IMAGE_POLICY": "never"}, func(t *testing.T, c Config) {
-			if c.ImagePolicy != catalog.PolicyNever || DefaultConfig().ImagePolicy != catalog.PolicyPullOrBuild {
-				t.Errorf("got %q, default %q", c.ImagePolicy, DefaultConfig().ImagePolicy)
+		{"image_policy: default pull-or-build, file, environment wins", writeConfig(t, `{"image_policy": "pull"}`), map[string]string{"SANDBOX_AGENT_IMAGE_POLICY": "never"}, func(t *testing.T, c sandboxagent.Config) {
+			if c.ImagePolicy != catalog.PolicyNever || sandboxagent.DefaultConfig().ImagePolicy != catalog.PolicyPullOrBuild {
+				t.Errorf("got %q, default %q", c.ImagePolicy, sandboxagent.DefaultConfig().ImagePolicy)
 			}
 		}},
-		{"image_verify: off by default, strict from the file, the environment wins", writeConfig(t, `{"image_verify": "strict"}`), map[string]string{"SANDBOX_AGENT_IMAGE_VERIFY": " off "}, func(t *testing.T, c Config) {
-			if c.ImageVerify != catalog.VerifyOff || DefaultConfig().ImageVerify != catalog.VerifyOff {
+		{"image_verify: off by default, strict from the file, the environment wins", writeConfig(t, `{"image_verify": "strict"}`), map[string]string{"SANDBOX_AGENT_IMAGE_VERIFY": " off "}, func(t *testing.T, c sandboxagent.Config) {
+			if c.ImageVerify != catalog.VerifyOff || sandboxagent.DefaultConfig().ImageVerify != catalog.VerifyOff {
 				t.Errorf("got %q", c.ImageVerify)
 			}
-			if c, err := LoadConfig(writeConfig(t, `{"image_verify": "strict"}`), envMap(nil)); err != nil || c.ImageVerify != catalog.VerifyStrict {
+			if c, err := Load(writeConfig(t, `{"image_verify": "strict"}`), envMap(nil)); err != nil || c.ImageVerify != catalog.VerifyStrict {
 				t.Errorf("from the file: %q, %v", c.ImageVerify, err)
 			}
 		}},
-		{"retention zero allowed", "", map[string]string{"SANDBOX_AGENT_AUDIT_RETENTION_DAYS": "0"}, func(t *testing.T, c Config) {
+		{"retention zero allowed", "", map[string]string{"SANDBOX_AGENT_AUDIT_RETENTION_DAYS": "0"}, func(t *testing.T, c sandboxagent.Config) {
 			if c.AuditRetentionDays != 0 {
 				t.Errorf("got %d", c.AuditRetentionDays)
 			}
@@ -101,7 +102,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := LoadConfig(tt.path, envMap(tt.env), "gateway_url", "docker_host", "gateway_key", "max_concurrent_starts")
+			c, err := Load(tt.path, envMap(tt.env), "gateway_url", "docker_host", "gateway_key", "max_concurrent_starts")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,10 +139,10 @@ func TestLoadConfigErrors(t *testing.T) {
 			if tt.file != "" {
 				path = writeConfig(t, tt.file)
 			}
-			_, err := LoadConfig(path, envMap(tt.env))
-			var ce *ConfigError
+			_, err := Load(path, envMap(tt.env))
+			var ce *Error
 			if !errors.As(err, &ce) {
-				t.Fatalf("err = %v, want *ConfigError", err)
+				t.Fatalf("err = %v, want *Error", err)
 			}
 			if ce.Key != tt.wantKey {
 				t.Errorf("key = %q, want %q", ce.Key, tt.wantKey)
@@ -149,20 +150,20 @@ func TestLoadConfigErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.wantInMsg) {
 				t.Errorf("%q does not mention %q", err, tt.wantInMsg)
 			}
-			// images/catalog's errors reach the caller as ErrInvalidArgument.
-			if strings.HasPrefix(tt.wantKey, "image_") && !errors.Is(err, ErrInvalidArgument) {
-				t.Errorf("%v is not ErrInvalidArgument", err)
+			// images/catalog's errors reach the caller as sandboxagent.ErrInvalidArgument.
+			if strings.HasPrefix(tt.wantKey, "image_") && !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+				t.Errorf("%v is not sandboxagent.ErrInvalidArgument", err)
 			}
 		})
 	}
 }
 
 func TestConfigKeysDocumented(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range ConfigKeys() {
+	for _, k := range Keys() {
 		if !strings.Contains(string(readme), "`"+k[0]+"`") || !strings.Contains(string(readme), "`"+k[1]+"`") {
 			t.Errorf("README does not document config key %s / %s", k[0], k[1])
 		}
