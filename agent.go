@@ -128,7 +128,7 @@ func WithEnv(env map[string]string) AgentOption {
 
 // WithResources sets the sandbox's memory limit in bytes (at least 6 MiB;
 // swap is never added) and its process limit; zero keeps the default
-// (DefaultMemoryBytes, DefaultPidsLimit). The sandbox's idle keepalive is
+// (defaultMemoryBytes, defaultPidsLimit). The sandbox's idle keepalive is
 // Config.Keepalive (WithConfig).
 func WithResources(memoryBytes, pids int64) AgentOption {
 	return func(o *agentOptions) { o.memoryBytes, o.pids = memoryBytes, pids }

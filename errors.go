@@ -85,8 +85,8 @@ func (e *HardeningError) Unwrap() error { return ErrHardening }
 
 // Limits a sandbox's commands can hit, for ResourceError.
 const (
-	ResourceMemory = "memory"
-	ResourcePids   = "pids"
+	resourceMemory = "memory"
+	resourcePids   = "pids"
 )
 
 // ResourceError: a command ran into a limit of its sandbox — the kernel's
@@ -94,7 +94,7 @@ const (
 // sandbox had as many processes as its pids limit allows. errors.Is
 // matches ErrOutOfMemory or ErrPidsLimit.
 type ResourceError struct {
-	Resource string // ResourceMemory or ResourcePids
+	Resource string // "memory" or "pids"
 	Limit    int64  // bytes for memory, processes for pids
 	Events   int64  // OOM kills, or refused forks, since the last check
 	Cmd      string // the command that was running
@@ -102,7 +102,7 @@ type ResourceError struct {
 
 func (e *ResourceError) Error() string {
 	switch e.Resource {
-	case ResourceMemory:
+	case resourceMemory:
 		return fmt.Sprintf("%s: out of memory: the sandbox's memory limit (%d bytes) was reached and the OOM killer killed %d process(es)", e.Cmd, e.Limit, e.Events)
 	default:
 		return fmt.Sprintf("%s: process limit reached: the sandbox allows %d processes and %d fork(s) were refused", e.Cmd, e.Limit, e.Events)
@@ -110,7 +110,7 @@ func (e *ResourceError) Error() string {
 }
 
 func (e *ResourceError) Unwrap() error {
-	if e.Resource == ResourceMemory {
+	if e.Resource == resourceMemory {
 		return ErrOutOfMemory
 	}
 	return ErrPidsLimit

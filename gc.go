@@ -82,7 +82,7 @@ func GC(ctx context.Context, rt Runtime, opts GCOptions) (GCResult, error) {
 				continue
 			}
 			if sameHost {
-				boundary.RemoveSocketDir(c.Labels[LabelSockets])
+				boundary.RemoveSocketDir(c.Labels[labelSockets])
 			}
 		}
 		res.Removed = append(res.Removed, e)
@@ -91,7 +91,7 @@ func GC(ctx context.Context, rt Runtime, opts GCOptions) (GCResult, error) {
 	inUse := map[string]bool{}
 	for _, c := range list {
 		if !gone[c.ID] {
-			inUse[c.Labels[LabelSockets]] = true
+			inUse[c.Labels[labelSockets]] = true
 		}
 	}
 	if root, err := boundary.SocketRoot(); err == nil {
@@ -126,7 +126,7 @@ func sweepLeftoverSockets(rt Runtime) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			boundary.SweepSocketDirs(root, func(name string) bool {
-				list, err := rt.List(ctx, map[string]string{LabelManaged: "true", LabelSockets: name})
+				list, err := rt.List(ctx, map[string]string{LabelManaged: "true", labelSockets: name})
 				return err != nil || len(list) > 0
 			}, false)
 		}()

@@ -27,7 +27,7 @@ func TestGCRemovesSocketFolders(t *testing.T) {
 	host, _ := os.Hostname()
 	dead := map[string]string{LabelManaged: "true", LabelHost: host, LabelPID: "999999999"}
 	with := func(sockets string) map[string]string {
-		l := map[string]string{LabelSockets: sockets}
+		l := map[string]string{labelSockets: sockets}
 		for k, v := range dead {
 			l[k] = v
 		}
@@ -69,7 +69,7 @@ func TestGCSweepsSocketFolders(t *testing.T) {
 	defer os.RemoveAll(named)
 	// Another host's running sandbox naming the folder: GC keeps both.
 	rt := &fakeRuntime{list: []ContainerState{{ID: "a", Running: true, Status: StatusRunning,
-		Labels: map[string]string{LabelManaged: "true", LabelHost: "elsewhere", LabelPID: "1", LabelSockets: filepath.Base(named)}}}}
+		Labels: map[string]string{LabelManaged: "true", LabelHost: "elsewhere", LabelPID: "1", labelSockets: filepath.Base(named)}}}}
 	res, err := GC(context.Background(), rt, GCOptions{})
 	if err != nil || len(res.Kept) != 1 {
 		t.Fatalf("gc: %+v %v", res, err)

@@ -83,12 +83,12 @@ func (s *Sandbox) checkLimits(cmd, user string) error {
 	s.limitsMu.Unlock()
 	switch {
 	case oom > 0:
-		return &ResourceError{Resource: ResourceMemory, Limit: s.memoryBytes, Events: oom, Cmd: cmd}
+		return &ResourceError{Resource: resourceMemory, Limit: s.memoryBytes, Events: oom, Cmd: cmd}
 	case pids > 0:
 		// The tree holding the pids (a fork bomb, perhaps started by an
 		// earlier command whose first process exited) must not keep them.
 		_, _ = s.killBomb(user)
-		return &ResourceError{Resource: ResourcePids, Limit: s.pidsLimit, Events: pids, Cmd: cmd}
+		return &ResourceError{Resource: resourcePids, Limit: s.pidsLimit, Events: pids, Cmd: cmd}
 	}
 	return nil
 }

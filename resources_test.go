@@ -32,8 +32,8 @@ func TestSuspectLimits(t *testing.T) {
 }
 
 func TestResourceErrorIs(t *testing.T) {
-	mem := error(&ResourceError{Resource: ResourceMemory, Limit: 64 << 20, Events: 1, Cmd: "sh"})
-	pids := error(&ResourceError{Resource: ResourcePids, Limit: 256, Events: 9, Cmd: "sh"})
+	mem := error(&ResourceError{Resource: resourceMemory, Limit: 64 << 20, Events: 1, Cmd: "sh"})
+	pids := error(&ResourceError{Resource: resourcePids, Limit: 256, Events: 9, Cmd: "sh"})
 	if !errors.Is(mem, ErrOutOfMemory) || errors.Is(mem, ErrPidsLimit) {
 		t.Errorf("memory error matches wrongly: %v", mem)
 	}
@@ -130,7 +130,7 @@ func TestRunReportsLimits(t *testing.T) {
 				}
 				var re *ResourceError
 				if errors.As(err, &re) {
-					wantLimit := map[string]int64{ResourceMemory: 64 << 20, ResourcePids: 99}[re.Resource]
+					wantLimit := map[string]int64{resourceMemory: 64 << 20, resourcePids: 99}[re.Resource]
 					if re.Limit != wantLimit || re.Cmd != "work" {
 						t.Errorf("step %d: %+v", i, re)
 					}

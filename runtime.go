@@ -174,17 +174,13 @@ type RuntimeFeatures struct {
 	PidsLimit bool
 }
 
-// FeatureReporter is implemented by a Runtime that lacks some features.
-// A wrapper around a Runtime must pass them on (as LimitStarts does:
-// Features() { return FeaturesOf(inner) }), or it claims them all.
-type FeatureReporter interface {
-	Features() RuntimeFeatures
-}
-
-// FeaturesOf returns what rt honours; a Runtime that does not report
-// features is taken to honour all of them (the Docker Engine API does).
+// FeaturesOf returns what rt honours: a Runtime that lacks some features
+// has a method Features() RuntimeFeatures; one without it is taken to
+// honour all of them (the Docker Engine API does). A wrapper around a
+// Runtime must pass them on (Features() { return FeaturesOf(inner) }), or
+// it claims them all.
 func FeaturesOf(rt Runtime) RuntimeFeatures {
-	if f, ok := rt.(FeatureReporter); ok {
+	if f, ok := rt.(interface{ Features() RuntimeFeatures }); ok {
 		return f.Features()
 	}
 	return RuntimeFeatures{ExecUser: true, BindMounts: true, CopyAsRoot: true, AutoRemove: true, PidsLimit: true}

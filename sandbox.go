@@ -32,9 +32,9 @@ const (
 	LabelMaxLifetime = "sandbox-agent.max-lifetime"
 	LabelHost        = "sandbox-agent.host"
 	LabelPID         = "sandbox-agent.pid"
-	// LabelSockets names the sandbox's socket folder (its base name), so
+	// labelSockets names the sandbox's socket folder (its base name), so
 	// gc can remove it when the owner died.
-	LabelSockets = "sandbox-agent.sockets"
+	labelSockets = "sandbox-agent.sockets"
 )
 
 // DefaultCaps is the documented minimum of capabilities a sandbox keeps
@@ -46,10 +46,10 @@ var DefaultCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", 
 
 // Resource defaults of a sandbox.
 const (
-	DefaultMemoryBytes = 4 << 30
-	DefaultPidsLimit   = 1024
-	DefaultCPUs        = 2.0
-	DefaultNetwork     = "none"
+	defaultMemoryBytes = 4 << 30
+	defaultPidsLimit   = 1024
+	defaultCPUs        = 2.0
+	defaultNetwork     = "none"
 )
 
 // SandboxOptions describes one sandbox. The zero value of every hardening
@@ -95,9 +95,9 @@ type SandboxOptions struct {
 	// (the agent's model proxy).
 	services map[string]http.Handler
 
-	MemoryBytes int64   // default DefaultMemoryBytes; swap is always equal (no swap)
-	CPUs        float64 // default DefaultCPUs
-	PidsLimit   int64   // default DefaultPidsLimit
+	MemoryBytes int64   // default 4 GiB; swap is always equal (no swap)
+	CPUs        float64 // default 2
+	PidsLimit   int64   // default 1024
 	// Caps are the capabilities kept after dropping ALL; nil means
 	// DefaultCaps, an empty non-nil slice means none.
 	Caps []string
@@ -243,7 +243,7 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	mountSockets := FeaturesOf(rt).BindMounts
 	if host != nil && mountSockets {
 		spec.Mounts = append(spec.Mounts, Mount{Source: host.Dir(), Target: boundary.SocketDir, ReadOnly: true})
-		spec.Labels[LabelSockets] = filepath.Base(host.Dir())
+		spec.Labels[labelSockets] = filepath.Base(host.Dir())
 	}
 	id, ctx, cancelRetry, err := createContainer(ctx, parent, rt, spec, opts.Images, cfg.Timeouts.Start)
 	defer cancelRetry()
@@ -420,19 +420,19 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 	}
 	mem := opts.MemoryBytes
 	if mem <= 0 {
-		mem = DefaultMemoryBytes
+		mem = defaultMemoryBytes
 	}
 	cpus := opts.CPUs
 	if cpus <= 0 {
-		cpus = DefaultCPUs
+		cpus = defaultCPUs
 	}
 	pids := opts.PidsLimit
 	if pids <= 0 {
-		pids = DefaultPidsLimit
+		pids = defaultPidsLimit
 	}
 	network := opts.Network
 	if network == "" {
-		network = DefaultNetwork
+		network = defaultNetwork
 		if opts.Egress == EgressOpen {
 			network = "bridge"
 		}
@@ -537,8 +537,6 @@ func (s *Sandbox) ID() string { return s.id }
 // Name is the container name.
 func (s *Sandbox) Name() string { return s.name }
 
-// Runtime is the engine the sandbox runs on.
-func (s *Sandbox) Runtime() Runtime { return s.rt }
 
 // workDir is the working directory asked for ("" = the image's).
 func (s *Sandbox) workDir() string { return s.workdir }

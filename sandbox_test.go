@@ -87,8 +87,8 @@ func TestContainerSpecDefaultsAreHardened(t *testing.T) {
 		t.Fatal(err)
 	}
 	if spec.Privileged || !spec.Init || !spec.AutoRemove || spec.NetworkMode != "none" ||
-		spec.PidsLimit != DefaultPidsLimit || spec.MemoryBytes != DefaultMemoryBytes || spec.MemorySwap != spec.MemoryBytes ||
-		spec.NanoCPUs != int64(DefaultCPUs*1e9) {
+		spec.PidsLimit != defaultPidsLimit || spec.MemoryBytes != defaultMemoryBytes || spec.MemorySwap != spec.MemoryBytes ||
+		spec.NanoCPUs != int64(defaultCPUs*1e9) {
 		t.Errorf("spec not hardened: %+v", spec)
 	}
 	if strings.Join(spec.CapDrop, ",") != "ALL" || normCaps(spec.CapAdd) != normCaps(DefaultCaps) {

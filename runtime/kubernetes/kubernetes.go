@@ -127,7 +127,7 @@ type Runtime struct {
 
 var (
 	_ sandboxagent.Runtime         = (*Runtime)(nil)
-	_ sandboxagent.FeatureReporter = (*Runtime)(nil)
+	_ interface{ Features() sandboxagent.RuntimeFeatures } = (*Runtime)(nil)
 )
 
 // New loads the configuration; it does not contact the cluster (Info
