@@ -1,12 +1,13 @@
 package sandboxagent
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 )
 
 // The embedded scripts are the files in scripts/, each runs under the
@@ -63,10 +64,7 @@ func TestScripts(t *testing.T) {
 func TestScriptsShellcheck(t *testing.T) {
 	sc, err := exec.LookPath("shellcheck")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("shellcheck is not installed (CI=true): apt-get install shellcheck")
-		}
-		t.Skip("shellcheck is not installed")
+		prereq.Missing(t, "shellcheck is not installed (apt-get install shellcheck)")
 	}
 	files, err := filepath.Glob("scripts/*.*sh")
 	if err != nil || len(files) == 0 {
@@ -86,10 +84,7 @@ func TestScriptsShellcheck(t *testing.T) {
 func TestPerlScripts(t *testing.T) {
 	perl, err := exec.LookPath("perl")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("perl is not installed (CI=true)")
-		}
-		t.Skip("perl is not installed")
+		prereq.Missing(t, "perl is not installed")
 	}
 	for name, text := range map[string]string{"forward.pl": forwardScript, "tunnel.pl": tunnelScript} {
 		if out, err := exec.Command(perl, "-Mstrict", "-Mwarnings", "-c", "-e", text).CombinedOutput(); err != nil {

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/sandbox-agent/sandbox-agent/driver/codex"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
 // newDriver is a codex driver for the fake model srv.

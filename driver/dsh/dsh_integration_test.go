@@ -10,9 +10,9 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/driver/dsh"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
 // newDriver is a dsh driver for the fake model srv.

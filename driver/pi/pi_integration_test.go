@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/driver/pi"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
 // newDriver is a pi driver for the fake model srv.

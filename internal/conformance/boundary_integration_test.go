@@ -15,8 +15,8 @@ import (
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 )
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 )
 
 // versions.json is the one list of CLIs: every CLI it pins has a driver

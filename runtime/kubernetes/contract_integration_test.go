@@ -15,9 +15,9 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/internal/kubetest"
-	"github.com/sandbox-agent/sandbox-agent/internal/runtimetest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 	"github.com/sandbox-agent/sandbox-agent/runtime/kubernetes"
+	"github.com/sandbox-agent/sandbox-agent/runtime/runtimetest"
 )
 
 // The runtime contract (internal/runtimetest) on the cluster KUBECONFIG

@@ -20,6 +20,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -78,7 +79,7 @@ func StartAgent(t testing.TB, drv sandboxagent.Driver, auditRoot string, opts ..
 	defer cancel()
 	a, err := sandboxagent.Start(ctx, rt, drv, all...)
 	if errors.Is(err, sandboxagent.ErrImageNotFound) {
-		testenv.Unavailable(t, "image for %s missing (build it with .ci/build_docker.sh %s): %v", drv.Name(), drv.Name(), err)
+		prereq.Missing(t, "image for %s missing (build it with .ci/build_docker.sh %s): %v", drv.Name(), drv.Name(), err)
 	}
 	if err != nil {
 		t.Fatalf("Start %s: %v", drv.Name(), err)
