@@ -82,7 +82,7 @@ func TestIntegrationEgressBoundary(t *testing.T) {
 	var mu sync.Mutex
 	var records []sandboxagent.EgressRecord
 	srv := drivertest.FakeModel(t, fakemodel.Script{})
-	a := drivertest.StartAgent(t, pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key}), drivertest.AuditRoot(t),
+	a := testenv.StartAgent(t, pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key}), drivertest.AuditRoot(t),
 		sandboxagent.WithEgress("", "registry.npmjs.org"),
 		sandboxagent.WithSandbox(func(o *sandboxagent.SandboxOptions) {
 			o.OnEgress = func(r sandboxagent.EgressRecord) { mu.Lock(); records = append(records, r); mu.Unlock() }
@@ -177,7 +177,7 @@ func TestIntegrationAgentEgressEvents(t *testing.T) {
 			srv := drivertest.FakeModel(t, drivertest.ShellThenDone(`bash -c "$CONNECT" sh deb.debian.org:443`))
 			drv := pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key}) // pi: the one agent image the Podman suite has
 			root := drivertest.AuditRoot(t)
-			a := drivertest.StartAgent(t, drv, root, sandboxagent.WithEgress(sandboxagent.EgressModel, "registry.npmjs.org"),
+			a := testenv.StartAgent(t, drv, root, sandboxagent.WithEgress(sandboxagent.EgressModel, "registry.npmjs.org"),
 				sandboxagent.WithNetwork(network),
 				sandboxagent.WithSandbox(func(o *sandboxagent.SandboxOptions) { o.Env = map[string]string{"CONNECT": connectVia} }))
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

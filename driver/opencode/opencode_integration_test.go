@@ -34,7 +34,7 @@ func config(auditRoot string) sandboxagent.Config {
 // start runs the fake model with script and an opencode agent talking to it.
 func start(t *testing.T, script fakemodel.Script) (*sandboxagent.Agent, *opencode.Driver, *fakemodel.Server) {
 	t.Helper()
-	return drivertest.Start(t, script, func(srv *fakemodel.Server) *opencode.Driver {
+	return testenv.Start(t, script, func(srv *fakemodel.Server) *opencode.Driver {
 		return opencode.New(opencode.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
 	}, sandboxagent.WithConfig(config(drivertest.AuditRoot(t))))
 }
@@ -153,7 +153,7 @@ func TestServerMemoryBoundRestarts(t *testing.T) {
 	// the scan of serverPID would have seen one.
 	const scan = `for d in /proc/[0-9]*; do [ "$(cat "$d/comm" 2>/dev/null)" = opencode ] && echo found-the-server; done; true`
 	script := fakemodel.Script{Responses: []fakemodel.Step{{Text: "ONE"}, {Tool: "shell", Command: scan}, {Text: "TWO"}}}
-	a, _, srv := drivertest.Start(t, script, func(srv *fakemodel.Server) *opencode.Driver {
+	a, _, srv := testenv.Start(t, script, func(srv *fakemodel.Server) *opencode.Driver {
 		return opencode.New(opencode.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, ServerMemoryMB: 1})
 	}, sandboxagent.WithConfig(config(drivertest.AuditRoot(t))))
 	ctx := longCtx(t)

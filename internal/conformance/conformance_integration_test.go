@@ -94,7 +94,7 @@ func TestConformanceEvents(t *testing.T) {
 			}})
 			drv := drivers.All()[name](drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
 			caps := sandboxagent.CapabilitiesOf(drv)
-			a := drivertest.StartAgent(t, drv, drivertest.AuditRoot(t))
+			a := testenv.StartAgent(t, drv, drivertest.AuditRoot(t))
 			res, err := a.Stream(drivertest.Ctx(t), "conformance events", nil)
 			if err != nil {
 				t.Fatal(err)
@@ -134,7 +134,7 @@ func TestConformanceBadKey(t *testing.T) {
 			t.Parallel()
 			srv := drivertest.FakeModel(t, drivertest.Unauthorized())
 			drv := drivers.All()[name](drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
-			a := drivertest.StartAgent(t, drv, drivertest.AuditRoot(t))
+			a := testenv.StartAgent(t, drv, drivertest.AuditRoot(t))
 			start := time.Now()
 			_, err := a.Ask(drivertest.Ctx(t), "hello")
 			var de *sandboxagent.DriverError

@@ -58,7 +58,7 @@ func TestConformanceContinue(t *testing.T) {
 			cfg := testenv.Config()
 			cfg.AuditRoot = drivertest.AuditRoot(t)
 			cfg.Timeouts.Ask = 5 * time.Minute
-			a := drivertest.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
+			a := testenv.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 			defer cancel()
 

@@ -61,7 +61,7 @@ func TestConformanceCLICrash(t *testing.T) {
 			cfg.AuditRoot = drivertest.AuditRoot(t)
 			cfg.Timeouts.Ask = 5 * time.Minute
 			cfg.PerTurn = false // whatever SANDBOX_AGENT_PER_TURN says: this is the long-lived mode's test
-			a := drivertest.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
+			a := testenv.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
 			ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 			defer cancel()
 

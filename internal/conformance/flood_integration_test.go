@@ -184,7 +184,7 @@ func TestConformanceFloodChild(t *testing.T) {
 	if cfg.Limits != sandboxagent.DefaultConfig().Limits {
 		t.Fatalf("limits %+v, want the defaults", cfg.Limits)
 	}
-	a := drivertest.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
+	a := testenv.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
 	var rep floodReport
 	rep.BaseHWMBytes = vmHWM(t)
 

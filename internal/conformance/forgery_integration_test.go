@@ -267,7 +267,7 @@ func forgeryTurn(t *testing.T, name string, attack forgeryAttack) {
 	cfg.AuditRoot = drivertest.AuditRoot(t)
 	cfg.Timeouts.Ask = 4 * time.Minute
 	cfg.PerTurn = attack.perTurn // whatever SANDBOX_AGENT_PER_TURN says: each mode has its subtest
-	a := drivertest.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
+	a := testenv.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if err := a.Container().WriteFile(ctx, forgedPath, forged, 0o644); err != nil {

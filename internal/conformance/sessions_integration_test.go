@@ -93,7 +93,7 @@ func TestConformanceSessions(t *testing.T) {
 				cfg := testenv.Config()
 				cfg.AuditRoot = drivertest.AuditRoot(t)
 				cfg.Timeouts.Ask = 5 * time.Minute
-				return drivertest.StartAgent(t, drv.(sandboxagent.Driver), cfg.AuditRoot, sandboxagent.WithConfig(cfg))
+				return testenv.StartAgent(t, drv.(sandboxagent.Driver), cfg.AuditRoot, sandboxagent.WithConfig(cfg))
 			}
 			a, b := start(), start()
 			if b.Container().Name() == a.Container().Name() {
