@@ -57,7 +57,7 @@ func TestClaudeUnauthorized(t *testing.T) {
 				opts = append(opts, perTurn(t))
 			}
 			a, _, _ := testenv.Start(t, drivertest.Unauthorized(), newDriver, opts...)
-			b := drivertest.CheckBadKey(t, a, "claude", false)
+			b := drivertest.CheckBadKey(t, a, "claude")
 			if mode == "per-turn" {
 				drivertest.Capture(t, b.Res, b.Err, "fake-401-agent")
 			}

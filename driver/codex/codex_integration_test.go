@@ -25,7 +25,7 @@ func TestCodexShellThenDone(t *testing.T) {
 func TestCodexUnauthorized(t *testing.T) {
 	t.Parallel()
 	a, _, _ := testenv.Start(t, drivertest.Unauthorized(), newDriver)
-	if b := drivertest.CheckBadKey(t, a, "codex", false); b.DE.ExitCode == 0 {
+	if b := drivertest.CheckBadKey(t, a, "codex"); b.DE.ExitCode == 0 {
 		t.Errorf("exit code %d", b.DE.ExitCode)
 	}
 }

@@ -374,9 +374,11 @@ type BadKeyTurn struct {
 // CheckBadKey runs a turn of agent a, whose fake model runs the script
 // Unauthorized, and checks what every driver does with the 401: a
 // *DriverError of the driver with status 401 and a one-line message,
-// within 30 s (unless slowStart: the caller judges the time), without
-// the key; no reply; the audit files without the key.
-func CheckBadKey(t testing.TB, a *sandboxagent.Agent, driver string, slowStart bool) BadKeyTurn {
+// without the key; no reply; the audit files without the key. The time
+// it took is in Took, for the caller to log: only Ctx's deadline bounds
+// it (a guard against a hang; a retry loop shows in the fake model's
+// requests, which the caller can count).
+func CheckBadKey(t testing.TB, a *sandboxagent.Agent, driver string) BadKeyTurn {
 	t.Helper()
 	start := time.Now()
 	res, err := a.Stream(Ctx(t), "hello", nil)
@@ -384,9 +386,6 @@ func CheckBadKey(t testing.TB, a *sandboxagent.Agent, driver string, slowStart b
 	t.Logf("401 → %v after %v", err, b.Took)
 	if !errors.As(err, &b.DE) {
 		t.Fatalf("err %T %v, want *DriverError", err, err)
-	}
-	if b.Took > 30*time.Second && !slowStart {
-		t.Errorf("DriverError after %v, want < 30s", b.Took)
 	}
 	if de := b.DE; de.Status != 401 || de.Driver != driver || de.Message == "" || strings.Contains(de.Message, "\n") {
 		t.Errorf("DriverError %+v", de)

@@ -69,7 +69,7 @@ func TestDshShellThenDone(t *testing.T) {
 func TestDshUnauthorized(t *testing.T) {
 	t.Parallel()
 	a, _, _ := testenv.Start(t, drivertest.Unauthorized(), newDriver)
-	b := drivertest.CheckBadKey(t, a, "dsh", false)
+	b := drivertest.CheckBadKey(t, a, "dsh")
 	drivertest.Capture(t, b.Res, b.Err, "fake-401")
 	if de := b.DE; de.ExitCode != 1 || !strings.Contains(de.Message, "AUTH") || !strings.Contains(de.Stderr, "dsh: AUTH") {
 		t.Errorf("DriverError %+v", de)

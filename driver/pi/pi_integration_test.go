@@ -29,7 +29,7 @@ func TestPiShellThenDone(t *testing.T) {
 // grows several times over when four other pi processes start with it.
 func TestPiUnauthorized(t *testing.T) {
 	a, _, srv := testenv.Start(t, drivertest.Unauthorized(), newDriver)
-	b := drivertest.CheckBadKey(t, a, "pi", false)
+	b := drivertest.CheckBadKey(t, a, "pi")
 	if evs := b.Res.Events; len(evs) > 0 {
 		t.Logf("first output line after %v, last after %v", b.Took-time.Since(evs[0].Time), b.Took-time.Since(evs[len(evs)-1].Time))
 	}
