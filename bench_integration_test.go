@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -54,7 +55,7 @@ func BenchmarkExecTrue(b *testing.B) {
 	})
 	b.Run("docker-cli", func(b *testing.B) {
 		if _, err := exec.LookPath("docker"); err != nil {
-			testenv.Unavailable(b, "docker CLI not installed")
+			prereq.Missing(b, "docker CLI not installed")
 		}
 		for b.Loop() {
 			if out, err := exec.Command("docker", "exec", sb.ID(), "true").CombinedOutput(); err != nil {
@@ -95,7 +96,7 @@ func BenchmarkStartToFirstExec(b *testing.B) {
 	})
 	b.Run("docker-run", func(b *testing.B) {
 		if _, err := exec.LookPath("docker"); err != nil {
-			testenv.Unavailable(b, "docker CLI not installed")
+			prereq.Missing(b, "docker CLI not installed")
 		}
 		for b.Loop() {
 			if out, err := exec.Command("docker", "run", "--rm", "--network", "none", testenv.Image(), "true").CombinedOutput(); err != nil {

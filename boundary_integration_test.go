@@ -13,11 +13,11 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/driver/pi"
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -84,7 +84,7 @@ func TestIntegrationEgressBoundary(t *testing.T) {
 	var mu sync.Mutex
 	var records []egressproxy.Record
 	srv := drivertest.FakeModel(t, fakemodel.Script{})
-	a := drivertest.StartAgent(t, pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key}), drivertest.AuditRoot(t),
+	a := testenv.StartAgent(t, pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key}), drivertest.AuditRoot(t),
 		sandboxagent.WithEgress("", "registry.npmjs.org"),
 		sandboxagent.WithSandbox(func(o *sandboxagent.SandboxOptions) {
 			o.OnEgress = func(r egressproxy.Record) { mu.Lock(); records = append(records, r); mu.Unlock() }
@@ -179,7 +179,7 @@ func TestIntegrationAgentEgressEvents(t *testing.T) {
 			srv := drivertest.FakeModel(t, drivertest.ShellThenDone(`bash -c "$CONNECT" sh deb.debian.org:443`))
 			drv := pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key}) // pi: the one agent image the Podman suite has
 			root := drivertest.AuditRoot(t)
-			a := drivertest.StartAgent(t, drv, root, sandboxagent.WithEgress(sandboxagent.EgressModel, "registry.npmjs.org"),
+			a := testenv.StartAgent(t, drv, root, sandboxagent.WithEgress(sandboxagent.EgressModel, "registry.npmjs.org"),
 				sandboxagent.WithNetwork(network),
 				sandboxagent.WithSandbox(func(o *sandboxagent.SandboxOptions) { o.Env = map[string]string{"CONNECT": connectVia} }))
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

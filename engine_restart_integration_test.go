@@ -16,6 +16,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 	"github.com/sandbox-agent/sandbox-agent/runtime/docker"
 )
@@ -36,11 +37,11 @@ func startPrivateDockerd(t *testing.T) *privateDockerd {
 		t.Skip("restarts a dockerd: Docker only")
 	}
 	if os.Geteuid() != 0 {
-		testenv.Unavailable(t, "starting a private dockerd needs root")
+		prereq.Missing(t, "starting a private dockerd needs root")
 	}
 	for _, bin := range []string{"dockerd", "unshare"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			testenv.Unavailable(t, "no %s binary: %v", bin, err)
+			prereq.Missing(t, "no %s binary: %v", bin, err)
 		}
 	}
 	// Under /tmp, not t.TempDir(): a unix socket path must stay short.

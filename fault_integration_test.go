@@ -3,7 +3,7 @@
 // Fault-injection tests: each drives an agent in a sandbox into a failure
 // and checks the outcome is a clear, typed error with nothing lost or left
 // running. The sandbox-level faults (memory hog, fork bomb, a command
-// ignoring SIGTERM) are part of the runtime contract (internal/runtimetest).
+// ignoring SIGTERM) are part of the runtime contract (runtime/runtimetest).
 package sandboxagent_test
 
 import (
@@ -19,9 +19,9 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/driver/pi"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -33,7 +33,7 @@ func piAgentWithTool(t *testing.T) (*sandboxagent.Agent, string) {
 	srv := drivertest.FakeModel(t, drivertest.ShellThenDone("echo started > /tmp/fault-mark; sleep 300"))
 	drv := pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
 	auditRoot := drivertest.AuditRoot(t)
-	return drivertest.StartAgent(t, drv, auditRoot), auditRoot
+	return testenv.StartAgent(t, drv, auditRoot), auditRoot
 }
 
 // whenToolRuns calls fn once the fake model's shell command runs in the
@@ -185,7 +185,7 @@ exec /usr/local/bin/pi "$@"
 func TestIntegrationFaultCLIMalformedAndEnormousLines(t *testing.T) {
 	srv := drivertest.FakeModel(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "DONE"}}})
 	drv := pi.New(pi.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
-	a := drivertest.StartAgent(t, drv, drivertest.AuditRoot(t))
+	a := testenv.StartAgent(t, drv, drivertest.AuditRoot(t))
 	ctx := drivertest.Ctx(t)
 	res, err := a.Container().Run(ctx, sandboxagent.ExecRequest{
 		Cmd: []string{"sh", "-c", "cat > /usr/local/sbin/pi && chmod 755 /usr/local/sbin/pi"}, User: "root", Stdin: strings.NewReader(piShim),

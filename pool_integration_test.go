@@ -12,6 +12,7 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -72,7 +73,7 @@ func TestIntegrationPool(t *testing.T) {
 	defer cancel()
 	if err := p.Wait(ctx, 2); err != nil {
 		if errors.Is(p.Err(), sandboxagent.ErrImageNotFound) {
-			testenv.Unavailable(t, "codex image missing (bash .ci/setup): %v", p.Err())
+			prereq.Missing(t, "codex image missing (bash .ci/setup): %v", p.Err())
 		}
 		t.Fatalf("pool not ready: %v (last start: %v)", err, p.Err())
 	}

@@ -175,7 +175,12 @@ func TestPoolBackgroundFailure(t *testing.T) {
 	if _, err := p.Start(context.Background()); !errors.Is(err, ErrImageNotFound) {
 		t.Errorf("Start on a failing pool: %v, want ErrImageNotFound", err)
 	}
-	time.Sleep(time.Second)
+	// The background starts of the 3 slots fail too, and are counted (the
+	// deadline only guards against a hang).
+	deadline := time.Now().Add(time.Minute)
+	for p.Stats().Failed < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -183,13 +188,30 @@ func TestPoolBackgroundFailure(t *testing.T) {
 	if s.Misses != 1 || s.Failed < 3 || !errors.Is(p.Err(), ErrImageNotFound) {
 		t.Errorf("stats %+v, last error %v: want one miss, the failures counted and kept", s, p.Err())
 	}
-	// Backoff: 3 slots retrying for a second at 250 ms, 500 ms, ... is a
-	// handful of creates, not a loop.
 	rt.fakeRuntime.mu.Lock()
 	n := creates
 	rt.fakeRuntime.mu.Unlock()
-	if n > 3*3+1 {
-		t.Errorf("%d creates in a second of failures: no backoff", n)
+	if n < 1+3 {
+		t.Errorf("%d creates, want the caller's and a background one per slot", n)
+	}
+}
+
+// A background start that keeps failing waits longer each time (the
+// retry is no loop): nothing after a success, then doubling from 250 ms
+// to a cap of 30 s. A property of the schedule, not of a clock.
+func TestPoolBackoff(t *testing.T) {
+	want := []time.Duration{0, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second,
+		4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second, 30 * time.Second}
+	p := &Pool{}
+	for failures, w := range want {
+		p.failures = failures
+		if got := p.backoffLocked(); got != w {
+			t.Errorf("backoff after %d failures: %v, want %v", failures, got, w)
+		}
+	}
+	p.failures = 1000
+	if got := p.backoffLocked(); got != 30*time.Second {
+		t.Errorf("backoff after 1000 failures: %v, want the 30s cap", got)
 	}
 }
 

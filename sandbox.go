@@ -537,7 +537,6 @@ func (s *Sandbox) ID() string { return s.id }
 // Name is the container name.
 func (s *Sandbox) Name() string { return s.name }
 
-
 // workDir is the working directory asked for ("" = the image's).
 func (s *Sandbox) workDir() string { return s.workdir }
 

@@ -5,7 +5,7 @@
 //
 // What every Runtime must do (exec, timeouts, files, hostile downloads,
 // keepalive, gc, limits, hardening) is the contract suite in
-// internal/runtimetest, run by runtime/docker's TestIntegrationContract;
+// runtime/runtimetest, run by runtime/docker's TestIntegrationContract;
 // this package keeps what goes beyond it: agents, the network boundary,
 // engine restarts, an owner process that dies.
 package sandboxagent_test

@@ -21,6 +21,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -131,7 +132,7 @@ func BenchmarkScale(b *testing.B) {
 	// driver fails once and fast, and the image is in the page cache.
 	warm, err := sandboxagent.Start(ctx, base, drv, agentOpts()...)
 	if errors.Is(err, sandboxagent.ErrImageNotFound) {
-		testenv.Unavailable(b, "image for %s missing (bash .ci/setup): %v", driverName, err)
+		prereq.Missing(b, "image for %s missing (bash .ci/setup): %v", driverName, err)
 	}
 	if err != nil {
 		b.Fatalf("warm-up start: %v", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 )
 
 // The images are built beforehand (.ci/build_docker.sh). With CI=true a
@@ -28,18 +29,10 @@ func integrationClient(t *testing.T) *client.Client {
 		_, err = c.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
 	}
 	if err != nil {
-		missing(t, "no Docker engine: %v", err)
+		prereq.Missing(t, "no Docker engine: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-func missing(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
 }
 
 // runOnce runs cmd in a fresh container of image (as the image's user) and
@@ -90,7 +83,7 @@ func TestIntegrationImagesPrintPinnedVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !ok {
-		missing(t, "%s is not built (.ci/build_docker.sh)", base.Tag)
+		prereq.Missing(t, "%s is not built (.ci/build_docker.sh)", base.Tag)
 	} else {
 		code, out := runOnce(t, c, base.Tag, "sh", "-c", "id -u; pwd; node --version; git --version; rg --version; python3 --version")
 		want := []string{"1000\n/workspace\nv" + v.Base.NodeVersion + "\n", "git version", "ripgrep", "Python 3"}
@@ -112,7 +105,7 @@ func TestIntegrationImagesPrintPinnedVersions(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !ok {
-				missing(t, "%s is not built (.ci/build_docker.sh %s)", img.Tag, cli)
+				prereq.Missing(t, "%s is not built (.ci/build_docker.sh %s)", img.Tag, cli)
 			}
 			code, out := runOnce(t, c, img.Tag, cli, "--version")
 			t.Logf("%s --version: %s", cli, strings.TrimSpace(out))

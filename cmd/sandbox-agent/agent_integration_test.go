@@ -11,6 +11,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
@@ -29,7 +30,7 @@ func agentUnavailable(t *testing.T, code int, stderr string) {
 	t.Helper()
 	if code == exitError && strings.Contains(stderr, "image not found") {
 		img, _ := catalog.Resolve(agentDriver, "", os.Getenv("SANDBOX_AGENT_IMAGE_NAME"), "")
-		testenv.Unavailable(t, "%s image %s is not in the engine's store (Docker: .ci/setup; Podman: .ci/podman.sh %s): %s", agentDriver, img, img, stderr)
+		prereq.Missing(t, "%s image %s is not in the engine's store (Docker: .ci/setup; Podman: .ci/podman.sh %s): %s", agentDriver, img, img, stderr)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -70,7 +71,7 @@ func TestIntegrationCLIImagePolicy(t *testing.T) {
 		}
 		dst, _ := catalog.Versions().Image(agentDriver, repo)
 		if _, err := cli.ImageTag(ctx, client.ImageTagOptions{Source: src, Target: dst.Tag}); err != nil {
-			testenv.Unavailable(t, "agent image %s: %v", src, err)
+			prereq.Missing(t, "agent image %s: %v", src, err)
 		}
 		eng, err := dockerEngine(ctx, "")
 		if err != nil {

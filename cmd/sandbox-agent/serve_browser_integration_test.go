@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -263,7 +264,7 @@ func chromiumPath(t *testing.T) string {
 			return p
 		}
 	}
-	testenv.Unavailable(t, "no headless Chromium among %q (apt-get install chromium-headless-shell; .ci/setup installs it)", names)
+	prereq.Missing(t, "no headless Chromium among %q (apt-get install chromium-headless-shell; .ci/setup installs it)", names)
 	return ""
 }
 

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 )
 
 // lockedBuffer is a bytes.Buffer safe for serve's goroutines and the test.
@@ -200,7 +200,7 @@ func (s *serveProc) create(t testing.TB, body map[string]any) string {
 	t.Helper()
 	resp, out := s.do(t, http.MethodPost, "/v1/agents", body)
 	if resp.StatusCode == http.StatusNotFound && bytes.Contains(out, []byte(sandboxagent.ErrImageNotFound.Error())) {
-		testenv.Unavailable(t, "the %s image is not in the engine's store (.ci/setup builds it): %s", body["driver"], out)
+		prereq.Missing(t, "the %s image is not in the engine's store (.ci/setup builds it): %s", body["driver"], out)
 	}
 	var a struct{ ID string }
 	if resp.StatusCode != http.StatusCreated || json.Unmarshal(out, &a) != nil || a.ID == "" {

@@ -17,6 +17,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -28,7 +29,7 @@ import (
 func TestPythonClient(t *testing.T) {
 	python, err := exec.LookPath("python3")
 	if err != nil {
-		testenv.Unavailable(t, "python3 is not installed: %v", err)
+		prereq.Missing(t, "python3 is not installed: %v", err)
 	}
 	driver := os.Getenv("SANDBOX_AGENT_TEST_DRIVER")
 	if driver == "" {
@@ -43,7 +44,7 @@ func TestPythonClient(t *testing.T) {
 	_, err = rt.Client().ImageInspect(ictx, img)
 	icancel()
 	if cerrdefs.IsNotFound(err) {
-		testenv.Unavailable(t, "%s image %s is not in the engine's store (.ci/setup builds it)", driver, img)
+		prereq.Missing(t, "%s image %s is not in the engine's store (.ci/setup builds it)", driver, img)
 	} else if err != nil {
 		t.Fatalf("inspect %s: %v", img, err)
 	}

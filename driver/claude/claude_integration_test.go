@@ -14,8 +14,8 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/claude"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -26,7 +26,7 @@ func newDriver(srv *fakemodel.Server) *claude.Driver {
 
 func TestClaudeShellThenDone(t *testing.T) {
 	t.Parallel()
-	a, _, srv := drivertest.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
+	a, _, srv := testenv.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
 	drivertest.ShellTurn(t, a, drivertest.ShellWant{Tool: "Bash", Capture: "fake-shell-done"})
 	if srv.Remaining() != 0 {
 		t.Errorf("%d script steps unused", srv.Remaining())
@@ -56,8 +56,8 @@ func TestClaudeUnauthorized(t *testing.T) {
 			if mode == "per-turn" {
 				opts = append(opts, perTurn(t))
 			}
-			a, _, _ := drivertest.Start(t, drivertest.Unauthorized(), newDriver, opts...)
-			b := drivertest.CheckBadKey(t, a, "claude", false)
+			a, _, _ := testenv.Start(t, drivertest.Unauthorized(), newDriver, opts...)
+			b := drivertest.CheckBadKey(t, a, "claude")
 			if mode == "per-turn" {
 				drivertest.Capture(t, b.Res, b.Err, "fake-401-agent")
 			}
@@ -97,7 +97,7 @@ func cliProcs(t *testing.T, a *sandboxagent.Agent) []string {
 // lazily: ListSessions also reads the queued prompts).
 func TestClaudeLongLived(t *testing.T) {
 	t.Parallel()
-	a, drv, srv := drivertest.Start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "ONE"}, {Text: "TWO"}, {Text: "THREE"}}}, newDriver)
+	a, drv, srv := testenv.Start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "ONE"}, {Text: "TWO"}, {Text: "THREE"}}}, newDriver)
 	ctx := drivertest.Ctx(t)
 	var procs []string
 	var session string
@@ -140,7 +140,7 @@ func TestClaudeLongLived(t *testing.T) {
 // lands after a Fork of the session; it changes no history.
 func TestClaudeExitRecords(t *testing.T) {
 	t.Parallel()
-	a, drv, _ := drivertest.Start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "ONE"}, {Text: "TWO"}, {Text: "THREE"}}}, newDriver)
+	a, drv, _ := testenv.Start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "ONE"}, {Text: "TWO"}, {Text: "THREE"}}}, newDriver)
 	ctx := drivertest.Ctx(t)
 	for _, prompt := range []string{"EXIT-FIRST-4d", "EXIT-SECOND-5e"} {
 		if _, err := a.Ask(ctx, prompt); err != nil {
@@ -202,7 +202,7 @@ func TestClaudeExitRecords(t *testing.T) {
 // (Rules, skills and continuing in general: internal/conformance.)
 func TestClaudeSkillInInit(t *testing.T) {
 	t.Parallel()
-	a, drv, _ := drivertest.Start(t, fakemodel.Script{}, newDriver)
+	a, drv, _ := testenv.Start(t, fakemodel.Script{}, newDriver)
 	ctx := drivertest.Ctx(t)
 	skill := sandboxagent.Skill{Name: "demo-skill", Files: map[string][]byte{
 		"SKILL.md": []byte("---\nname: demo-skill\ndescription: SKILL-MARKER-9 demo for tests\n---\nRun scripts/hi.sh.\n"),

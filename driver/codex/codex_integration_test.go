@@ -6,8 +6,9 @@ import (
 	"testing"
 
 	"github.com/sandbox-agent/sandbox-agent/driver/codex"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
+	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
 // newDriver is a codex driver for the fake model srv.
@@ -17,14 +18,14 @@ func newDriver(srv *fakemodel.Server) *codex.Driver {
 
 func TestCodexShellThenDone(t *testing.T) {
 	t.Parallel()
-	a, _, _ := drivertest.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
+	a, _, _ := testenv.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
 	drivertest.ShellTurn(t, a, drivertest.ShellWant{Tool: "command_execution"})
 }
 
 func TestCodexUnauthorized(t *testing.T) {
 	t.Parallel()
-	a, _, _ := drivertest.Start(t, drivertest.Unauthorized(), newDriver)
-	if b := drivertest.CheckBadKey(t, a, "codex", false); b.DE.ExitCode == 0 {
+	a, _, _ := testenv.Start(t, drivertest.Unauthorized(), newDriver)
+	if b := drivertest.CheckBadKey(t, a, "codex"); b.DE.ExitCode == 0 {
 		t.Errorf("exit code %d", b.DE.ExitCode)
 	}
 }

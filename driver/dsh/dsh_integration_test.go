@@ -10,9 +10,10 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/driver/dsh"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
+	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
 // newDriver is a dsh driver for the fake model srv.
@@ -36,7 +37,7 @@ func lastChat(t *testing.T, srv *fakemodel.Server) string {
 
 func TestDshShellThenDone(t *testing.T) {
 	t.Parallel()
-	a, _, _ := drivertest.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
+	a, _, _ := testenv.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
 	ctx := drivertest.Ctx(t)
 	_, call, result := drivertest.ShellTurn(t, a, drivertest.ShellWant{Tool: "bash", IDPrefix: "session-", Capture: "fake-shell-done"})
 	if result.Line <= call.Line {
@@ -67,8 +68,8 @@ func TestDshShellThenDone(t *testing.T) {
 
 func TestDshUnauthorized(t *testing.T) {
 	t.Parallel()
-	a, _, _ := drivertest.Start(t, drivertest.Unauthorized(), newDriver)
-	b := drivertest.CheckBadKey(t, a, "dsh", false)
+	a, _, _ := testenv.Start(t, drivertest.Unauthorized(), newDriver)
+	b := drivertest.CheckBadKey(t, a, "dsh")
 	drivertest.Capture(t, b.Res, b.Err, "fake-401")
 	if de := b.DE; de.ExitCode != 1 || !strings.Contains(de.Message, "AUTH") || !strings.Contains(de.Stderr, "dsh: AUTH") {
 		t.Errorf("DriverError %+v", de)
@@ -84,7 +85,7 @@ func TestDshUnauthorized(t *testing.T) {
 // internal/conformance.)
 func TestDshContinueCustomModel(t *testing.T) {
 	t.Parallel()
-	a, _, srv := drivertest.Start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "NOTED"}, {Text: "PINEAPPLE-42"}}}, newDriver, sandboxagent.WithModel("custom-model-1"))
+	a, _, srv := testenv.Start(t, fakemodel.Script{Responses: []fakemodel.Step{{Text: "NOTED"}, {Text: "PINEAPPLE-42"}}}, newDriver, sandboxagent.WithModel("custom-model-1"))
 	ctx := drivertest.Ctx(t)
 	r1, err := a.Stream(ctx, "Remember the code word PINEAPPLE-42.", nil)
 	if err != nil || r1.Reply != "NOTED" {
@@ -108,7 +109,7 @@ func TestDshContinueCustomModel(t *testing.T) {
 // it.
 func TestDshShellEnvironment(t *testing.T) {
 	t.Parallel()
-	a, _, _ := drivertest.Start(t, fakemodel.Script{Responses: []fakemodel.Step{{Tool: fakemodel.ToolShell, Command: "env > /tmp/env.txt"}}}, newDriver)
+	a, _, _ := testenv.Start(t, fakemodel.Script{Responses: []fakemodel.Step{{Tool: fakemodel.ToolShell, Command: "env > /tmp/env.txt"}}}, newDriver)
 	ctx := drivertest.Ctx(t)
 	if _, err := a.Stream(ctx, "FIRST-PROMPT-alpha", nil); err != nil {
 		t.Fatal(err)
@@ -126,7 +127,7 @@ func TestDshCaptureMore(t *testing.T) {
 		t.Skip("only with -capture")
 	}
 	t.Parallel()
-	a, _, srv := drivertest.Start(t, fakemodel.Script{}, newDriver)
+	a, _, srv := testenv.Start(t, fakemodel.Script{}, newDriver)
 	ctx := drivertest.Ctx(t)
 	for _, c := range []struct {
 		name   string

@@ -4,17 +4,14 @@ package opencode_test
 
 import (
 	"context"
-	"os"
-	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/driver/opencode"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -34,7 +31,7 @@ func config(auditRoot string) sandboxagent.Config {
 // start runs the fake model with script and an opencode agent talking to it.
 func start(t *testing.T, script fakemodel.Script) (*sandboxagent.Agent, *opencode.Driver, *fakemodel.Server) {
 	t.Helper()
-	return drivertest.Start(t, script, func(srv *fakemodel.Server) *opencode.Driver {
+	return testenv.Start(t, script, func(srv *fakemodel.Server) *opencode.Driver {
 		return opencode.New(opencode.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key})
 	}, sandboxagent.WithConfig(config(drivertest.AuditRoot(t))))
 }
@@ -96,34 +93,14 @@ func TestShellThenDoneAndContinue(t *testing.T) {
 	drivertest.CheckAuditLines(t, r2.AuditDir, maxLine)
 }
 
-// A rejected key fails fast with a DriverError carrying the HTTP status.
-// loadAvg is the host's 1-minute load average (0 when unknown).
-func loadAvg() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	f, _ := strconv.ParseFloat(strings.Fields(string(b) + " 0")[0], 64)
-	return f
-}
-
-// It runs alone (not parallel) so the time measured is opencode's.
+// A rejected key is a DriverError carrying the HTTP status, after one
+// request: no retry loop (the time it took is logged, not judged).
 func TestUnauthorized(t *testing.T) {
 	a, _, srv := start(t, drivertest.Unauthorized())
-	b := drivertest.CheckBadKey(t, a, "opencode", true)
+	b := drivertest.CheckBadKey(t, a, "opencode")
 	// opencode run exits 1; the long-lived server lives on.
 	if want := map[bool]int{true: 1, false: 0}[testenv.Config().PerTurn]; b.DE.ExitCode != want {
 		t.Errorf("DriverError %+v", b.DE)
-	}
-	if b.Took > 30*time.Second {
-		// opencode needs ~10 CPU-seconds to start; on a host loaded far
-		// beyond its cores that alone can pass 30 s. The property under
-		// test (no retry loop) is the single request checked below.
-		if load, cpus := loadAvg(), runtime.NumCPU(); load > 2*float64(cpus) {
-			t.Logf("401 took %v (> 30s) with load average %.1f on %d CPUs: not counted as a failure", b.Took, load, cpus)
-		} else {
-			t.Errorf("401 took %v (want < 30s; load average %.1f on %d CPUs)", b.Took, load, cpus)
-		}
 	}
 	// No retry of a 401 (and no title request: --title).
 	if n := len(srv.Requests()); n != 1 {
@@ -153,7 +130,7 @@ func TestServerMemoryBoundRestarts(t *testing.T) {
 	// the scan of serverPID would have seen one.
 	const scan = `for d in /proc/[0-9]*; do [ "$(cat "$d/comm" 2>/dev/null)" = opencode ] && echo found-the-server; done; true`
 	script := fakemodel.Script{Responses: []fakemodel.Step{{Text: "ONE"}, {Tool: "shell", Command: scan}, {Text: "TWO"}}}
-	a, _, srv := drivertest.Start(t, script, func(srv *fakemodel.Server) *opencode.Driver {
+	a, _, srv := testenv.Start(t, script, func(srv *fakemodel.Server) *opencode.Driver {
 		return opencode.New(opencode.Options{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, ServerMemoryMB: 1})
 	}, sandboxagent.WithConfig(config(drivertest.AuditRoot(t))))
 	ctx := longCtx(t)

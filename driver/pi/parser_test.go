@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 )
 
 // TestParserGolden: ref-* are the reference study's captures (pi 0.73.1 against its Python

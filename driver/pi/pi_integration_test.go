@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/driver/pi"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
+	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
 // newDriver is a pi driver for the fake model srv.
@@ -19,7 +20,7 @@ func newDriver(srv *fakemodel.Server) *pi.Driver {
 
 func TestPiShellThenDone(t *testing.T) {
 	t.Parallel()
-	a, _, _ := drivertest.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
+	a, _, _ := testenv.Start(t, drivertest.ShellThenDone(drivertest.ShellCommand), newDriver)
 	drivertest.ShellTurn(t, a, drivertest.ShellWant{Tool: "bash", Capture: "fake-shell-done"})
 }
 
@@ -27,8 +28,8 @@ func TestPiShellThenDone(t *testing.T) {
 // it measures the time to the error, which on a loaded 2-core machine
 // grows several times over when four other pi processes start with it.
 func TestPiUnauthorized(t *testing.T) {
-	a, _, srv := drivertest.Start(t, drivertest.Unauthorized(), newDriver)
-	b := drivertest.CheckBadKey(t, a, "pi", false)
+	a, _, srv := testenv.Start(t, drivertest.Unauthorized(), newDriver)
+	b := drivertest.CheckBadKey(t, a, "pi")
 	if evs := b.Res.Events; len(evs) > 0 {
 		t.Logf("first output line after %v, last after %v", b.Took-time.Since(evs[0].Time), b.Took-time.Since(evs[len(evs)-1].Time))
 	}
@@ -46,7 +47,7 @@ func TestPiUnauthorized(t *testing.T) {
 // (Rules, skills and continuing: internal/conformance.)
 func TestPiShellHidesKey(t *testing.T) {
 	t.Parallel()
-	a, _, _ := drivertest.Start(t, fakemodel.Script{Responses: []fakemodel.Step{
+	a, _, _ := testenv.Start(t, fakemodel.Script{Responses: []fakemodel.Step{
 		{Tool: fakemodel.ToolShell, Command: `echo "key=[$` + pi.KeyEnv + `]" > /tmp/key.txt`},
 		{Text: "FIRST"},
 	}}, newDriver)

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -51,7 +51,7 @@ func TestConformanceAbort(t *testing.T) {
 			cfg.AuditRoot = drivertest.AuditRoot(t)
 			cfg.Timeouts.Ask = 5 * time.Minute
 			cfg.PerTurn = m.perTurn
-			a := drivertest.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
+			a := testenv.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
 			_, longLived := drv.(sandboxagent.LongLived)
 			if want := sandboxagent.AbortKill; longLived && drv.Traits().Abort != sandboxagent.AbortInterrupt || !longLived && drv.Traits().Abort != want {
 				t.Errorf("Traits.Abort = %q (long-lived mode %v)", drv.Traits().Abort, longLived)

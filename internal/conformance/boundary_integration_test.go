@@ -15,8 +15,9 @@ import (
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
+	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 )
 
@@ -39,7 +40,7 @@ func TestConformanceKeyNeverInSandbox(t *testing.T) {
 			srv := drivertest.FakeModel(t, drivertest.ShellThenDone(spyCommand))
 			drv := drivers.All()[name](drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
 			root := drivertest.AuditRoot(t)
-			a := drivertest.StartAgent(t, drv, root)
+			a := testenv.StartAgent(t, drv, root)
 			res, err := a.Stream(drivertest.Ctx(t), "spy", nil)
 			if err != nil || res.Reply != "DONE" {
 				t.Fatalf("turn through the model proxy: reply %q, err %v", res.Reply, err)

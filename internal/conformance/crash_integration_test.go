@@ -11,9 +11,9 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -61,7 +61,7 @@ func TestConformanceCLICrash(t *testing.T) {
 			cfg.AuditRoot = drivertest.AuditRoot(t)
 			cfg.Timeouts.Ask = 5 * time.Minute
 			cfg.PerTurn = false // whatever SANDBOX_AGENT_PER_TURN says: this is the long-lived mode's test
-			a := drivertest.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
+			a := testenv.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
 			ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 			defer cancel()
 

@@ -18,9 +18,9 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -184,7 +184,7 @@ func TestConformanceFloodChild(t *testing.T) {
 	if cfg.Limits != sandboxagent.DefaultConfig().Limits {
 		t.Fatalf("limits %+v, want the defaults", cfg.Limits)
 	}
-	a := drivertest.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
+	a := testenv.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
 	var rep floodReport
 	rep.BaseHWMBytes = vmHWM(t)
 

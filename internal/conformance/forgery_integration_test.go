@@ -16,9 +16,9 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -267,7 +267,7 @@ func forgeryTurn(t *testing.T, name string, attack forgeryAttack) {
 	cfg.AuditRoot = drivertest.AuditRoot(t)
 	cfg.Timeouts.Ask = 4 * time.Minute
 	cfg.PerTurn = attack.perTurn // whatever SANDBOX_AGENT_PER_TURN says: each mode has its subtest
-	a := drivertest.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
+	a := testenv.StartAgent(t, drv, cfg.AuditRoot, sandboxagent.WithConfig(cfg))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if err := a.Container().WriteFile(ctx, forgedPath, forged, 0o644); err != nil {

@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
 )
 
 // versions.json is the one list of CLIs: every CLI it pins has a driver

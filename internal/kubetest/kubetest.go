@@ -11,7 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/runtime/kubernetes"
 )
 
@@ -30,7 +30,7 @@ const Namespace = "default"
 func Runtime(t testing.TB) *kubernetes.Runtime {
 	t.Helper()
 	if os.Getenv("KUBECONFIG") == "" {
-		testenv.Unavailable(t, "no cluster: KUBECONFIG is not set (bash .ci/k8s.sh start; eval \"$(bash .ci/k8s.sh env)\")")
+		prereq.Missing(t, "no cluster: KUBECONFIG is not set (bash .ci/k8s.sh start; eval \"$(bash .ci/k8s.sh env)\")")
 	}
 	ns := os.Getenv("SANDBOX_AGENT_KUBERNETES_NAMESPACE")
 	if ns == "" {
@@ -40,12 +40,12 @@ func Runtime(t testing.TB) *kubernetes.Runtime {
 	// (the scale round); their limits are the library's defaults.
 	rt, err := kubernetes.New(context.Background(), kubernetes.Options{Namespace: ns, PullPolicy: corev1.PullIfNotPresent, CPURequest: "50m"})
 	if err != nil {
-		testenv.Unavailable(t, "no cluster: %v", err)
+		prereq.Missing(t, "no cluster: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := rt.Info(ctx); err != nil {
-		testenv.Unavailable(t, "no cluster at KUBECONFIG=%s: %v", os.Getenv("KUBECONFIG"), err)
+		prereq.Missing(t, "no cluster at KUBECONFIG=%s: %v", os.Getenv("KUBECONFIG"), err)
 	}
 	return rt
 }

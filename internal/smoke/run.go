@@ -27,6 +27,7 @@ type run struct {
 
 	firstPrompt string
 	firstTurn   sandboxagent.TurnResult
+	secondTurn  sandboxagent.TurnResult
 	origSession string
 	forkSession string
 	dump        sandboxagent.SessionDump

@@ -1,8 +1,15 @@
 // Package smoke runs the main behaviours of sandbox-agent end to end
 // against real agent CLIs, per driver, in order: container I/O, ask, tool
 // events, continue, fork isolation, skills and rules, delete/dump, audit,
-// cross-container load and a bad key. The `smoke` command and the
-// drivers' conformance test both run it.
+// cross-container load and a bad key. With the fake model it checks
+// more than a real model allows: what reached the model (history, rules,
+// skills), thinking and usage events where the driver declares them.
+//
+// These steps are the project's one source of end-to-end scenarios: the
+// `smoke` command runs them, and so does the conformance suite
+// (internal/conformance, a subtest per step with Begin and
+// TargetRun.Step), which adds only what smoke cannot do to a user's
+// machine (attacks, floods, crashes, aborts).
 package smoke
 
 import (
@@ -104,27 +111,11 @@ func na(format string, args ...any) error { return errNA{fmt.Sprintf(format, arg
 // runTarget runs every step for one target, in order; a failed set-up
 // fails every step with its cause.
 func runTarget(ctx context.Context, o Options, t Target) []StepResult {
-	r := &run{o: o, t: t, ctx: ctx, marker: strings.ToUpper(randHex(4))}
+	tr := Begin(ctx, o, t)
+	defer tr.Close()
 	var out []StepResult
-	setupErr := r.setup()
-	defer r.close()
 	for _, name := range Steps {
-		start := time.Now()
-		var err error
-		if setupErr != nil {
-			err = fmt.Errorf("set-up failed: %w", setupErr)
-		} else {
-			err = r.step(name)
-		}
-		d := time.Since(start)
-		res := StepResult{Driver: t.Name, Step: name, Status: Pass, Duration: d, Seconds: d.Round(time.Millisecond).Seconds()}
-		var notApp errNA
-		switch {
-		case errors.As(err, &notApp):
-			res.Status, res.Detail = NotApplicable, notApp.why
-		case err != nil:
-			res.Status, res.Detail = Fail, err.Error()
-		}
+		res := tr.Step(name)
 		if o.Progress != nil {
 			o.Progress(res)
 		}
@@ -132,6 +123,47 @@ func runTarget(ctx context.Context, o Options, t Target) []StepResult {
 	}
 	return out
 }
+
+// TargetRun is one target's run, step by step: what Run does for each
+// target, for a caller that reports each step on its own (the
+// conformance test runs each as a subtest). Steps depend on the earlier
+// ones: call Step with the names of Steps, in order.
+type TargetRun struct {
+	r        *run
+	setupErr error
+}
+
+// Begin sets one target up (the audit folder, the fake model, the first
+// agent); a failed set-up fails every step with its cause. Close ends it.
+func Begin(ctx context.Context, o Options, t Target) *TargetRun {
+	r := &run{o: o, t: t, ctx: ctx, marker: strings.ToUpper(randHex(4))}
+	return &TargetRun{r: r, setupErr: r.setup()}
+}
+
+// Step runs one step (a name of Steps) and returns its result.
+func (tr *TargetRun) Step(name string) StepResult {
+	start := time.Now()
+	var err error
+	if tr.setupErr != nil {
+		err = fmt.Errorf("set-up failed: %w", tr.setupErr)
+	} else {
+		err = tr.r.step(name)
+	}
+	d := time.Since(start)
+	res := StepResult{Driver: tr.r.t.Name, Step: name, Status: Pass, Duration: d, Seconds: d.Round(time.Millisecond).Seconds()}
+	var notApp errNA
+	switch {
+	case errors.As(err, &notApp):
+		res.Status, res.Detail = NotApplicable, notApp.why
+	case err != nil:
+		res.Status, res.Detail = Fail, err.Error()
+	}
+	return res
+}
+
+// Close destroys the target's sandboxes, stops its fake model and removes
+// its audit folder.
+func (tr *TargetRun) Close() { tr.r.close() }
 
 // step runs one named step under the ask timeout plus slack for the
 // step's own execs.

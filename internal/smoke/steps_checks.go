@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
@@ -17,7 +18,8 @@ import (
 )
 
 // auditStep: the first turn's audit folder holds session.jsonl (the raw
-// stdout), events.jsonl pointing back to its lines, and status.json; the
+// stdout), events.jsonl pointing back to its lines, and status.json; a
+// second turn of the session numbered its lines on in the same files; the
 // key appears in none of them.
 func (r *run) auditStep() error {
 	dir := r.firstTurn.AuditDir
@@ -39,10 +41,19 @@ func (r *run) auditStep() error {
 	for _, e := range r.firstTurn.Events {
 		maxLine = max(maxLine, e.Line)
 	}
+	if r.secondTurn.AuditDir == dir {
+		first := maxLine
+		for _, e := range r.secondTurn.Events {
+			if e.Line != 0 && e.Line <= first {
+				return fmt.Errorf("the second turn's event points to line %d, the first turn's end at line %d", e.Line, first)
+			}
+			maxLine = max(maxLine, e.Line)
+		}
+	}
 	if lines := bytes.Count(raw, []byte("\n")); lines < maxLine || maxLine == 0 {
 		return fmt.Errorf("session.jsonl has %d lines, events point to line %d", lines, maxLine)
 	}
-	if bytes.Count(events, []byte("\n")) < len(r.firstTurn.Events) {
+	if bytes.Count(events, []byte("\n")) < len(r.firstTurn.Events)+len(r.secondTurn.Events) {
 		return errors.New("events.jsonl has fewer lines than the turn's events")
 	}
 	key := r.ep.APIKey
@@ -64,8 +75,10 @@ func (r *run) auditStep() error {
 	})
 }
 
-// badKey: an agent with a wrong key fails its turn with a *DriverError,
-// never an empty success.
+// badKey: an agent with a wrong key fails its turn with a *DriverError
+// with a message and without the key, never an empty success. The
+// deadline only guards against a hang (a retry loop shows as many
+// requests, not as seconds).
 func (r *run) badKey(ctx context.Context) error {
 	bad := r.ep
 	bad.APIKey = "sk-invalid-" + randHex(12)
@@ -77,16 +90,18 @@ func (r *run) badKey(ctx context.Context) error {
 	if err := r.script(fakemodel.Script{Responses: []fakemodel.Step{{Text: "SHOULD NOT HAPPEN"}}}); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	start := time.Now()
 	_, err = a.Ask(ctx, "Say hello.")
 	var de *sandboxagent.DriverError
 	if !errors.As(err, &de) {
 		return fmt.Errorf("want a DriverError, got %v", err)
 	}
-	if d := time.Since(start); d > 30*time.Second {
-		return fmt.Errorf("DriverError after %v (want < 30s)", d.Round(time.Second))
+	if de.Message == "" {
+		return errors.New("DriverError without a message")
+	}
+	if strings.Contains(de.Error()+de.Stderr, bad.APIKey) {
+		return errors.New("the key leaked into the DriverError")
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ package smoke
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -61,6 +62,10 @@ func (r *run) forkIsolation(ctx context.Context) error {
 			return fmt.Errorf("dump before fork: %w", err)
 		}
 	}
+	n := 0
+	if r.fake != nil {
+		n = len(r.fake.Requests())
+	}
 	fork, err := r.agent.Fork(ctx, r.origSession)
 	if err != nil {
 		return err
@@ -69,12 +74,23 @@ func (r *run) forkIsolation(ctx context.Context) error {
 		return fmt.Errorf("fork id %q", fork)
 	}
 	r.forkSession = fork
+	if r.fake != nil && len(r.fake.Requests()) != n {
+		return errors.New("the fork made a model request")
+	}
+	if r.caps.Sessions {
+		list, err := r.agent.ListSessions(ctx)
+		if err != nil {
+			return fmt.Errorf("list after the fork: %w", err)
+		}
+		if !hasSession(list, r.origSession) || !hasSession(list, fork) {
+			return fmt.Errorf("sessions after the fork %+v, want %s and %s", list, r.origSession, fork)
+		}
+	}
 	forkMarker := "FORK-" + r.marker
 	if err := r.script(fakemodel.Script{Responses: []fakemodel.Step{{Text: "FORKED"}, {Text: "ORIGINAL"}}}); err != nil {
 		return err
 	}
 	r.agent.SetSession(fork)
-	n := 0
 	if r.fake != nil {
 		n = len(r.fake.Requests())
 	}
@@ -170,8 +186,10 @@ func (r *run) skillsRules(ctx context.Context) error {
 	return nil
 }
 
-// deleteDump: list shows the session, dump captures its turns (kept for
-// load), and delete removes the fork (or the session) from the list.
+// deleteDump: list shows the session, dump captures its turns without
+// the key (kept for load as a caller stores it, through JSON), and delete
+// removes the fork (or the session) from the list; the deleted session
+// cannot be dumped, nor continued (a DriverError, not a fresh session).
 func (r *run) deleteDump(ctx context.Context) error {
 	if !r.caps.Sessions {
 		return na("driver declares no session list/delete/dump/load")
@@ -190,7 +208,20 @@ func (r *run) deleteDump(ctx context.Context) error {
 	if len(d.Files) == 0 || !strings.Contains(sessionText(d), r.marker) {
 		return errors.New("the dump does not hold the session's turns")
 	}
-	r.dump = d
+	if d.Driver != r.t.Name || d.SessionID != r.origSession {
+		return fmt.Errorf("dump of driver %q session %q, want %s %s", d.Driver, d.SessionID, r.t.Name, r.origSession)
+	}
+	if key := r.ep.APIKey; len(key) >= 4 && strings.Contains(sessionText(d), key) {
+		return errors.New("the dump holds the API key")
+	}
+	js, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	r.dump = sandboxagent.SessionDump{}
+	if err := json.Unmarshal(js, &r.dump); err != nil {
+		return fmt.Errorf("the dump through JSON: %w", err)
+	}
 	victim := r.forkSession
 	if victim == "" {
 		victim = r.origSession
@@ -204,6 +235,19 @@ func (r *run) deleteDump(ctx context.Context) error {
 	}
 	if hasSession(list, victim) {
 		return fmt.Errorf("%s still listed after delete", victim)
+	}
+	if _, err := r.agent.DumpSession(ctx, victim); err == nil {
+		return fmt.Errorf("dump of the deleted %s succeeded", victim)
+	}
+	if err := r.script(fakemodel.Script{Responses: []fakemodel.Step{{Text: "SHOULD NOT HAPPEN"}}}); err != nil {
+		return err
+	}
+	prev := r.agent.SessionID()
+	r.agent.SetSession(victim)
+	defer r.agent.SetSession(prev)
+	_, err = r.agent.Stream(ctx, "A turn on the deleted session", nil)
+	if de := (*sandboxagent.DriverError)(nil); !errors.As(err, &de) {
+		return fmt.Errorf("a turn on the deleted %s: %v, want a DriverError", victim, err)
 	}
 	return nil
 }
@@ -247,11 +291,14 @@ func (r *run) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("continue the loaded session: %w", err)
 	}
-	if res.SessionID != id {
-		return fmt.Errorf("loaded session %s, turn ran in %s", id, res.SessionID)
+	if id != r.dump.SessionID || res.SessionID != id {
+		return fmt.Errorf("dumped session %s, loaded %s, turn ran in %s", r.dump.SessionID, id, res.SessionID)
 	}
 	if r.fake != nil && !r.sawInRequests(n, "Smoke test "+r.marker) {
 		return errors.New("the model did not see the loaded history")
+	}
+	if r.fake != nil && r.forkSession != "" && r.sawInRequests(n, "FORK-"+r.marker) {
+		return errors.New("the loaded session's history holds the fork's turn")
 	}
 	return nil
 }

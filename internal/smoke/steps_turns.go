@@ -61,14 +61,19 @@ func (r *run) containerIO(ctx context.Context) error {
 	return nil
 }
 
-const smokeFile = "/tmp/smoke-out.txt"
+const (
+	smokeFile = "/tmp/smoke-out.txt"
+	// thinkingMarker is in the fake model's reasoning of the first turn.
+	thinkingMarker = "THINKING-MARKER"
+)
 
 // ask: the first turn runs a shell tool and answers DONE; its events and
-// session are kept for the next steps.
+// session are kept for the next steps. The fake model also reasons and
+// reports token counts (tool_events checks the events).
 func (r *run) ask(ctx context.Context) error {
 	if err := r.script(fakemodel.Script{Responses: []fakemodel.Step{
-		{Tool: fakemodel.ToolShell, Command: "echo hi > " + smokeFile},
-		{Text: "DONE"},
+		{Thinking: thinkingMarker + " reasoning", Tool: fakemodel.ToolShell, Command: "echo hi > " + smokeFile},
+		{Text: "DONE", Usage: &fakemodel.Usage{InputTokens: 321, OutputTokens: 12}},
 	}}); err != nil {
 		return err
 	}
@@ -96,10 +101,33 @@ func (r *run) ask(ctx context.Context) error {
 }
 
 // toolEvents: the first turn reported the tool call (with its command) and
-// its result, and the file the tool wrote exists.
+// its result; with the fake model, the turn ended with a done event
+// carrying the reply, and a driver that declares thinking or usage
+// reported the model's reasoning and token counts.
 func (r *run) toolEvents() error {
-	if r.firstTurn.Events == nil {
+	evs := r.firstTurn.Events
+	if evs == nil {
 		return errors.New("no turn to inspect (ask failed)")
+	}
+	if r.fake != nil {
+		if last := evs[len(evs)-1]; last.Kind != sandboxagent.KindDone || last.Payload.Text != "DONE" {
+			return fmt.Errorf("last event %+v, want done with DONE", last)
+		}
+		var thinking, usage bool
+		for _, e := range evs {
+			switch e.Kind {
+			case sandboxagent.KindThinking:
+				thinking = thinking || strings.Contains(e.Payload.Text, thinkingMarker)
+			case sandboxagent.KindUsage:
+				usage = usage || e.Payload.InputTokens > 0 || e.Payload.OutputTokens > 0
+			}
+		}
+		if r.caps.Thinking && !thinking {
+			return errors.New("declares Thinking but no thinking event carried the model's reasoning")
+		}
+		if r.caps.Usage && !usage {
+			return errors.New("declares Usage but reported no token counts")
+		}
 	}
 	var call *sandboxagent.Event
 	for i, e := range r.firstTurn.Events {
@@ -133,7 +161,8 @@ func (r *run) sawInRequests(n int, text string) bool {
 
 // continueStep: a second turn of the same session sees the first turn's
 // marker (in the model's request with the fake model; in the reply with a
-// real one).
+// real one), in the same audit folder, with no event the parser did not
+// understand.
 func (r *run) continueStep(ctx context.Context) error {
 	if !r.caps.Continue {
 		return na("driver declares no continue")
@@ -156,11 +185,20 @@ func (r *run) continueStep(ctx context.Context) error {
 	}
 	n := len(r.fake.Requests())
 	res, err := r.agent.Stream(ctx, "Second turn "+r.marker+"-2", nil)
+	r.secondTurn = res
 	if err != nil {
 		return err
 	}
 	if res.SessionID != r.origSession {
 		return fmt.Errorf("session changed: %s → %s", r.origSession, res.SessionID)
+	}
+	if res.AuditDir != r.firstTurn.AuditDir {
+		return fmt.Errorf("the second turn's audit folder %s, the first's %s", res.AuditDir, r.firstTurn.AuditDir)
+	}
+	for _, e := range res.Events {
+		if e.Kind == sandboxagent.KindRaw {
+			return fmt.Errorf("the second turn has a raw event: %.300s", e.Payload.Raw)
+		}
 	}
 	if !r.sawInRequests(n, "Smoke test "+r.marker) {
 		return errors.New("the model did not see the first turn")

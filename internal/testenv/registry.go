@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 )
 
 // Registry starts a real image registry (Debian's docker-registry, the
@@ -30,7 +32,7 @@ func Registry(t testing.TB) string {
 	}
 	bin, err := exec.LookPath("docker-registry")
 	if err != nil {
-		Unavailable(t, "docker-registry is not installed (apt-get install docker-registry): %v", err)
+		prereq.Missing(t, "docker-registry is not installed (apt-get install docker-registry): %v", err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/api/types/build"
 	"github.com/moby/moby/client"
 
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/runtime/docker"
 )
 
@@ -28,7 +29,7 @@ func StandInImage(t testing.TB, rt *docker.Runtime, ref, label string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := c.ImageInspect(ctx, Image()); cerrdefs.IsNotFound(err) {
-		Unavailable(t, "test image %s is missing (build it with .ci/build_base.sh)", Image())
+		prereq.Missing(t, "test image %s is missing (build it with .ci/build_base.sh)", Image())
 	}
 	var ctxTar bytes.Buffer
 	tw := tar.NewWriter(&ctxTar)

@@ -1,5 +1,5 @@
 // Package testenv gives integration tests a real engine and test image,
-// failing (not skipping) when CI=true and either is missing.
+// failing (not skipping) when CI=true and either is missing (prereq.Missing).
 package testenv
 
 import (
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/runtime/docker"
 )
 
@@ -27,18 +28,6 @@ func Image() string {
 	return DefaultImage
 }
 
-// InCI reports whether missing prerequisites must fail rather than skip.
-func InCI() bool { return os.Getenv("CI") == "true" }
-
-// Unavailable fails the test in CI and skips it elsewhere.
-func Unavailable(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if InCI() {
-		t.Fatalf("CI=true and "+format, args...)
-	}
-	t.Skipf(format, args...)
-}
-
 // Runtime connects to the engine named by DOCKER_HOST (or the default
 // socket) and checks it answers. DOCKER_HOST is the one switch between
 // engines because everything honours it: this helper, the library's
@@ -52,12 +41,12 @@ func Runtime(t testing.TB) *docker.Runtime {
 	t.Helper()
 	rt, err := docker.New(context.Background(), docker.Options{})
 	if err != nil {
-		Unavailable(t, "no container engine: %v", err)
+		prereq.Missing(t, "no container engine: %v", err)
 	}
 	t.Cleanup(func() { rt.Close() })
 	info, err := engineInfo(rt)
 	if err != nil {
-		Unavailable(t, "no container engine: %v", err)
+		prereq.Missing(t, "no container engine: %v", err)
 	}
 	if want := os.Getenv("SANDBOX_AGENT_TEST_ENGINE"); want != "" && want != info.Name {
 		t.Fatalf("SANDBOX_AGENT_TEST_ENGINE=%s but the engine at DOCKER_HOST=%q is %s %s", want, os.Getenv("DOCKER_HOST"), info.Name, info.Version)
@@ -128,7 +117,7 @@ func Sandbox(t testing.TB, rt sandboxagent.Runtime, opts sandboxagent.SandboxOpt
 	defer cancel()
 	sb, err := sandboxagent.NewSandbox(ctx, rt, opts)
 	if errors.Is(err, sandboxagent.ErrImageNotFound) {
-		Unavailable(t, "image %s is missing (build it with .ci/build_base.sh): %v", opts.Image, err)
+		prereq.Missing(t, "image %s is missing (build it with .ci/build_base.sh): %v", opts.Image, err)
 	}
 	if err != nil {
 		t.Fatalf("NewSandbox: %v", err)

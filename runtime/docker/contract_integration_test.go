@@ -16,12 +16,13 @@ import (
 	"github.com/moby/moby/client"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/internal/runtimetest"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 	"github.com/sandbox-agent/sandbox-agent/runtime/docker"
+	"github.com/sandbox-agent/sandbox-agent/runtime/runtimetest"
 )
 
-// The runtime contract (internal/runtimetest) on the engine DOCKER_HOST
+// The runtime contract (runtime/runtimetest) on the engine DOCKER_HOST
 // names: Docker, or Podman's compatible API (CI's Podman step sets
 // DOCKER_HOST and SANDBOX_AGENT_TEST_ENGINE=podman, which testenv checks).
 func TestIntegrationContract(t *testing.T) {
@@ -30,7 +31,7 @@ func TestIntegrationContract(t *testing.T) {
 	defer cancel()
 	info, err := rt.Info(ctx)
 	if err != nil {
-		testenv.Unavailable(t, "no container engine: %v", err)
+		prereq.Missing(t, "no container engine: %v", err)
 	}
 	if info.Name != "docker" && info.Name != "podman" {
 		t.Fatalf("engine name %q, want docker or podman", info.Name)
@@ -39,7 +40,7 @@ func TestIntegrationContract(t *testing.T) {
 		t.Fatalf("incomplete engine info %+v", info)
 	}
 	if _, err := rt.Client().ImageInspect(ctx, testenv.Image()); cerrdefs.IsNotFound(err) {
-		testenv.Unavailable(t, "test image %s is missing (build it with .ci/build_base.sh)", testenv.Image())
+		prereq.Missing(t, "test image %s is missing (build it with .ci/build_base.sh)", testenv.Image())
 	}
 	runtimetest.Run(t, runtimetest.Backend{
 		Runtime: rt,

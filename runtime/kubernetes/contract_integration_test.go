@@ -15,12 +15,12 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/internal/kubetest"
-	"github.com/sandbox-agent/sandbox-agent/internal/runtimetest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 	"github.com/sandbox-agent/sandbox-agent/runtime/kubernetes"
+	"github.com/sandbox-agent/sandbox-agent/runtime/runtimetest"
 )
 
-// The runtime contract (internal/runtimetest) on the cluster KUBECONFIG
+// The runtime contract (runtime/runtimetest) on the cluster KUBECONFIG
 // names (.ci/k8s.sh start), with the test image imported into the node.
 func TestIntegrationContract(t *testing.T) {
 	rt := kubetest.Runtime(t)

@@ -126,8 +126,10 @@ type Runtime struct {
 }
 
 var (
-	_ sandboxagent.Runtime         = (*Runtime)(nil)
-	_ interface{ Features() sandboxagent.RuntimeFeatures } = (*Runtime)(nil)
+	_ sandboxagent.Runtime = (*Runtime)(nil)
+	_ interface {
+		Features() sandboxagent.RuntimeFeatures
+	} = (*Runtime)(nil)
 )
 
 // New loads the configuration; it does not contact the cluster (Info

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/runtime/podman"
 )
 
@@ -31,7 +31,7 @@ func TestIntegrationPodmanNew(t *testing.T) {
 	defer rt.Close()
 	info, err := rt.Info(ctx)
 	if err != nil {
-		if testenv.InCI() && os.Getenv("SANDBOX_AGENT_TEST_ENGINE") == "podman" {
+		if prereq.InCI() && os.Getenv("SANDBOX_AGENT_TEST_ENGINE") == "podman" {
 			t.Fatal(err)
 		}
 		t.Skipf("podman at %s does not answer: %v", host, err)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/internal/drivertest"
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 )
 
 // mode is the permission bits of rel under h's home.

@@ -2,25 +2,33 @@
 // passes: one suite of subtests, run through the public API (NewSandbox,
 // Sandbox.Run/Exec/Upload/Download/ReadFile/WriteFile/Close/Inspect, GC,
 // and the Runtime itself where it is the contract), against a backend the
-// caller supplies. A backend's package calls Run from an integration test:
+// caller supplies. Docker, Podman and Kubernetes pass it here; a backend
+// of your own (sandboxagent.Runtime invites one) runs it the same way,
+// from an integration test of its package:
+//
+//	//go:build integration
 //
 //	func TestIntegrationContract(t *testing.T) {
-//		rt := ... // the backend, connected; skip or fail (CI=true) when there is none
+//		rt := ... // the backend, connected; skip (or fail under CI) when there is none
 //		runtimetest.Run(t, runtimetest.Backend{
 //			Runtime:     rt,
-//			Image:       testenv.Image(),
-//			Config:      testenv.Config(),
+//			Image:       "debian:stable-slim",
+//			Config:      cfg, // short timeouts; zero: the defaults
 //			Foreign:     func(t *testing.T) func() bool { ... },
 //			Unreachable: func(t *testing.T) sandboxagent.Runtime { ... },
 //		})
 //	}
 //
+// then go test -tags integration -run TestIntegrationContract ./yourengine/.
+// runtime/docker/contract_integration_test.go is a complete example.
+//
 // What a backend lacks (sandboxagent.FeaturesOf) is not skipped: the suite
 // asserts the documented downgrade instead (a typed error, or the weaker
 // state), so a backend passes only by doing what it says.
 //
-// The package depends on the root package alone (no engine client), so a
-// backend's test binary links only its own engine's client.
+// The package depends on the root package alone (no engine client, no
+// fake: every subtest needs a live engine), so a backend's test binary
+// links only its own engine's client.
 package runtimetest
 
 import (

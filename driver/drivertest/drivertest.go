@@ -1,8 +1,41 @@
-// Package drivertest holds what the drivers' tests share: HostOps, the
-// fake sandbox of the unit tests; the golden-file harness of the parser
-// tests; and helpers that run real agent CLIs in their real images
-// against the fake model, for the end-to-end tests (build tag
-// integration).
+// Package drivertest is the test kit of agent drivers (package driver/*
+// here, or a driver of your own for a CLI this project does not ship). It
+// has two halves, and neither links a container engine's client:
+//
+// Unit fakes, no engine: HostOps, a fake sandbox whose commands run on
+// the host in a private tree (the driver's real shell scripts with the
+// host's sh); CheckRulesAndSkills, the rules and skills contract on
+// HostOps; CheckGolden, the golden-file harness of a parser (go test
+// -update rewrites the files).
+//
+// End to end, against the driver's real CLI in its real image and the
+// fake model (package fakemodel) on the host's loopback: FakeModel,
+// StartAgent and Start (on the sandboxagent.Runtime you pass: Docker,
+// Podman, Kubernetes or your own engine), then the checks every driver
+// passes: ShellTurn (a tool call, its result, the events, the audit, no
+// key in the sandbox), CheckBadKey (a 401 is a one-line *DriverError
+// without the key), CheckAuditLines, NoKeyInHome, RequestText (what
+// reached the model). Put these tests behind a build tag (this project
+// uses integration) so a plain go test needs no engine.
+//
+// Running the contract against your own driver:
+//
+//	//go:build integration
+//
+//	func TestShellTurn(t *testing.T) {
+//		rt, err := docker.New(context.Background(), docker.Options{}) // or your engine
+//		if err != nil {
+//			t.Skip(err)
+//		}
+//		a, _, _ := drivertest.Start(t, rt, drivertest.ShellThenDone(drivertest.ShellCommand),
+//			func(m *fakemodel.Server) *mycli.Driver {
+//				return mycli.New(mycli.Options{BaseURL: m.URL() + "/v1", APIKey: drivertest.Key})
+//			})
+//		drivertest.ShellTurn(t, a, drivertest.ShellWant{Tool: "bash"})
+//	}
+//
+// A missing image (or engine) fails the test under CI=true and skips it
+// elsewhere.
 package drivertest
 
 import (
@@ -20,7 +53,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
-	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 )
 
 // Key is the API key tests give drivers; the fake expects it, so a test
@@ -62,14 +95,19 @@ func Unauthorized() fakemodel.Script {
 // AuditRoot is a fresh audit root for one test.
 func AuditRoot(t testing.TB) string { return filepath.Join(t.TempDir(), "audit") }
 
-// StartAgent starts drv's CLI in its image with the default boundary (no
-// network; the model proxy forwards to the fake model on 127.0.0.1) and
-// the audit under auditRoot. A
-// missing image fails in CI and skips elsewhere.
-func StartAgent(t testing.TB, drv sandboxagent.Driver, auditRoot string, opts ...sandboxagent.AgentOption) *sandboxagent.Agent {
+// StartAgent starts drv's CLI in its image on rt, with the default
+// boundary (no network; the model proxy forwards to the fake model on
+// 127.0.0.1) and the audit under auditRoot, and closes it at cleanup. The
+// agent's configuration is sandboxagent.DefaultConfig with that audit
+// root and a generous turn timeout; opts come after it (a WithConfig
+// replaces it whole: set its AuditRoot). A missing image fails the test
+// under CI=true and skips it elsewhere.
+func StartAgent(t testing.TB, rt sandboxagent.Runtime, drv sandboxagent.Driver, auditRoot string, opts ...sandboxagent.AgentOption) *sandboxagent.Agent {
 	t.Helper()
-	rt := testenv.Runtime(t)
-	cfg := testenv.Config()
+	if rt == nil {
+		t.Fatal("drivertest.StartAgent: no Runtime")
+	}
+	cfg := sandboxagent.DefaultConfig()
 	cfg.AuditRoot = auditRoot
 	// Generous: a CLI starting on a loaded 2-core CI machine can take a minute.
 	cfg.Timeouts.Ask = 4 * time.Minute
@@ -78,7 +116,7 @@ func StartAgent(t testing.TB, drv sandboxagent.Driver, auditRoot string, opts ..
 	defer cancel()
 	a, err := sandboxagent.Start(ctx, rt, drv, all...)
 	if errors.Is(err, sandboxagent.ErrImageNotFound) {
-		testenv.Unavailable(t, "image for %s missing (build it with .ci/build_docker.sh %s): %v", drv.Name(), drv.Name(), err)
+		prereq.Missing(t, "image for %s missing (build it with .ci/build_docker.sh %s): %v", drv.Name(), drv.Name(), err)
 	}
 	if err != nil {
 		t.Fatalf("Start %s: %v", drv.Name(), err)
@@ -336,9 +374,11 @@ type BadKeyTurn struct {
 // CheckBadKey runs a turn of agent a, whose fake model runs the script
 // Unauthorized, and checks what every driver does with the 401: a
 // *DriverError of the driver with status 401 and a one-line message,
-// within 30 s (unless slowStart: the caller judges the time), without
-// the key; no reply; the audit files without the key.
-func CheckBadKey(t testing.TB, a *sandboxagent.Agent, driver string, slowStart bool) BadKeyTurn {
+// without the key; no reply; the audit files without the key. The time
+// it took is in Took, for the caller to log: only Ctx's deadline bounds
+// it (a guard against a hang; a retry loop shows in the fake model's
+// requests, which the caller can count).
+func CheckBadKey(t testing.TB, a *sandboxagent.Agent, driver string) BadKeyTurn {
 	t.Helper()
 	start := time.Now()
 	res, err := a.Stream(Ctx(t), "hello", nil)
@@ -346,9 +386,6 @@ func CheckBadKey(t testing.TB, a *sandboxagent.Agent, driver string, slowStart b
 	t.Logf("401 → %v after %v", err, b.Took)
 	if !errors.As(err, &b.DE) {
 		t.Fatalf("err %T %v, want *DriverError", err, err)
-	}
-	if b.Took > 30*time.Second && !slowStart {
-		t.Errorf("DriverError after %v, want < 30s", b.Took)
 	}
 	if de := b.DE; de.Status != 401 || de.Driver != driver || de.Message == "" || strings.Contains(de.Message, "\n") {
 		t.Errorf("DriverError %+v", de)
@@ -366,12 +403,12 @@ func CheckBadKey(t testing.TB, a *sandboxagent.Agent, driver string, slowStart b
 }
 
 // Start starts the fake model with script (see FakeModel) and an agent
-// (see StartAgent) of the driver newDriver makes for it.
-func Start[D sandboxagent.Driver](t testing.TB, script fakemodel.Script, newDriver func(*fakemodel.Server) D, opts ...sandboxagent.AgentOption) (*sandboxagent.Agent, D, *fakemodel.Server) {
+// on rt (see StartAgent) of the driver newDriver makes for it.
+func Start[D sandboxagent.Driver](t testing.TB, rt sandboxagent.Runtime, script fakemodel.Script, newDriver func(*fakemodel.Server) D, opts ...sandboxagent.AgentOption) (*sandboxagent.Agent, D, *fakemodel.Server) {
 	t.Helper()
 	srv := FakeModel(t, script)
 	drv := newDriver(srv)
-	return StartAgent(t, drv, AuditRoot(t), opts...), drv, srv
+	return StartAgent(t, rt, drv, AuditRoot(t), opts...), drv, srv
 }
 
 // EndlessCommand is a shell tool call that never ends by itself (not
