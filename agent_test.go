@@ -238,24 +238,6 @@ func TestAgentAuditOffAndFailing(t *testing.T) {
 	}
 }
 
-func TestLineSplitter(t *testing.T) {
-	var got []string
-	l := &lineSplitter{max: 5, fn: func(b []byte, cut bool) {
-		s := string(b)
-		if cut {
-			s += "~"
-		}
-		got = append(got, s)
-	}}
-	for _, w := range []string{"ab", "c\nde", "\n\n0123456789\nxy"} {
-		l.Write([]byte(w))
-	}
-	l.flush()
-	if strings.Join(got, "|") != "abc|de||01234~|xy" {
-		t.Errorf("got %q", got)
-	}
-}
-
 // A CLI that dies mid-stream (half a JSON line, then a crash) fails the
 // turn with a DriverError that keeps its stderr; what it printed is kept.
 func TestAgentCLICrashMidStream(t *testing.T) {

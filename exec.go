@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandbox-agent/sandbox-agent/internal/bounded"
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
 )
 
@@ -56,46 +57,6 @@ const execTagVar = "SANDBOX_AGENT_EXEC_ID"
 // killGrace is how long a timed-out command gets between SIGTERM and
 // SIGKILL.
 const killGrace = time.Second
-
-// cappedBuffer keeps the first max bytes written and counts the rest.
-type cappedBuffer struct {
-	buf       bytes.Buffer
-	max       int64
-	truncated bool
-}
-
-func (c *cappedBuffer) Write(p []byte) (int, error) {
-	room := c.max - int64(c.buf.Len())
-	if room <= 0 {
-		if len(p) > 0 {
-			c.truncated = true
-		}
-		return len(p), nil
-	}
-	if int64(len(p)) > room {
-		c.buf.Write(p[:room])
-		c.truncated = true
-		return len(p), nil
-	}
-	return c.buf.Write(p)
-}
-
-// teeWriter writes to the capture and to an optional live writer; a failing
-// live writer is dropped so the command's output is still captured.
-type teeWriter struct {
-	capture *cappedBuffer
-	live    io.Writer
-}
-
-func (t *teeWriter) Write(p []byte) (int, error) {
-	t.capture.Write(p)
-	if t.live != nil {
-		if _, err := t.live.Write(p); err != nil {
-			t.live = nil
-		}
-	}
-	return len(p), nil
-}
 
 func newTag() string {
 	b := make([]byte, 12)
@@ -148,8 +109,8 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 	if user == "" {
 		user = s.user
 	}
-	stdout := &cappedBuffer{max: maxOut}
-	stderr := &cappedBuffer{max: maxOut}
+	stdout := &bounded.Buffer{Max: maxOut}
+	stderr := &bounded.Buffer{Max: maxOut}
 
 	// The exec itself runs detached from ctx: on timeout we must kill the
 	// tree first and then collect what it printed, not just hang up.
@@ -164,15 +125,15 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 	go func() {
 		code, err := s.rt.Exec(execCtx, s.id, RuntimeExec{
 			Cmd: req.Cmd, Env: env, User: user, WorkDir: req.WorkDir, Stdin: req.Stdin,
-			Stdout: &teeWriter{capture: stdout, live: req.Stdout},
-			Stderr: &teeWriter{capture: stderr, live: req.Stderr},
+			Stdout: &bounded.Tee{Capture: stdout, Live: req.Stdout},
+			Stderr: &bounded.Tee{Capture: stderr, Live: req.Stderr},
 		})
 		done <- outcome{code, err}
 	}()
 	result := func(code int) ExecResult {
 		return ExecResult{
-			ExitCode: code, Stdout: stdout.buf.Bytes(), Stderr: stderr.buf.Bytes(),
-			Truncated: stdout.truncated || stderr.truncated, Duration: time.Since(start),
+			ExitCode: code, Stdout: stdout.Bytes(), Stderr: stderr.Bytes(),
+			Truncated: stdout.Truncated() || stderr.Truncated(), Duration: time.Since(start),
 		}
 	}
 

@@ -13,10 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
-
 	"github.com/sandbox-agent/sandbox-agent/safetar"
 )
 
@@ -143,7 +141,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, data []byte, mode 
 	if err != nil {
 		return err
 	}
-	body := func() io.Reader { return tarOneFile("", path.Base(name), data, mode, owner) }
+	body := func() io.Reader { return safetar.OneFile("", path.Base(name), data, mode, owner) }
 	if err := s.copyIn(ctx, name, body); err != nil {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
@@ -169,25 +167,6 @@ func (s *Sandbox) fileOwner(ctx context.Context) (safetar.Owner, error) {
 	}
 	s.owner = &o
 	return o, nil
-}
-
-// tarOneFile is an in-memory tar holding dir/ (when dir is not empty) and
-// dir/name, owned by owner.
-func tarOneFile(dir, name string, data []byte, mode fs.FileMode, owner safetar.Owner) io.Reader {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	now := time.Now()
-	if dir != "" {
-		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o755, ModTime: now, Uid: owner.UID, Gid: owner.GID})
-		name = dir + "/" + name
-	}
-	if mode == 0 {
-		mode = 0o644
-	}
-	_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(mode.Perm()), Size: int64(len(data)), ModTime: now, Uid: owner.UID, Gid: owner.GID})
-	_, _ = tw.Write(data)
-	_ = tw.Close()
-	return &buf
 }
 
 // ReadFile returns the contents of one regular container file, at most
@@ -323,7 +302,7 @@ func (s *Sandbox) UploadTar(ctx context.Context, dst string, r io.Reader) (safet
 		return safetar.Report{}, err
 	}
 	defer os.RemoveAll(staging)
-	body := reroot(r)
+	body := safetar.Reroot(r, uploadTop)
 	rep, err := safetar.Extract(ctx, body, staging, uploadTop, safetar.Limits{
 		MaxBytes: s.cfg.MaxDownloadBytes, MaxEntries: s.cfg.MaxDownloadEntries, MaxDepth: s.cfg.MaxDownloadDepth,
 	})
@@ -332,57 +311,6 @@ func (s *Sandbox) UploadTar(ctx context.Context, dst string, r io.Reader) (safet
 		return rep, fmt.Errorf("upload tar to %s: %w", dst, archiveErr(err))
 	}
 	return rep, s.Upload(ctx, filepath.Join(staging, uploadTop), dst)
-}
-
-// reroot rewrites a tar stream so that every entry sits under uploadTop
-// (safetar.Extract wants one top-level name). Link targets are left
-// alone: Extract skips symlinks and checks hardlinks itself.
-func reroot(body io.Reader) *io.PipeReader {
-	pr, pw := io.Pipe()
-	go func() {
-		tr := tar.NewReader(body)
-		tw := tar.NewWriter(pw)
-		// The top directory itself, so that an empty tar makes an empty
-		// directory.
-		if err := tw.WriteHeader(&tar.Header{Name: uploadTop + "/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX}); err != nil {
-			pw.CloseWithError(err)
-			return
-		}
-		for {
-			hdr, err := tr.Next()
-			if err == io.EOF {
-				pw.CloseWithError(tw.Close())
-				return
-			}
-			if err != nil {
-				pw.CloseWithError(err)
-				return
-			}
-			name := strings.TrimPrefix(hdr.Name, "./")
-			if name == "" || name == "." {
-				continue // the archive's own root
-			}
-			if strings.HasPrefix(name, "/") {
-				// Absolute names stay absolute: Extract refuses them.
-				hdr.Name = name
-			} else {
-				hdr.Name = uploadTop + "/" + name
-			}
-			if hdr.Typeflag == tar.TypeLink && !strings.HasPrefix(hdr.Linkname, "/") {
-				hdr.Linkname = uploadTop + "/" + strings.TrimPrefix(hdr.Linkname, "./")
-			}
-			hdr.Format = tar.FormatPAX // long names after the prefix
-			if err := tw.WriteHeader(hdr); err != nil {
-				pw.CloseWithError(err)
-				return
-			}
-			if _, err := io.Copy(tw, tr); err != nil {
-				pw.CloseWithError(err)
-				return
-			}
-		}
-	}()
-	return pr
 }
 
 // DownloadTar copies the container file or directory src out as a tar

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/bounded"
 )
 
 // LongLived is a Driver whose CLI can serve many turns of one session from
@@ -63,8 +65,8 @@ type cliServer struct {
 	mu     sync.Mutex
 	active bool // a turn reads lines
 	lines  chan serverLine
-	queued atomic.Int64 // bytes of the lines in lines (maxQueuedBytes)
-	stderr cappedBuffer // this turn's stderr
+	queued atomic.Int64   // bytes of the lines in lines (maxQueuedBytes)
+	stderr bounded.Buffer // this turn's stderr
 }
 
 type serverLine struct {
@@ -82,11 +84,11 @@ func (a *Agent) startServer(ll LongLived, t Turn) (*cliServer, error) {
 	s := &cliServer{
 		session: t.SessionID, model: t.Model, stdin: pw,
 		exited: make(chan struct{}), lines: make(chan serverLine, 256),
-		stderr: cappedBuffer{max: maxStderrBytes},
+		stderr: bounded.Buffer{Max: maxStderrBytes},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	out := &lineSplitter{max: maxLineBytes, fn: s.deliver}
+	out := &bounded.Lines{Max: maxLineBytes, Fn: s.deliver}
 	go func() {
 		defer close(s.exited)
 		res, err := a.sb.Run(ctx, ExecRequest{
@@ -96,7 +98,7 @@ func (a *Agent) startServer(ll LongLived, t Turn) (*cliServer, error) {
 			// timeout_ask, not by this exec.
 			Timeout: 100 * 365 * 24 * time.Hour, MaxOutputBytes: 64 << 10,
 		})
-		out.flush()
+		out.Flush()
 		_ = pr.Close()
 		s.res, s.err = res, err
 	}()
@@ -233,8 +235,7 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 	s.drain()
 	s.mu.Lock()
 	s.active = true
-	s.stderr.buf.Reset()
-	s.stderr.truncated = false
+	s.stderr.Reset()
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -247,7 +248,7 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 	result := func(code int) ExecResult {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return ExecResult{ExitCode: code, Stderr: append([]byte(nil), s.stderr.buf.Bytes()...), Duration: time.Since(start)}
+		return ExecResult{ExitCode: code, Stderr: append([]byte(nil), s.stderr.Bytes()...), Duration: time.Since(start)}
 	}
 	// A turn that ends after an abort was interrupted: the caller's ctx
 	// decides the error, as for a killed per-turn CLI.

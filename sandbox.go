@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
-
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 	"github.com/sandbox-agent/sandbox-agent/safetar"

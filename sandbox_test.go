@@ -292,31 +292,6 @@ func TestExecValidation(t *testing.T) {
 	}
 }
 
-func TestCappedBuffer(t *testing.T) {
-	tests := []struct {
-		max    int64
-		writes []string
-		want   string
-		trunc  bool
-	}{
-		{10, []string{"abc", "def"}, "abcdef", false},
-		{4, []string{"abc", "def"}, "abcd", true},
-		{3, []string{"abc", ""}, "abc", false},
-		{3, []string{"abc", "d"}, "abc", true},
-	}
-	for _, tt := range tests {
-		c := &cappedBuffer{max: tt.max}
-		for _, w := range tt.writes {
-			if n, err := c.Write([]byte(w)); n != len(w) || err != nil {
-				t.Fatalf("Write = %d, %v", n, err)
-			}
-		}
-		if c.buf.String() != tt.want || c.truncated != tt.trunc {
-			t.Errorf("max %d %v: got %q %v", tt.max, tt.writes, c.buf.String(), c.truncated)
-		}
-	}
-}
-
 func TestGCPolicy(t *testing.T) {
 	host := hostname()
 	now := time.Now()

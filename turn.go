@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/audit"
+	"github.com/sandbox-agent/sandbox-agent/internal/bounded"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
 
@@ -125,7 +126,7 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 	if longLived {
 		xres, xerr = a.serveTurn(ctx, ll, t)
 	} else {
-		lines := &lineSplitter{max: maxLineBytes, fn: t.line}
+		lines := &bounded.Lines{Max: maxLineBytes, Fn: t.line}
 		req := ExecRequest{
 			Cmd: inv.Cmd, Env: inv.Env, WorkDir: inv.WorkDir, Stdout: lines,
 			Timeout: a.cfg.Timeouts.Ask, MaxOutputBytes: maxStderrBytes,
@@ -134,7 +135,7 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 			req.Stdin = bytes.NewReader(inv.Stdin)
 		}
 		xres, xerr = a.sb.Run(ctx, req)
-		lines.flush()
+		lines.Flush()
 	}
 	a.setInTurn(false) // no egress denial joins the turn after this
 	t.emitDenied()
@@ -475,49 +476,5 @@ func (d *auditDay) open(root string, date time.Time) {
 	if day := date.Format(audit.DateLayout); day != d.date {
 		d.date = day
 		d.bytes, _ = audit.DaySize(root, date)
-	}
-}
-
-// lineSplitter cuts a byte stream into lines for fn, holding at most max
-// bytes of one line; the rest of an overlong line is dropped.
-type lineSplitter struct {
-	max int
-	fn  func(line []byte, cut bool)
-	buf []byte
-	cut bool
-}
-
-func (l *lineSplitter) Write(p []byte) (int, error) {
-	n := len(p)
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		chunk := p
-		if i >= 0 {
-			chunk = p[:i]
-		}
-		if room := l.max - len(l.buf); room < len(chunk) {
-			l.buf = append(l.buf, chunk[:max(room, 0)]...)
-			l.cut = true
-		} else {
-			l.buf = append(l.buf, chunk...)
-		}
-		if i < 0 {
-			break
-		}
-		l.emit()
-		p = p[i+1:]
-	}
-	return n, nil
-}
-
-func (l *lineSplitter) emit() {
-	l.fn(l.buf, l.cut)
-	l.buf = l.buf[:0]
-	l.cut = false
-}
-
-func (l *lineSplitter) flush() {
-	if len(l.buf) > 0 || l.cut {
-		l.emit()
 	}
 }

@@ -2,6 +2,7 @@ package safetar
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -132,4 +133,23 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// OneFile is an in-memory tar holding dir/ (when dir is not empty) and
+// dir/name, owned by owner.
+func OneFile(dir, name string, data []byte, mode fs.FileMode, owner Owner) io.Reader {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	now := time.Now()
+	if dir != "" {
+		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o755, ModTime: now, Uid: owner.UID, Gid: owner.GID})
+		name = dir + "/" + name
+	}
+	if mode == 0 {
+		mode = 0o644
+	}
+	_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(mode.Perm()), Size: int64(len(data)), ModTime: now, Uid: owner.UID, Gid: owner.GID})
+	_, _ = tw.Write(data)
+	_ = tw.Close()
+	return &buf
 }

@@ -1,4 +1,4 @@
-package sandboxagent
+package safetar
 
 import (
 	"archive/tar"
@@ -9,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/sandbox-agent/sandbox-agent/safetar"
 )
 
 // TestReroot: a client's tar is re-rooted under one top name, and the
@@ -47,15 +45,15 @@ func TestReroot(t *testing.T) {
 		{"files and dirs", mk(entry{"./", "", tar.TypeDir}, entry{"a.txt", "", tar.TypeReg}, entry{"d/", "", tar.TypeDir}, entry{"d/b.txt", "", tar.TypeReg}), []string{"upload/a.txt", "upload/d/b.txt"}, nil},
 		{"a symlink is left out", mk(entry{"a.txt", "", tar.TypeReg}, entry{"l", "/etc/shadow", tar.TypeSymlink}), []string{"upload/a.txt"}, nil},
 		{"a hardlink inside", mk(entry{"a.txt", "", tar.TypeReg}, entry{"h", "a.txt", tar.TypeLink}), []string{"upload/a.txt", "upload/h"}, nil},
-		{"dot-dot", mk(entry{"../x", "", tar.TypeReg}), nil, safetar.ErrUnsafe},
-		{"absolute", mk(entry{"/etc/x", "", tar.TypeReg}), nil, safetar.ErrUnsafe},
+		{"dot-dot", mk(entry{"../x", "", tar.TypeReg}), nil, ErrUnsafe},
+		{"absolute", mk(entry{"/etc/x", "", tar.TypeReg}), nil, ErrUnsafe},
 		{"a hardlink outside is left out", mk(entry{"a.txt", "", tar.TypeReg}, entry{"h", "/etc/passwd", tar.TypeLink}), []string{"upload/a.txt"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
-			body := reroot(tt.tar)
-			_, err := safetar.Extract(context.Background(), body, dir, uploadTop, safetar.Limits{})
+			body := Reroot(tt.tar, "upload")
+			_, err := Extract(context.Background(), body, dir, "upload", Limits{})
 			body.Close()
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("Extract: %v, want %v", err, tt.wantErr)
