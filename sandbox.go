@@ -16,9 +16,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandbox-agent/sandbox-agent/internal/guest"
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
+	"github.com/sandbox-agent/sandbox-agent/internal/guest"
 	"github.com/sandbox-agent/sandbox-agent/safetar"
 )
 
