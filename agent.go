@@ -51,7 +51,7 @@ type Agent struct {
 	lock     chan struct{}
 	turns    int
 	sessions map[string]*sessionState
-	auditDay auditDay
+	auditDay audit.Day
 
 	mu         sync.Mutex // guards session and sessionSet
 	session    string
@@ -411,7 +411,7 @@ type TurnResult struct {
 	// Verification is the check of Events against what the model proxy
 	// saw (nil without a model proxy): how many events it backed, which
 	// lines it did not, and the CLI's reply when it was not the model's.
-	Verification *Verification
+	Verification *trajectory.Verification
 }
 
 // Ask runs one turn and returns the final reply.

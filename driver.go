@@ -81,7 +81,7 @@ type Forker interface {
 // SkillInstaller is a Driver whose CLI reads skills.
 type SkillInstaller interface {
 	// InstallSkill puts a skill where the CLI reads skills. The skill was
-	// validated (Skill.Validate) by the caller.
+	// validated by Agent.InstallSkill.
 	InstallSkill(ctx context.Context, c ContainerOps, s Skill) error
 }
 
@@ -178,8 +178,8 @@ type Skill struct {
 	Files map[string][]byte // relative path → content; must hold "SKILL.md"
 }
 
-// Validate checks a skill's name and files.
-func (s Skill) Validate() error {
+// validate checks a skill's name and files.
+func (s Skill) validate() error {
 	if s.Name == "" || strings.ContainsAny(s.Name, "/\\\x00") || s.Name == "." || s.Name == ".." {
 		return fmt.Errorf("%w: skill name %q", ErrInvalidArgument, s.Name)
 	}

@@ -337,26 +337,6 @@ func (s *Sandbox) DownloadTar(ctx context.Context, src string) (io.ReadCloser, D
 		os.RemoveAll(staging)
 		return nil, rep, err
 	}
-	pr, pw := io.Pipe()
-	go func() {
-		// The staged tree holds only regular files and directories.
-		pw.CloseWithError(safetar.Pack(ctx, pw, rep.Path, path.Base(src), safetar.Owner{}))
-	}()
-	return &stagedTar{PipeReader: pr, staging: staging}, rep, nil
-}
-
-// stagedTar is DownloadTar's stream: Close stops the packer and removes
-// the staging directory.
-type stagedTar struct {
-	*io.PipeReader
-	staging string
-	once    sync.Once
-}
-
-func (t *stagedTar) Close() error {
-	t.once.Do(func() {
-		t.PipeReader.CloseWithError(io.ErrClosedPipe)
-		os.RemoveAll(t.staging)
-	})
-	return nil
+	// The staged tree holds only regular files and directories.
+	return safetar.PackStaged(ctx, rep.Path, path.Base(src), staging), rep, nil
 }

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
@@ -58,7 +56,7 @@ func GC(ctx context.Context, rt Runtime, opts GCOptions) (GCResult, error) {
 		switch {
 		case opts.All:
 			e.Reason = "--all"
-		case sameHost && processAlive(c.Labels[LabelPID]):
+		case sameHost && boundary.ProcessAlive(c.Labels[LabelPID]):
 			e.Reason = "owner process " + c.Labels[LabelPID] + " is alive"
 			res.Kept = append(res.Kept, e)
 			continue
@@ -98,16 +96,6 @@ func GC(ctx context.Context, rt Runtime, opts GCOptions) (GCResult, error) {
 		res.SocketDirs = boundary.SweepSocketDirs(root, func(name string) bool { return inUse[name] }, opts.DryRun)
 	}
 	return res, errors.Join(errs...)
-}
-
-// processAlive reports whether pid names a live process on this host.
-func processAlive(pid string) bool {
-	n, err := strconv.Atoi(pid)
-	if err != nil || n <= 0 {
-		return false
-	}
-	err = syscall.Kill(n, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 var sweepOnce sync.Once

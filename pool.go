@@ -57,10 +57,13 @@ type PoolStats struct {
 	Misses   int // Start calls that found the pool empty and started one themselves
 	Retired  int // ready agents closed unused (sandbox gone or idle too long)
 	Failed   int // background starts that failed
+	// LastErr is the error of the latest background start when it failed
+	// (the pool keeps retrying), nil once one succeeded.
+	LastErr error
 }
 
 // NewPool starts size agents in the background (at most size at once;
-// share a LimitStarts runtime to bound them with other starts) and keeps
+// share a startlimit.Wrap runtime to bound them with other starts) and keeps
 // size ready until Close. It fails at once only on invalid arguments; a
 // start that fails in the background is retried with backoff, and its
 // error is what Start returns when the pool is empty.
@@ -140,21 +143,13 @@ func (p *Pool) Start(ctx context.Context) (*Agent, error) {
 	}
 }
 
-// Stats reports the pool's counters.
+// Stats reports the pool's counters and its latest start failure.
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.stats
-	s.Ready, s.Starting = len(p.ready), p.starting
+	s.Ready, s.Starting, s.LastErr = len(p.ready), p.starting, p.lastErr
 	return s
-}
-
-// Err is the error of the latest background start when it failed (the
-// pool keeps retrying), nil once one succeeded.
-func (p *Pool) Err() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.lastErr
 }
 
 // Wait blocks until n agents are ready (at most the pool's size), the

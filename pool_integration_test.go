@@ -72,10 +72,10 @@ func TestIntegrationPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := p.Wait(ctx, 2); err != nil {
-		if errors.Is(p.Err(), sandboxagent.ErrImageNotFound) {
-			prereq.Missing(t, "codex image missing (bash .ci/setup): %v", p.Err())
+		if errors.Is(p.Stats().LastErr, sandboxagent.ErrImageNotFound) {
+			prereq.Missing(t, "codex image missing (bash .ci/setup): %v", p.Stats().LastErr)
 		}
-		t.Fatalf("pool not ready: %v (last start: %v)", err, p.Err())
+		t.Fatalf("pool not ready: %v (last start: %v)", err, p.Stats().LastErr)
 	}
 	a, err := p.Start(ctx)
 	if err != nil {
@@ -96,7 +96,7 @@ func TestIntegrationPool(t *testing.T) {
 		}
 	}
 	if err := p.Wait(ctx, 2); err != nil {
-		t.Fatalf("not refilled: %v (last start: %v)", err, p.Err())
+		t.Fatalf("not refilled: %v (last start: %v)", err, p.Stats().LastErr)
 	}
 	if s := p.Stats(); s.Hits != 2 || s.Misses != 0 || s.Ready != 2 {
 		t.Errorf("stats %+v: want 2 hits, 2 ready", s)
@@ -152,7 +152,7 @@ func BenchmarkAgentStart(b *testing.B) {
 		for b.Loop() {
 			b.StopTimer()
 			if err := p.Wait(ctx, 1); err != nil {
-				b.Fatal(err, p.Err())
+				b.Fatal(err, p.Stats().LastErr)
 			}
 			b.StartTimer()
 			a, err := p.Start(ctx)

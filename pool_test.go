@@ -75,7 +75,7 @@ func waitReady(t *testing.T, p *Pool, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := p.Wait(ctx, n); err != nil {
-		t.Fatalf("pool never had %d ready: %v (stats %+v, last error %v)", n, err, p.Stats(), p.Err())
+		t.Fatalf("pool never had %d ready: %v (stats %+v, last error %v)", n, err, p.Stats(), p.Stats().LastErr)
 	}
 }
 
@@ -185,8 +185,8 @@ func TestPoolBackgroundFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := p.Stats()
-	if s.Misses != 1 || s.Failed < 3 || !errors.Is(p.Err(), ErrImageNotFound) {
-		t.Errorf("stats %+v, last error %v: want one miss, the failures counted and kept", s, p.Err())
+	if s.Misses != 1 || s.Failed < 3 || !errors.Is(p.Stats().LastErr, ErrImageNotFound) {
+		t.Errorf("stats %+v, last error %v: want one miss, the failures counted and kept", s, p.Stats().LastErr)
 	}
 	rt.fakeRuntime.mu.Lock()
 	n := creates

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
@@ -124,27 +125,15 @@ func (s *Sandbox) died(ctx context.Context, cmd string) error {
 }
 
 // killBomb kills the process group holding the most processes (see
-// guest.KillBomb); each step is an exec of its own, retried while the
-// engine cannot start one at the limit.
+// guest.KillBomb).
 func (s *Sandbox) killBomb(user string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	run := func(cmd ...string) (string, int, error) {
-		for {
-			var out, errb bytes.Buffer
-			code, err := s.rt.Exec(ctx, s.id, RuntimeExec{Cmd: cmd, User: user, Stdout: &out, Stderr: &errb})
-			if err == nil || ctx.Err() != nil || errors.Is(err, ErrContainerNotFound) || errors.Is(err, ErrEngineUnavailable) {
-				return out.String(), code, err
-			}
-			// At the limit the engine may fail to start an exec at all
-			// (runc's own processes need pids in the container's
-			// cgroup): that passes as the bomb's processes churn.
-			select {
-			case <-ctx.Done():
-				return "", -1, fmt.Errorf("%w (after: %w)", ctx.Err(), err)
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
+	exec := func(cmd []string, stdout, stderr io.Writer) (int, error) {
+		return s.rt.Exec(ctx, s.id, RuntimeExec{Cmd: cmd, User: user, Stdout: stdout, Stderr: stderr})
+	}
+	gone := func(err error) bool {
+		return errors.Is(err, ErrContainerNotFound) || errors.Is(err, ErrEngineUnavailable)
 	}
 	// Whether pid 1 is an init with the keepalive behind it; when
 	// Inspect cannot tell, the keepalive is spared all the same.
@@ -152,5 +141,5 @@ func (s *Sandbox) killBomb(user string) (bool, error) {
 	if st, err := s.rt.Inspect(ctx, s.id); err == nil {
 		behindInit = st.Init
 	}
-	return guest.KillBomb(ctx, run, s.pidsLimit, behindInit)
+	return guest.KillBomb(ctx, guest.Retrying(ctx, exec, gone), s.pidsLimit, behindInit)
 }

@@ -539,9 +539,6 @@ func (s *Sandbox) Name() string { return s.name }
 // workDir is the working directory asked for ("" = the image's).
 func (s *Sandbox) workDir() string { return s.workdir }
 
-// Config is the configuration the sandbox uses (defaults filled in).
-func (s *Sandbox) Config() Config { return s.cfg }
-
 // Inspect reports the container's current state.
 func (s *Sandbox) Inspect(ctx context.Context) (ContainerState, error) {
 	return s.rt.Inspect(ctx, s.id)

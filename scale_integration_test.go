@@ -23,6 +23,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+	"github.com/sandbox-agent/sandbox-agent/runtime/startlimit"
 )
 
 // Scale benchmark settings. SANDBOX_AGENT_SCALE_N and
@@ -42,7 +43,7 @@ const (
 )
 
 // BenchmarkScale starts N agents (default 50) at once from N goroutines,
-// through one LimitStarts(rt, max_concurrent_starts) runtime (the queue).
+// through one startlimit.Wrap(rt, max_concurrent_starts) runtime (the queue).
 // Each runs scaleExecs execs of `true`, then one Ask through a real agent
 // CLI against one shared fake model, then a follow-up Ask of the session
 // (wall and CPU reported apart: a long-lived CLI serves it without a
@@ -86,7 +87,7 @@ func BenchmarkScale(b *testing.B) {
 		driverName = v
 	}
 	// The start queue's width, as the command line reads it.
-	width := sandboxagent.DefaultMaxConcurrentStarts
+	width := startlimit.DefaultWidth
 	if v := os.Getenv("SANDBOX_AGENT_MAX_CONCURRENT_STARTS"); v != "" {
 		var err error
 		if width, err = strconv.Atoi(v); err != nil || width < 1 {
@@ -149,7 +150,7 @@ func BenchmarkScale(b *testing.B) {
 	loadBefore := loadAvg()
 	round := time.Now()
 	tr := newTimedRuntime(base)
-	rt := sandboxagent.LimitStarts(tr, width)
+	rt := startlimit.Wrap(tr, width)
 
 	memBefore, memErr := memAvailable()
 	memMin := memBefore
@@ -357,7 +358,7 @@ func BenchmarkScale(b *testing.B) {
 			ms(pct(ds, 50)), ms(pct(ds, 95)), ms(pct(ds, 99)), ms(pct(ds, 100)))
 	}
 	row("start (Start: queue+engine+setup)", start)
-	row("  queue wait (LimitStarts)", queue)
+	row("  queue wait (startlimit)", queue)
 	row("  engine create+inspect+start", engine)
 	row("  driver setup", setup)
 	row("exec `true`", execs)
@@ -567,7 +568,7 @@ func (r *scaleRec) followUp(ctx context.Context, prompt string) {
 }
 
 // timedRuntime records when the engine calls of each sandbox begin and
-// end. It sits under LimitStarts, so the time before a Create or Start
+// end. It sits under startlimit.Wrap, so the time before a Create or Start
 // reaches it is the queue.
 type timedRuntime struct {
 	sandboxagent.Runtime

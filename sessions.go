@@ -49,7 +49,7 @@ func (a *Agent) Fork(ctx context.Context, sessionID string) (string, error) {
 // InstallSkill installs a skill where the CLI reads skills; later turns
 // see it.
 func (a *Agent) InstallSkill(ctx context.Context, s Skill) error {
-	if err := s.Validate(); err != nil {
+	if err := s.validate(); err != nil {
 		return err
 	}
 	unlock, err := a.lockTurn(ctx)

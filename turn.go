@@ -51,7 +51,7 @@ type turnStatus struct {
 	LastLine   int       `json:"last_line,omitempty"`
 	// Verification is the check of the CLI's events against the model
 	// proxy's record (absent without a model proxy).
-	Verification *Verification `json:"verification,omitempty"`
+	Verification *trajectory.Verification `json:"verification,omitempty"`
 }
 
 // maxLineBytes bounds one line of CLI output held in memory; a longer
@@ -91,10 +91,9 @@ type turn struct {
 	// rec is what the model proxy saw of this turn (nil without a proxy);
 	// verification is the check of the CLI's events against it.
 	rec          *trajectory.Record
-	verification *Verification
-	unbackedEnd  bool              // a long-lived turn ended on the CLI's word alone
-	callIDs      map[string]string // the CLI's tool call id -> the model's, where they differ
-	checks       int               // verification checks so far (maxVerifyChecks)
+	verification *trajectory.Verification
+	unbackedEnd  bool               // a long-lived turn ended on the CLI's word alone
+	check        trajectory.Checker // the CLI's events against rec
 
 	record *turnRecord // the agent's record of this turn (Turns)
 }
@@ -106,6 +105,7 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 	if a.proxy != nil {
 		t.rec = &trajectory.Record{}
 		t.rec.SetSecrets(a.secrets) // the proxy redacts them from what the CLI sees
+		t.check.Rec = t.rec
 		a.rec.Store(t.rec)
 		defer a.rec.Store(nil)
 	}
@@ -323,7 +323,7 @@ func (t *turn) auditOver(n int64) string {
 		return fmt.Sprintf("max_audit_turn_bytes: the turn's audit would pass %d bytes", lim.AuditTurnBytes)
 	case lim.AuditSessionBytes > 0 && size+n > lim.AuditSessionBytes:
 		return fmt.Sprintf("max_audit_session_bytes: the session's audit would pass %d bytes", lim.AuditSessionBytes)
-	case lim.AuditDayBytes > 0 && t.a.auditDay.bytes+size-t.auditStart+n > lim.AuditDayBytes:
+	case lim.AuditDayBytes > 0 && t.a.auditDay.Bytes+size-t.auditStart+n > lim.AuditDayBytes:
 		return fmt.Sprintf("max_audit_day_bytes: the day's audit would pass %d bytes", lim.AuditDayBytes)
 	}
 	return ""
@@ -376,7 +376,7 @@ func (t *turn) setSession(id string) {
 	}
 	t.log = l
 	t.auditStart = l.Size()
-	t.a.auditDay.open(t.a.cfg.AuditRoot, st.created)
+	t.a.auditDay.Open(t.a.cfg.AuditRoot, st.created)
 	for _, raw := range t.pending {
 		t.writeRaw(raw)
 	}
@@ -460,21 +460,7 @@ func (t *turn) finish(res TurnResult, err error) {
 		}
 	}
 	if t.log != nil {
-		t.a.auditDay.bytes += t.log.Size() - t.auditStart
+		t.a.auditDay.Bytes += t.log.Size() - t.auditStart
 		t.log.Close()
-	}
-}
-
-// auditDay is what the agent knows of its audit date folder's size: read
-// once from disk, then grown by its own turns.
-type auditDay struct {
-	date  string
-	bytes int64
-}
-
-func (d *auditDay) open(root string, date time.Time) {
-	if day := date.Format(audit.DateLayout); day != d.date {
-		d.date = day
-		d.bytes, _ = audit.DaySize(root, date)
 	}
 }

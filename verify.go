@@ -43,66 +43,16 @@ func verifiable(ev Event) bool {
 }
 
 // backed reports whether the model's record holds ev, and if not, what is
-// missing. A CLI that names tool calls with ids of its own (codex's
-// item ids) has its calls matched by command or input, and the model's id
-// is remembered for the call's result.
+// missing (see trajectory.Checker).
 func (t *turn) backed(ev Event) (bool, string) {
-	r, p := t.rec, ev.Payload
-	// The CLI's lines are the sandbox's: a flood of them must not buy
-	// unbounded work on the host.
-	if t.checks++; t.checks > maxVerifyChecks {
-		return false, fmt.Sprintf("not checked: more than %d checks in one turn", maxVerifyChecks)
-	}
+	p := ev.Payload
 	switch ev.Kind {
 	case KindToolCall:
-		if p.CallID != "" {
-			if _, ok := r.ToolCall(p.CallID); ok {
-				return true, ""
-			}
-		}
-		var c trajectory.ToolCall
-		ok := false
-		if p.Command != "" {
-			c, ok = r.FindCommand(p.Command)
-		}
-		if !ok && p.Tool != "" && len(p.Input) > 0 {
-			c, ok = r.FindToolCall(p.Tool, p.Input)
-		}
-		if ok {
-			if p.CallID != "" && c.ID != "" && c.ID != p.CallID {
-				if t.callIDs == nil {
-					t.callIDs = map[string]string{}
-				}
-				t.callIDs[p.CallID] = c.ID
-			}
-			return true, ""
-		}
-		return false, fmt.Sprintf("tool call %q (%s) that the model never asked for", p.CallID, clip(firstOf(p.Command, p.Tool), 200))
+		return t.check.ToolCall(p.CallID, p.Command, p.Tool, p.Input)
 	case KindToolResult:
-		if p.CallID == "" {
-			return false, "tool result without a call id"
-		}
-		id := p.CallID
-		if mid, ok := t.callIDs[id]; ok {
-			id = mid
-		}
-		if r.ResultMatches(id, p.Output) {
-			return true, ""
-		}
-		if _, ok := r.ToolCall(id); !ok {
-			return false, fmt.Sprintf("tool result for call %q, which the model never asked for", p.CallID)
-		}
-		return false, fmt.Sprintf("tool result for call %q that differs from what the CLI sent the model", p.CallID)
-	case KindText:
-		if r.HasText(p.Text) {
-			return true, ""
-		}
-		return false, "text the model never sent"
-	case KindThinking:
-		if r.HasReasoning(p.Text) {
-			return true, ""
-		}
-		return false, "reasoning the model never sent"
+		return t.check.ToolResult(p.CallID, p.Output)
+	case KindText, KindThinking:
+		return t.check.Text(p.Text, ev.Kind == KindThinking)
 	}
 	return false, ""
 }
@@ -112,7 +62,7 @@ func (t *turn) backed(ev Event) (bool, string) {
 // call or text the CLI prints is normally backed at once; what is not is
 // decided at the turn's end (tool results reach the model only later).
 func (t *turn) verifyNow(ev *Event) {
-	if t.rec == nil || !verifiable(*ev) || t.checks >= maxVerifyChecks {
+	if t.rec == nil || !verifiable(*ev) || t.check.Exhausted() {
 		return
 	}
 	if ok, _ := t.backed(*ev); ok {
@@ -122,34 +72,9 @@ func (t *turn) verifyNow(ev *Event) {
 
 var verifiedTrue, verifiedFalse = true, false
 
-// maxVerifyChecks bounds the checks of one turn (an event is checked once
-// as it is emitted and, if not backed then, once at the turn's end); past
-// it events are marked unverified unchecked.
-const maxVerifyChecks = 40_000
-
 // maxReportedUnverified bounds the unverified events a turn reports one by
 // one; the count covers the rest.
 const maxReportedUnverified = 1000
-
-// Verification is a turn's check of the CLI's events against the model
-// proxy's record (TurnResult.Verification, status.json's turns).
-type Verification struct {
-	Model      trajectory.Summary `json:"model"`
-	Verified   int                `json:"verified"`
-	Unverified int                `json:"unverified"`
-	// UnverifiedLines are the session.jsonl lines of unverified events
-	// (the first maxReportedUnverified).
-	UnverifiedLines []int `json:"unverified_lines,omitempty"`
-	// CLIReply is what the CLI gave as the reply when it was not the
-	// model's final answer (which is the turn's reply).
-	CLIReply string `json:"cli_reply,omitempty"`
-	// NoFinalAnswer: the model gave no final answer the proxy saw (an
-	// error, an abort); the reply is empty unless the CLI's is backed.
-	NoFinalAnswer bool `json:"no_final_answer,omitempty"`
-	// UnbackedEnd: a long-lived CLI said the turn was over while the
-	// model's record did not, and stayed quiet (see endBacked).
-	UnbackedEnd bool `json:"unbacked_end,omitempty"`
-}
 
 // endBacked reports whether the model's record agrees that the turn is
 // over: its last agent-loop answer asked for no tool (or failed) and no
@@ -179,10 +104,10 @@ const forgedEndSettle = 300 * time.Millisecond
 
 // verifyTurn decides every event not yet verified, reports the forged
 // ones, and returns the reply: the model's final answer.
-func (t *turn) verifyTurn(cliReply string) (string, *Verification) {
+func (t *turn) verifyTurn(cliReply string) (string, *trajectory.Verification) {
 	r := t.rec
 	r.Wait()
-	v := &Verification{}
+	v := &trajectory.Verification{}
 	var forged []Event
 	for i := range t.events {
 		ev := &t.events[i]
@@ -224,27 +149,10 @@ func (t *turn) verifyTurn(cliReply string) (string, *Verification) {
 		v.NoFinalAnswer = true
 	}
 	if strings.TrimSpace(reply) != strings.TrimSpace(cliReply) {
-		v.CLIReply = clip(cliReply, 64<<10)
+		v.CLIReply = trajectory.Clip(cliReply, 64<<10)
 	}
 	if strings.TrimSpace(reply) == strings.TrimSpace(cliReply) {
 		reply = cliReply // the same answer: keep the CLI's exact form
 	}
 	return reply, v
-}
-
-func firstOf(s ...string) string {
-	for _, x := range s {
-		if x != "" {
-			return x
-		}
-	}
-	return ""
-}
-
-// clip bounds s for a report.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

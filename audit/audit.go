@@ -288,3 +288,19 @@ func Prune(root string, days int, now time.Time) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Day is what one writer knows of a date folder's size: read once from
+// disk (Open), then grown by its own writes (Bytes).
+type Day struct {
+	date  string
+	Bytes int64
+}
+
+// Open reads the size of root's folder for date, unless it is the folder
+// already open.
+func (d *Day) Open(root string, date time.Time) {
+	if day := date.Format(DateLayout); day != d.date {
+		d.date = day
+		d.Bytes, _ = DaySize(root, date)
+	}
+}

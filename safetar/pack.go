@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -152,4 +153,28 @@ func OneFile(dir, name string, data []byte, mode fs.FileMode, owner Owner) io.Re
 	_, _ = tw.Write(data)
 	_ = tw.Close()
 	return &buf
+}
+
+// PackStaged streams a tar of src (its top entry named name, owned by
+// root) as it is read; Close stops the packer and removes staging, the
+// directory src was staged in. A packing failure is the reader's error:
+// the stream is then cut, not short and well-formed.
+func PackStaged(ctx context.Context, src, name, staging string) io.ReadCloser {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(Pack(ctx, pw, src, name, Owner{})) }()
+	return &staged{PipeReader: pr, dir: staging}
+}
+
+type staged struct {
+	*io.PipeReader
+	dir  string
+	once sync.Once
+}
+
+func (t *staged) Close() error {
+	t.once.Do(func() {
+		t.PipeReader.CloseWithError(io.ErrClosedPipe)
+		os.RemoveAll(t.dir)
+	})
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
 
 // turnResult is the JSON of one turn. Field names are a public interface.
@@ -32,7 +33,7 @@ type turnResult struct {
 	Events     []sandboxagent.Event `json:"events,omitempty"`
 	// Verification: the turn's events checked against the model proxy's
 	// record (the library's TurnResult.Verification).
-	Verification *sandboxagent.Verification `json:"verification,omitempty"`
+	Verification *trajectory.Verification `json:"verification,omitempty"`
 }
 
 // turnJSON is the JSON of a turn record, with or without its events.

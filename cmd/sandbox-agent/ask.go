@@ -14,6 +14,7 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
+	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
 
 // exitAgentFailed: the agent CLI reported a failure (a DriverError).
@@ -176,7 +177,7 @@ type resultLine struct {
 	AuditDir  string `json:"audit_dir,omitempty"`
 	// Verification: the check of the turn's events against the model
 	// proxy's record (absent without a model proxy).
-	Verification *sandboxagent.Verification `json:"verification,omitempty"`
+	Verification *trajectory.Verification `json:"verification,omitempty"`
 }
 
 func runAsk(ctx context.Context, a *app, args []string) int {

@@ -8,6 +8,7 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/config"
 	"github.com/sandbox-agent/sandbox-agent/internal/configfile"
+	"github.com/sandbox-agent/sandbox-agent/runtime/startlimit"
 	"github.com/sandbox-agent/sandbox-agent/server"
 )
 
@@ -43,7 +44,7 @@ func defaultSettings() settings {
 	return settings{
 		gatewayURL:          "http://127.0.0.1:4000",
 		gatewayKey:          "sk-sandbox-agent",
-		maxConcurrentStarts: sandboxagent.DefaultMaxConcurrentStarts,
+		maxConcurrentStarts: startlimit.DefaultWidth,
 		serveMaxAgents:      server.DefaultMaxAgents,
 		serveMaxTurns:       server.DefaultMaxConcurrentTurns,
 		serveMaxBodyBytes:   server.DefaultMaxBodyBytes,

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/config"
+	"github.com/sandbox-agent/sandbox-agent/runtime/startlimit"
 )
 
 func TestLoadConfig(t *testing.T) {
@@ -30,7 +30,7 @@ func TestLoadConfig(t *testing.T) {
 		t.Errorf("library key lost: keepalive %v", lib.Keepalive)
 	}
 	_, d, err := loadConfig("", func(string) string { return "" })
-	if err != nil || d.gatewayURL != "http://127.0.0.1:4000" || d.gatewayKey != "sk-sandbox-agent" || d.maxConcurrentStarts != sandboxagent.DefaultMaxConcurrentStarts {
+	if err != nil || d.gatewayURL != "http://127.0.0.1:4000" || d.gatewayKey != "sk-sandbox-agent" || d.maxConcurrentStarts != startlimit.DefaultWidth {
 		t.Errorf("defaults: %+v, %v", d, err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
+	"github.com/sandbox-agent/sandbox-agent/runtime/startlimit"
 )
 
 func runSmoke(ctx context.Context, a *app, args []string) int {
@@ -80,7 +81,7 @@ func runSmoke(ctx context.Context, a *app, args []string) int {
 	var mu sync.Mutex
 	enc := a.jsonOut()
 	results := smoke.Run(ctx, smoke.Options{
-		Runtime: sandboxagent.LimitStarts(rt, a.cli.maxConcurrentStarts), Config: a.cfg, Fake: *fake, Image: *image,
+		Runtime: startlimit.Wrap(rt, a.cli.maxConcurrentStarts), Config: a.cfg, Fake: *fake, Image: *image,
 		Egress: egress, AllowHosts: allow, Images: src,
 		Progress: func(r smoke.StepResult) {
 			mu.Lock()

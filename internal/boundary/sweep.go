@@ -63,7 +63,7 @@ func SweepSocketDirs(root string, inUse func(name string) bool, dryRun bool) []s
 // containers with one /tmp) still listens.
 func socketDirStale(dir, name string) bool {
 	if m := socketDirOwner.FindStringSubmatch(name); m != nil {
-		if ownerAlive(m[1]) {
+		if ProcessAlive(m[1]) {
 			return false
 		}
 	} else if fi, err := os.Stat(dir); err != nil || time.Since(fi.ModTime()) < 24*time.Hour {
@@ -88,8 +88,8 @@ func socketDirStale(dir, name string) bool {
 	return true
 }
 
-// ownerAlive reports whether pid names a live process on this host.
-func ownerAlive(pid string) bool {
+// ProcessAlive reports whether pid names a live process on this host.
+func ProcessAlive(pid string) bool {
 	n, err := strconv.Atoi(pid)
 	if err != nil || n <= 0 {
 		return false

@@ -13,6 +13,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/smoke"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+	"github.com/sandbox-agent/sandbox-agent/runtime/startlimit"
 )
 
 // TestConformance runs the smoke steps (internal/smoke: what `sandbox-agent
@@ -26,7 +27,7 @@ import (
 // machine: attacks (forged output, floods, the key hunted in the sandbox),
 // a CLI killed, a turn aborted.
 func TestConformance(t *testing.T) {
-	rt := sandboxagent.LimitStarts(testenv.Runtime(t), sandboxagent.DefaultMaxConcurrentStarts)
+	rt := startlimit.Wrap(testenv.Runtime(t), startlimit.DefaultWidth)
 	for _, name := range drivers.Names() {
 		drv := drivers.All()[name](drivers.Endpoint{BaseURL: "http://x/v1", APIKey: "k", Provider: "sandbox"})
 		_, longLived := drv.(sandboxagent.LongLived)

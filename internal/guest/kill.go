@@ -1,8 +1,10 @@
 package guest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 )
@@ -10,6 +12,26 @@ import (
 // Run runs one command as an exec of its own in the sandbox and returns
 // its output and exit code.
 type Run func(cmd ...string) (out string, code int, err error)
+
+// Retrying is a Run over exec that tries again every 200 ms, until ctx
+// ends, an exec that failed to start — at the pids limit the engine may
+// fail to start one at all (runc's own processes need pids in the
+// container's cgroup), which passes as a bomb's processes churn — unless
+// final says the error is for good (the container or the engine gone).
+func Retrying(ctx context.Context, exec func(cmd []string, stdout, stderr io.Writer) (int, error), final func(error) bool) Run {
+	return func(cmd ...string) (string, int, error) {
+		for {
+			var out, errb bytes.Buffer
+			code, err := exec(cmd, &out, &errb)
+			if err == nil || ctx.Err() != nil || final(err) {
+				return out.String(), code, err
+			}
+			if serr := sleep(ctx, 200*time.Millisecond); serr != nil {
+				return "", -1, fmt.Errorf("%w (after: %w)", serr, err)
+			}
+		}
+	}
+}
 
 // KillBomb kills the process group owning the most processes, without
 // forking inside the sandbox (a fork bomb leaves no pid to fork with):

@@ -1,0 +1,58 @@
+// Package startlimit bounds how many sandboxes start at once: a Runtime
+// wrapper that queues container creates and starts beyond a width, so many
+// sandboxes starting together wait their turn instead of stampeding the
+// engine.
+package startlimit
+
+import (
+	"context"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+)
+
+// DefaultWidth is Wrap's width when given none (the command line's
+// max_concurrent_starts default).
+const DefaultWidth = 8
+
+// Wrap returns rt with at most n container creates and starts running at
+// once; the others wait their turn (or their context). Share the returned
+// Runtime between the sandboxes to be bounded together.
+func Wrap(rt sandboxagent.Runtime, n int) sandboxagent.Runtime {
+	if n <= 0 {
+		n = DefaultWidth
+	}
+	return &limited{Runtime: rt, slots: make(chan struct{}, n)}
+}
+
+type limited struct {
+	sandboxagent.Runtime
+	slots chan struct{}
+}
+
+func (l *limited) acquire(ctx context.Context) error {
+	select {
+	case l.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *limited) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (string, error) {
+	if err := l.acquire(ctx); err != nil {
+		return "", err
+	}
+	defer func() { <-l.slots }()
+	return l.Runtime.Create(ctx, spec)
+}
+
+func (l *limited) Start(ctx context.Context, id string) error {
+	if err := l.acquire(ctx); err != nil {
+		return err
+	}
+	defer func() { <-l.slots }()
+	return l.Runtime.Start(ctx, id)
+}
+
+// Features passes the wrapped runtime's on (the Sandbox adapts to them).
+func (l *limited) Features() sandboxagent.RuntimeFeatures { return sandboxagent.FeaturesOf(l.Runtime) }
