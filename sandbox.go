@@ -155,50 +155,31 @@ type Sandbox struct {
 // withDefaults fills zero fields from DefaultConfig.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.Timeouts.Start <= 0 {
-		c.Timeouts.Start = d.Timeouts.Start
-	}
-	if c.Timeouts.Exec <= 0 {
-		c.Timeouts.Exec = d.Timeouts.Exec
-	}
-	if c.Timeouts.Ask <= 0 {
-		c.Timeouts.Ask = d.Timeouts.Ask
-	}
-	if c.Timeouts.Copy <= 0 {
-		c.Timeouts.Copy = d.Timeouts.Copy
-	}
-	if c.Keepalive <= 0 {
-		c.Keepalive = d.Keepalive
-	}
-	if c.MaxDownloadBytes <= 0 {
-		c.MaxDownloadBytes = d.MaxDownloadBytes
-	}
-	if c.MaxDownloadEntries <= 0 {
-		c.MaxDownloadEntries = d.MaxDownloadEntries
-	}
-	if c.MaxDownloadDepth <= 0 {
-		c.MaxDownloadDepth = d.MaxDownloadDepth
-	}
-	if c.MaxOutputBytes <= 0 {
-		c.MaxOutputBytes = d.MaxOutputBytes
-	}
+	orDefault(&c.Timeouts.Start, d.Timeouts.Start)
+	orDefault(&c.Timeouts.Exec, d.Timeouts.Exec)
+	orDefault(&c.Timeouts.Ask, d.Timeouts.Ask)
+	orDefault(&c.Timeouts.Copy, d.Timeouts.Copy)
+	orDefault(&c.Keepalive, d.Keepalive)
+	orDefault(&c.MaxDownloadBytes, d.MaxDownloadBytes)
+	orDefault(&c.MaxDownloadEntries, d.MaxDownloadEntries)
+	orDefault(&c.MaxDownloadDepth, d.MaxDownloadDepth)
+	orDefault(&c.MaxOutputBytes, d.MaxOutputBytes)
 	// The bounds on a turn's output have no "unlimited": a zero is unset.
 	l, dl := &c.Limits, d.Limits
-	for _, f := range []struct{ v, d *int64 }{
-		{&l.TurnEventBytes, &dl.TurnEventBytes}, {&l.AuditTurnBytes, &dl.AuditTurnBytes},
-		{&l.AuditSessionBytes, &dl.AuditSessionBytes}, {&l.AuditDayBytes, &dl.AuditDayBytes},
-	} {
-		if *f.v <= 0 {
-			*f.v = *f.d
-		}
-	}
-	if l.TurnLines <= 0 {
-		l.TurnLines = dl.TurnLines
-	}
-	if l.TurnEvents <= 0 {
-		l.TurnEvents = dl.TurnEvents
-	}
+	orDefault(&l.TurnEventBytes, dl.TurnEventBytes)
+	orDefault(&l.AuditTurnBytes, dl.AuditTurnBytes)
+	orDefault(&l.AuditSessionBytes, dl.AuditSessionBytes)
+	orDefault(&l.AuditDayBytes, dl.AuditDayBytes)
+	orDefault(&l.TurnLines, dl.TurnLines)
+	orDefault(&l.TurnEvents, dl.TurnEvents)
 	return c
+}
+
+// orDefault sets *v to d when it is zero or negative (unset).
+func orDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 func newName() string {

@@ -32,9 +32,7 @@ func (a *Agent) tap(method, path string) modelproxy.Exchange {
 // model's record.
 func verifiable(ev Event) bool {
 	switch ev.Kind {
-	case KindToolCall:
-		return true
-	case KindToolResult:
+	case KindToolCall, KindToolResult:
 		return true
 	case KindText, KindThinking:
 		return strings.TrimSpace(ev.Payload.Text) != ""
