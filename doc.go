@@ -1,11 +1,14 @@
 // Package sandboxagent runs LLM coding-agent CLIs inside disposable, hardened
 // containers and brings their output back to the host safely.
 //
-// The root package holds the domain: the Sandbox (one container), the
-// Runtime port a container engine implements, configuration, and the error
-// types callers branch on. Implementations live in subpackages:
-// runtime/docker (Docker Engine API), safetar (hostile-archive extraction),
-// images (building the pinned agent images), images/catalog (the image
-// pins, Dockerfiles and released digests, compiled in), fakemodel (a
-// scripted LLM server for tests and zero-key runs).
+// The root package is the domain and the engine: the Agent and its turns
+// (checked against the model proxy's record), the Sandbox (one container),
+// the Pool, GC, events, the Config value, the Driver and Runtime
+// interfaces and the errors callers branch on. The rest are subpackages:
+// engines (runtime/docker, runtime/podman, runtime/kubernetes,
+// runtime/startlimit; runtime/runtimetest is their contract suite), agent
+// CLIs (driver/claude, codex, dsh, opencode, pi; driver/drivertest), the
+// boundary (modelproxy, egressproxy, trajectory), what comes out (audit,
+// safetar), images and images/catalog, config (loading a Config),
+// fakemodel (a scripted LLM server), server (HTTP) and cmd/sandbox-agent.
 package sandboxagent
