@@ -3,8 +3,6 @@
 package config
 
 import (
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,22 +14,10 @@ import (
 )
 
 // Error is an invalid configuration value, naming the key and the source
-// it came from (a file path or an environment variable). It wraps
-// sandboxagent.ErrInvalidArgument when the value was refused as one.
-type Error struct {
-	Key    string
-	Source string
-	Err    error
-}
-
-func (e *Error) Error() string {
-	if e.Key == "" {
-		return fmt.Sprintf("config %s: %v", e.Source, e.Err)
-	}
-	return fmt.Sprintf("config key %q from %s: %v", e.Key, e.Source, e.Err)
-}
-
-func (e *Error) Unwrap() error { return e.Err }
+// it came from (a file path or an environment variable); Key is empty when
+// the file as a whole is unusable. It wraps sandboxagent.ErrInvalidArgument
+// when the value was refused as one.
+type Error = configfile.Error
 
 // invalidArgument adds sandboxagent.ErrInvalidArgument to the chain of
 // an images/catalog error, keeping its message.
@@ -112,19 +98,9 @@ func Load(path string, getenv func(string) string, programKeys ...string) (sandb
 		cfg.CACertFile = v
 	}
 	if err := configfile.Load(&cfg, path, getenv, keys, programKeys); err != nil {
-		return sandboxagent.Config{}, asError(err)
+		return sandboxagent.Config{}, err
 	}
 	return cfg, nil
-}
-
-// asError turns an error of the configuration file reader into a
-// *Error (other errors pass through).
-func asError(err error) error {
-	var fe *configfile.Error
-	if errors.As(err, &fe) {
-		return &Error{Key: fe.Key, Source: fe.Source, Err: fe.Err}
-	}
-	return err
 }
 
 // Keys lists every library configuration key with its environment
