@@ -35,13 +35,13 @@ func TestConformanceAbort(t *testing.T) {
 			modes = append(modes, mode{name, true}) // its per-turn mode too
 		}
 	}
+	var subs []subtest
 	for _, m := range modes {
 		name, label := m.driver, m.driver
 		if m.perTurn {
 			label += "/per_turn"
 		}
-		t.Run(label, func(t *testing.T) {
-			t.Parallel()
+		subs = append(subs, subtest{label, func(t *testing.T) {
 			srv := drivertest.FakeModel(t, fakemodel.Script{Responses: []fakemodel.Step{
 				{Tool: "shell", Command: drivertest.EndlessCommand},
 				{Text: "AFTER-ABORT"},
@@ -101,6 +101,7 @@ func TestConformanceAbort(t *testing.T) {
 			if body := drivertest.RequestText(t, srv, n); !strings.Contains(body, "ABORT-PROMPT-4b8") {
 				t.Errorf("the request after the abort lacks the aborted turn's prompt: the session was not continued")
 			}
-		})
+		}})
 	}
+	runConcurrently(t, subs)
 }

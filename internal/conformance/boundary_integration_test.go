@@ -34,9 +34,9 @@ const spyCommand = `{ env; for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; d
 // container's filesystem (the CLI's config included) — and nowhere in
 // the audit folder. The model proxy's audit has the request.
 func TestConformanceKeyNeverInSandbox(t *testing.T) {
+	var subs []subtest
 	for _, name := range drivers.Names() {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
+		subs = append(subs, subtest{name, func(t *testing.T) {
 			srv := drivertest.FakeModel(t, drivertest.ShellThenDone(spyCommand))
 			drv := drivers.All()[name](drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
 			root := drivertest.AuditRoot(t)
@@ -114,8 +114,9 @@ func TestConformanceKeyNeverInSandbox(t *testing.T) {
 			if a.NetworkAuditDir() == "" || !strings.HasPrefix(a.NetworkAuditDir(), root) {
 				t.Errorf("NetworkAuditDir %q not under %s", a.NetworkAuditDir(), root)
 			}
-		})
+		}})
 	}
+	runConcurrently(t, subs)
 }
 
 // exportHolds streams `docker export` of the container (its whole

@@ -21,13 +21,16 @@ import (
 // must pass, or be not applicable because the driver lacks the capability
 // (smoke decides n/a only from sandboxagent.CapabilitiesOf, so any other
 // gap fails). Drivers with a long-lived mode use it by default; their
-// per-turn mode passes the same steps (<driver>/per_turn).
+// per-turn mode passes the same steps (<driver>/per_turn). Every
+// driver and mode runs at once (runConcurrently), the steps of each in
+// order.
 //
 // The other tests of this package are what smoke does not do on a user's
 // machine: attacks (forged output, floods, the key hunted in the sandbox),
 // a CLI killed, a turn aborted.
 func TestConformance(t *testing.T) {
 	rt := startlimit.Wrap(testenv.Runtime(t), startlimit.DefaultWidth)
+	var subs []subtest
 	for _, name := range drivers.Names() {
 		drv := drivers.All()[name](drivers.Endpoint{BaseURL: "http://x/v1", APIKey: "k", Provider: "sandbox"})
 		_, longLived := drv.(sandboxagent.LongLived)
@@ -40,8 +43,7 @@ func TestConformance(t *testing.T) {
 			if perTurn {
 				label += "/per_turn"
 			}
-			t.Run(label, func(t *testing.T) {
-				t.Parallel()
+			subs = append(subs, subtest{label, func(t *testing.T) {
 				// The defaults, as `smoke` runs with (testenv.Config's
 				// one-minute exec timeout is too short for a session
 				// script that starts opencode's server on a loaded
@@ -53,9 +55,10 @@ func TestConformance(t *testing.T) {
 				cfg.PerTurn = testenv.Config().PerTurn || perTurn
 				runSteps(t, smoke.Options{Runtime: rt, Config: cfg, Fake: true},
 					smoke.Target{Name: name, New: drivers.All()[name]})
-			})
+			}})
 		}
 	}
+	runConcurrently(t, subs)
 }
 
 // runSteps runs the smoke steps of one target, each as a subtest. A

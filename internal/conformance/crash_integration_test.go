@@ -39,13 +39,13 @@ func killCLI(ctx context.Context, a *sandboxagent.Agent, comm string) (int, erro
 // during a turn fails that turn with an error wrapping ErrCLIExited, and
 // the turn after it continues the session.
 func TestConformanceCLICrash(t *testing.T) {
+	var subs []subtest
 	for _, name := range drivers.Names() {
 		drv0 := drivers.All()[name](drivers.Endpoint{BaseURL: "http://x/v1", APIKey: "k", Provider: "sandbox"})
 		if _, ok := drv0.(sandboxagent.LongLived); !ok {
 			continue
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
+		subs = append(subs, subtest{name, func(t *testing.T) {
 			comm := serverComm[name]
 			if comm == "" {
 				t.Fatalf("no process name for %s's long-lived CLI", name)
@@ -115,6 +115,7 @@ func TestConformanceCLICrash(t *testing.T) {
 			if r4.SessionID != r1.SessionID || !strings.Contains(drivertest.RequestText(t, srv, n), "CRASH-TWO") {
 				t.Errorf("sessions %q then %q: not continued", r1.SessionID, r4.SessionID)
 			}
-		})
+		}})
 	}
+	runConcurrently(t, subs)
 }

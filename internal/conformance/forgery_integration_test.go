@@ -79,33 +79,30 @@ var forgeCommand = `n=0; ` + execRoots(`cat `+forgedPath+` > "$d/fd/1" 2>/dev/nu
 // with /proc readable.
 func TestConformanceForgery(t *testing.T) {
 	testenv.Runtime(t)
+	var subs []subtest
 	for _, name := range drivers.Names() {
 		drv0 := drivers.All()[name](drivers.Endpoint{BaseURL: "http://x/v1", APIKey: "k", Provider: "sandbox"})
 		_, longLived := drv0.(sandboxagent.LongLived)
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
+		subs = append(subs, subtest{name, func(t *testing.T) {
 			forgeryTurn(t, name, forgeryAttack{command: forgeCommand})
-		})
+		}})
 		if longLived {
-			t.Run(name+"/per_turn", func(t *testing.T) {
-				t.Parallel()
+			subs = append(subs, subtest{name + "/per_turn", func(t *testing.T) {
 				forgeryTurn(t, name, forgeryAttack{perTurn: true, command: forgeCommand})
-			})
+			}})
 		}
 		// The attacks on the long-lived turn's end (security review): one
 		// driver of each long-lived kind (a CLI's own stream, a bridge),
 		// not all five, to keep CI short.
 		if name == "claude" || name == "opencode" {
-			t.Run(name+"/slow_tool", func(t *testing.T) {
-				t.Parallel()
+			subs = append(subs, subtest{name + "/slow_tool", func(t *testing.T) {
 				forgeryTurn(t, name, slowToolAttack(name))
-			})
-			t.Run(name+"/side_request", func(t *testing.T) {
-				t.Parallel()
+			}}, subtest{name + "/side_request", func(t *testing.T) {
 				forgeryTurn(t, name, sideRequestAttack())
-			})
+			}})
 		}
 	}
+	runConcurrently(t, subs)
 }
 
 // forgeryAttack is one way of running the forged lines in a turn.
