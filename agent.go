@@ -345,6 +345,11 @@ func (a *Agent) lockTurn(ctx context.Context) (unlock func(), err error) {
 	if h, _ := ctx.Value(holdKey{}).(*Agent); h == a {
 		return func() {}, nil
 	}
+	select { // a free lock is taken even when ctx is done (the call then aborts and is recorded)
+	case a.lock <- struct{}{}:
+		return func() { <-a.lock }, nil
+	default:
+	}
 	select {
 	case a.lock <- struct{}{}:
 		return func() { <-a.lock }, nil
@@ -437,7 +442,7 @@ func (a *Agent) Stream(ctx context.Context, prompt string, fn func(Event)) (Turn
 	a.mu.Unlock()
 	a.turns++
 	t := &turn{a: a, no: a.turns, fn: fn, started: time.Now()}
-	t.spec = Turn{Prompt: prompt, Model: a.model, SessionID: session, WorkDir: a.sb.workDir()}
+	t.spec = Turn{Prompt: prompt, Model: a.model, SessionID: session, WorkDir: a.sb.workdir}
 	if st := a.sessions[session]; session != "" && st != nil {
 		t.lines = st.lines
 	}

@@ -134,7 +134,7 @@ type Sandbox struct {
 	name    string
 	cfg     Config
 	user    string
-	workdir string
+	workdir string // the working directory asked for ("" = the image's)
 
 	ownerMu sync.Mutex
 	owner   *safetar.Owner // the user's uid/gid, once looked up
@@ -517,9 +517,6 @@ func (s *Sandbox) ID() string { return s.id }
 // Name is the container name.
 func (s *Sandbox) Name() string { return s.name }
 
-// workDir is the working directory asked for ("" = the image's).
-func (s *Sandbox) workDir() string { return s.workdir }
-
 // Inspect reports the container's current state.
 func (s *Sandbox) Inspect(ctx context.Context) (ContainerState, error) {
 	return s.rt.Inspect(ctx, s.id)
@@ -535,8 +532,8 @@ func (s *Sandbox) isClosed() bool {
 }
 
 // Close destroys the container. It is idempotent and succeeds when the
-// container already died or removed itself; a removal that failed is
-// tried again by the next Close.
+// container already died or removed itself; a failed removal is tried
+// again by the next Close (an error closing the proxies is told once).
 func (s *Sandbox) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
@@ -549,8 +546,6 @@ func (s *Sandbox) Close() error {
 		}
 	}
 	if !s.removed {
-		// Retried by the next Close when it fails (an engine away for a
-		// moment): the caller keeps a handle it can close again.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := s.rt.Remove(ctx, s.id); err != nil {
@@ -558,5 +553,7 @@ func (s *Sandbox) Close() error {
 		}
 		s.removed = true
 	}
-	return s.hostErr
+	err := s.hostErr
+	s.hostErr = nil // reported once: there is nothing left to retry
+	return err
 }

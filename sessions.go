@@ -7,10 +7,9 @@ import (
 )
 
 // The session operations below hold the agent's turn lock: they never run
-// while a turn does (they wait for it until their context ends; see
-// Hold). Each fails with ErrUnsupported when the driver does not
-// implement the optional interface it needs (Forker, SkillInstaller,
-// RulesInstaller, SessionStore).
+// while a turn does (they wait for it until their context ends; see Hold).
+// Each fails with ErrUnsupported when the driver lacks the optional
+// interface it needs (Forker, SkillInstaller, RulesInstaller, SessionStore).
 
 // withDriver runs fn under the turn lock with the agent's driver as an I,
 // or fails with ErrUnsupported naming what.

@@ -27,7 +27,8 @@ type agent struct {
 	end  context.CancelFunc
 
 	closeMu sync.Mutex
-	closed  bool // the library agent is closed and stop ran
+	closed  bool // the library agent is closed
+	stopped bool // stop ran
 }
 
 // agentView is the JSON of an agent. Field names are a public interface.
@@ -94,11 +95,17 @@ func (a *agent) close() error {
 	if a.closed {
 		return nil
 	}
-	if err := a.ag.Close(); err != nil {
+	err := a.ag.Close()
+	if !a.stopped {
+		// The agent is being deleted either way: what it started beside
+		// (the fake model) goes now, not only once a removal succeeds.
+		a.stopped = true
+		a.stop()
+	}
+	if err != nil {
 		return err
 	}
 	a.closed = true
-	a.stop()
 	return nil
 }
 

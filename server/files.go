@@ -6,6 +6,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -106,13 +107,8 @@ func (s *Server) putFiles(w http.ResponseWriter, r *http.Request, a *agent) {
 		}
 		skipped = len(rep.Skipped) + rep.SkippedOmitted
 	case "application/octet-stream":
-		// Held in memory: the body is bounded by MaxBodyBytes.
-		data, err := io.ReadAll(r.Body)
-		if err != nil {
-			writeError(w, uploadErr(err))
-			return
-		}
-		if err := a.ag.Container().WriteFile(r.Context(), dst, data, 0o644); err != nil {
+		// Through a temporary file, not memory: uploads run side by side.
+		if err := uploadFile(r, a.ag.Container(), dst); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -123,6 +119,25 @@ func (s *Server) putFiles(w http.ResponseWriter, r *http.Request, a *agent) {
 	}
 	w.Header().Set("X-Sandbox-Agent-Skipped", strconv.Itoa(skipped))
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// uploadFile writes the request's body to the container file dst.
+func uploadFile(r *http.Request, sb *sandboxagent.Sandbox, dst string) error {
+	f, err := os.CreateTemp("", "sandbox-agent-upload-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err = f.Chmod(0o644); err == nil { // the mode the container file gets
+		_, err = io.Copy(f, r.Body)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return uploadErr(err)
+	}
+	return sb.Upload(r.Context(), f.Name(), dst)
 }
 
 func uploadErr(err error) error {

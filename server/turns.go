@@ -97,12 +97,30 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 		return
 	}
 	// A running turn answers 409 at once; a session call holding the
-	// agent is waited for (sessionCallWait).
+	// agent is waited for (sessionCallWait), unless a turn starts
+	// meanwhile (another request's): then 409 too.
 	if a.running() {
 		writeError(w, busy(a))
 		return
 	}
-	held, release, err := a.ag.Hold(r.Context(), sessionCallWait)
+	wctx, stopWait := context.WithCancelCause(r.Context())
+	defer stopWait(nil)
+	running, unobserve := a.ag.Observe(func(rec sandboxagent.TurnRecord, ev *sandboxagent.Event) {
+		if ev == nil && rec.Running {
+			stopWait(errTurnStarted)
+		}
+	})
+	if running.Turn != 0 {
+		unobserve()
+		writeError(w, busy(a))
+		return
+	}
+	held, release, err := a.ag.Hold(wctx, sessionCallWait)
+	unobserve() // held: no other turn starts until release
+	if err == nil && context.Cause(wctx) != nil {
+		release() // a turn came and went while this one waited
+		err = context.Cause(wctx)
+	}
 	if err != nil {
 		writeError(w, busy(a))
 		return
@@ -412,3 +430,6 @@ func (s *sseStream) run() {
 // holds the agent (the inspector lists sessions as it opens an agent; an
 // exec in the sandbox, slow on a loaded engine).
 const sessionCallWait = 30 * time.Second
+
+// errTurnStarted ends a turn's wait for the agent when another turn got it.
+var errTurnStarted = errors.New("another turn started")
