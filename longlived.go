@@ -294,7 +294,10 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 				unbacked = true
 				quiet = time.After(t.unbackedQuiet())
 			case unbacked && abortBy == nil:
-				settle = time.After(forgedEndSettle)
+				// After a forged end, a backed one ends the turn once the
+				// CLI was quiet as long (a loaded CLI may print its own
+				// lines of the answer seconds apart): they belong here.
+				settle = time.After(t.unbackedQuiet())
 			case wait <= 0 || abortBy != nil:
 				return ended(), false, nil
 			default:

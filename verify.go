@@ -95,11 +95,6 @@ func (t *turn) unbackedQuiet() time.Duration {
 	return 5 * time.Second
 }
 
-// forgedEndSettle: after an unbacked end, a backed one ends the turn once
-// the CLI was quiet this long, so that the CLI's own end line (which
-// follows the model's answer) is read in this turn, not the next.
-const forgedEndSettle = 300 * time.Millisecond
-
 // verifyTurn decides every event not yet verified, reports the forged
 // ones, and returns the reply: the model's final answer.
 func (t *turn) verifyTurn(cliReply string) (string, *trajectory.Verification) {
