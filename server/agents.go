@@ -70,12 +70,6 @@ func (a *agent) lastTurn() (sandboxagent.TurnRecord, bool) {
 	return turns[len(turns)-1], true
 }
 
-// running reports whether a turn is running on the agent.
-func (a *agent) running() bool {
-	last, ok := a.lastTurn()
-	return ok && last.Running
-}
-
 // idleWait is how long a session call waits for a turn to end before it
 // answers 409: long enough for the moment between a turn's end and its
 // answer, short enough not to hang a client behind a long turn.

@@ -99,10 +99,6 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 	// A running turn answers 409 at once; a session call holding the
 	// agent is waited for (sessionCallWait), unless a turn starts
 	// meanwhile (another request's): then 409 too.
-	if a.running() {
-		writeError(w, busy(a))
-		return
-	}
 	wctx, stopWait := context.WithCancelCause(r.Context())
 	defer stopWait(nil)
 	running, unobserve := a.ag.Observe(func(rec sandboxagent.TurnRecord, ev *sandboxagent.Event) {
@@ -110,7 +106,7 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 			stopWait(errTurnStarted)
 		}
 	})
-	if running.Turn != 0 {
+	if running.Turn != 0 { // a turn runs already
 		unobserve()
 		writeError(w, busy(a))
 		return
