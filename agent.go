@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
+	"github.com/sandbox-agent/sandbox-agent/internal/cliproc"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
@@ -33,11 +35,15 @@ type Agent struct {
 	audit bool
 	log   *slog.Logger
 
-	srv atomic.Pointer[cliServer] // the long-lived CLI process (LongLived drivers)
+	srv atomic.Pointer[cliproc.Proc] // the long-lived CLI process (LongLived drivers)
 
-	proxy *modelproxy.Proxy                 // nil when the CLI holds its own key (EgressOpen, unroutable driver)
-	rec   atomic.Pointer[trajectory.Record] // the running turn's, for the proxy's tap
-	net   *audit.Network
+	proxy   *modelproxy.Proxy                 // nil when the CLI holds its own key (EgressOpen, unroutable driver)
+	router  ModelRouter                       // the unrouted driver, with proxy
+	token   string                            // the proxy's token (State)
+	baseURL string                            // the proxy as the CLI reaches it (State)
+	rec     atomic.Pointer[trajectory.Record] // the running turn's, for the proxy's tap
+	net     *audit.Network
+	started time.Time // the network audit's date (State)
 
 	secrets []string // the driver's own and the routed copy's: redacted everywhere
 
@@ -49,11 +55,12 @@ type Agent struct {
 	// its context): held by a turn or a session call. The fields below it
 	// belong to its holder.
 	lock     chan struct{}
-	turns    int
 	sessions map[string]*sessionState
 	auditDay audit.Day
+	adopted  bool // Adopt made it: sessions may have an audit of the dead host's
 
-	mu         sync.Mutex // guards session and sessionSet
+	mu         sync.Mutex // guards the three below
+	turns      int        // started (changed by the turn lock's holder)
 	session    string
 	sessionSet int // SetSession calls, so a turn's end does not undo one made meanwhile
 
@@ -73,6 +80,7 @@ type agentOptions struct {
 	logger                         *slog.Logger
 	env                            map[string]string
 	memoryBytes, pids              int64
+	owner                          string
 	sandbox                        func(*SandboxOptions)
 }
 
@@ -134,6 +142,13 @@ func WithResources(memoryBytes, pids int64) AgentOption {
 	return func(o *agentOptions) { o.memoryBytes, o.pids = memoryBytes, pids }
 }
 
+// WithOwner labels the sandbox (LabelOwner) as owned by a server's stable
+// instance identity (a valid label value: up to 63 letters, digits, '-',
+// '_' and '.', starting and ending alphanumeric). GC keeps a running
+// sandbox with an owner, whatever becomes of the process that started
+// it: the server re-adopts it (Adopt) after a restart.
+func WithOwner(id string) AgentOption { return func(o *agentOptions) { o.owner = id } }
+
 // WithSandbox adjusts the sandbox options before the sandbox starts, after
 // every other option; several apply in order.
 func WithSandbox(f func(*SandboxOptions)) AgentOption {
@@ -165,8 +180,15 @@ func (o *agentOptions) check() error {
 	if o.pids < 0 {
 		return fmt.Errorf("%w: process limit %d: want a positive number", ErrInvalidArgument, o.pids)
 	}
+	if o.owner != "" && !ownerID.MatchString(o.owner) {
+		return fmt.Errorf("%w: owner %q: want up to 63 letters, digits, '-', '_' and '.', alphanumeric at both ends", ErrInvalidArgument, o.owner)
+	}
 	return nil
 }
+
+// ownerID is a label value every engine takes (Kubernetes' is the
+// strictest).
+var ownerID = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
 
 // applyOptions collects the options and the configuration they name
 // (defaults filled in).
@@ -206,14 +228,43 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	if !o.allowSet {
 		allow = cfg.AllowHosts
 	}
-	if _, err := ParseEgress(string(egress)); err != nil {
+	a, sopts, err := newAgent(drv, o, cfg, image, egress, allow, AgentState{Started: time.Now()})
+	if err != nil {
 		return nil, err
 	}
+	sb, err := NewSandbox(ctx, rt, sopts)
+	if err != nil {
+		return nil, err
+	}
+	a.sb = sb
+	a.route()
+	sctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Start)
+	defer cancel()
+	if err := a.drv.Setup(sctx, sb); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("set up %s: %w", drv.Name(), err)
+	}
+	if a.audit {
+		if err := audit.Prune(cfg.AuditRoot, cfg.AuditRetentionDays, time.Now()); err != nil {
+			a.log.Warn("sandbox-agent: audit retention", "err", err)
+		}
+	}
+	return a, nil
+}
+
+// newAgent makes the agent of drv, short of its sandbox, and the options
+// of the sandbox: the egress policy, the model proxy and the audit. st
+// names what an adopted agent keeps (its sandbox's name, the proxy's
+// token; "": fresh ones) and when it started.
+func newAgent(drv Driver, o agentOptions, cfg Config, image string, egress Egress, allow []string, st AgentState) (*Agent, SandboxOptions, error) {
+	if _, err := ParseEgress(string(egress)); err != nil {
+		return nil, SandboxOptions{}, err
+	}
 	if egress == EgressNone {
-		return nil, fmt.Errorf("%w: egress none leaves the agent no way to its model; use model (the default), which allows only the model proxy", ErrInvalidArgument)
+		return nil, SandboxOptions{}, fmt.Errorf("%w: egress none leaves the agent no way to its model; use model (the default), which allows only the model proxy", ErrInvalidArgument)
 	}
 	a := &Agent{
-		drv: drv, image: image, model: o.model, cfg: cfg,
+		drv: drv, image: image, model: o.model, cfg: cfg, started: st.Started,
 		audit: cfg.AuditEnabled, log: o.logger, sessions: map[string]*sessionState{},
 		lock: make(chan struct{}, 1),
 	}
@@ -227,8 +278,14 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 		Image: image, Config: cfg, Egress: egress, AllowHosts: allow, Network: o.network, WorkDir: o.workdir,
 		Env: o.env, MemoryBytes: o.memoryBytes, PidsLimit: o.pids,
 	}
+	if o.owner != "" {
+		sopts.Labels = map[string]string{LabelOwner: o.owner}
+	}
 	if o.sandbox != nil {
 		o.sandbox(&sopts)
+	}
+	if st.SandboxName != "" {
+		sopts.Name = st.SandboxName
 	}
 	if sopts.Name == "" {
 		sopts.Name = newName()
@@ -246,57 +303,51 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	if routable {
 		var err error
 		if route, err = router.ModelRoute(); err != nil {
-			if egress != EgressOpen {
-				return nil, fmt.Errorf("%s: route through the model proxy: %w", drv.Name(), err)
+			if egress != EgressOpen || st.ModelToken != "" {
+				return nil, SandboxOptions{}, fmt.Errorf("%s: route through the model proxy: %w", drv.Name(), err)
 			}
 			a.log.Warn("sandbox-agent: the driver cannot be routed through the model proxy", "driver", drv.Name(), "err", err)
 			routable = false
 		}
 	}
-	var token string
 	switch {
-	case routable:
-		token = modelproxy.NewToken()
-		a.secrets = append(a.secrets, token)
+	case routable && (st.SandboxName == "" || st.ModelToken != ""):
+		a.router, a.token = router, st.ModelToken
+		if a.token == "" {
+			a.token = modelproxy.NewToken()
+		}
+		a.secrets = append(a.secrets, a.token)
+		var err error
 		a.proxy, err = modelproxy.New(modelproxy.Options{
-			Upstream: route.Upstream, Key: route.Key, Token: token, CACertFile: cfg.CACertFile, Log: a.modelRecord, APIs: route.proxyAPIs(),
+			Upstream: route.Upstream, Key: route.Key, Token: a.token, CACertFile: cfg.CACertFile, Log: a.modelRecord, APIs: route.proxyAPIs(),
 			Tap: a.tap,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: model proxy: %w", ErrInvalidArgument, drv.Name(), err)
+			return nil, SandboxOptions{}, fmt.Errorf("%w: %s: model proxy: %w", ErrInvalidArgument, drv.Name(), err)
 		}
 		sopts.services = map[string]http.Handler{boundary.ServiceModel: a.proxy}
+	case st.ModelToken != "":
+		return nil, SandboxOptions{}, fmt.Errorf("%w: driver %s cannot be routed through the model proxy, which the sandbox's CLI was set up for", ErrInvalidArgument, drv.Name())
 	case egress == EgressModel:
-		return nil, fmt.Errorf("%w: driver %s cannot be routed through the model proxy (it does not implement ModelRouter); use egress open", ErrInvalidArgument, drv.Name())
+		return nil, SandboxOptions{}, fmt.Errorf("%w: driver %s cannot be routed through the model proxy (it does not implement ModelRouter); use egress open", ErrInvalidArgument, drv.Name())
 	default:
 		a.log.Warn("sandbox-agent: driver cannot use the model proxy: its API key enters the sandbox", "driver", drv.Name())
 	}
 	if a.audit {
-		a.net = &audit.Network{Root: cfg.AuditRoot, Date: time.Now(), Name: sopts.Name, Secrets: a.secrets, Log: a.log, Max: cfg.Limits.AuditSessionBytes}
+		a.net = &audit.Network{Root: cfg.AuditRoot, Date: st.Started, Name: sopts.Name, Secrets: a.secrets, Log: a.log, Max: cfg.Limits.AuditSessionBytes}
 	}
 	if egress == EgressOpen {
 		a.log.Warn("sandbox-agent: egress open: the agent can reach the internet and the host's services", "driver", drv.Name())
 	}
-	sb, err := NewSandbox(ctx, rt, sopts)
-	if err != nil {
-		return nil, err
+	return a, sopts, nil
+}
+
+// route points the driver at the model proxy as the sandbox reaches it.
+func (a *Agent) route() {
+	if a.router != nil {
+		a.baseURL = a.proxy.BaseURL(a.sb.host.URL(boundary.ServiceModel))
+		a.drv = a.router.Routed(a.baseURL, a.token)
 	}
-	a.sb = sb
-	if routable {
-		a.drv = router.Routed(a.proxy.BaseURL(sb.host.URL(boundary.ServiceModel)), token)
-	}
-	sctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Start)
-	defer cancel()
-	if err := a.drv.Setup(sctx, sb); err != nil {
-		a.Close()
-		return nil, fmt.Errorf("set up %s: %w", drv.Name(), err)
-	}
-	if a.audit {
-		if err := audit.Prune(cfg.AuditRoot, cfg.AuditRetentionDays, time.Now()); err != nil {
-			a.log.Warn("sandbox-agent: audit retention", "err", err)
-		}
-	}
-	return a, nil
 }
 
 // longLived is the driver's long-lived mode, unless the configuration
@@ -386,7 +437,7 @@ func (a *Agent) Close() error {
 	}
 	// Not under mu: Close must not wait for a running turn.
 	if s := a.srv.Swap(nil); s != nil {
-		s.closeForRemoval()
+		s.CloseForRemoval()
 	}
 	err := a.sb.Close()
 	if a.net != nil {
@@ -439,10 +490,14 @@ func (a *Agent) Stream(ctx context.Context, prompt string, fn func(Event)) (Turn
 	defer unlock()
 	a.mu.Lock()
 	session, set := a.session, a.sessionSet
-	a.mu.Unlock()
 	a.turns++
-	t := &turn{a: a, no: a.turns, fn: fn, started: time.Now()}
+	no := a.turns
+	a.mu.Unlock()
+	t := &turn{a: a, no: no, fn: fn, started: time.Now()}
 	t.spec = Turn{Prompt: prompt, Model: a.model, SessionID: session, WorkDir: a.sb.workdir}
+	if session != "" && a.sessions[session] == nil && a.adopted && a.audit {
+		a.resumeAudit(session) // a session of the dead host's: its audit goes on
+	}
 	if st := a.sessions[session]; session != "" && st != nil {
 		t.lines = st.lines
 	}
@@ -460,7 +515,7 @@ func (a *Agent) Stream(ctx context.Context, prompt string, fn func(Event)) (Turn
 		}
 		a.mu.Unlock()
 		if s := a.srv.Load(); s != nil {
-			s.session = res.SessionID // the session the long-lived process is on now
+			s.Session = res.SessionID // the session the long-lived process is on now
 		}
 	}
 	t.finish(res, err)

@@ -29,6 +29,8 @@ type ExecRequest struct {
 	Timeout time.Duration
 	// MaxOutputBytes caps each captured stream; zero uses the config.
 	MaxOutputBytes int64
+
+	turn bool // an agent CLI's turn: tagged turnTagVar too
 }
 
 // ExecResult is what a command did. A non-zero exit code is not an error.
@@ -53,6 +55,11 @@ const ExitCodeTimeout = 124
 // all descendants), so a timeout can find and kill the whole tree even
 // when members left the process group.
 const execTagVar = "SANDBOX_AGENT_EXEC_ID"
+
+// turnTagVar marks every process of an agent's CLI turns (its value: the
+// sandbox's id), for every host process alike: one adopting the sandbox
+// stops with it what the dead one left running of its turns.
+const turnTagVar = "SANDBOX_AGENT_TURN"
 
 // killGrace is how long a timed-out command gets between SIGTERM and
 // SIGKILL.
@@ -99,12 +106,15 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 		}
 	}
 	for k, v := range req.Env {
-		if k == "" || k == execTagVar || bytes.ContainsAny([]byte(k), "=\x00") {
+		if k == "" || k == execTagVar || k == turnTagVar || bytes.ContainsAny([]byte(k), "=\x00") {
 			return ExecResult{}, fmt.Errorf("%w: environment variable name %q", ErrInvalidArgument, k)
 		}
 		env = append(env, k+"="+v)
 	}
 	env = append(env, execTagVar+"="+tag)
+	if req.turn {
+		env = append(env, turnTagVar+"="+s.id)
+	}
 	user := req.User
 	if user == "" {
 		user = s.user
@@ -191,12 +201,15 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 
 // killTree kills every process of one exec, as the same user (reading
 // another user's /proc/PID/environ needs privileges the sandbox lacks).
-func (s *Sandbox) killTree(tag, user string) error {
+func (s *Sandbox) killTree(tag, user string) error { return s.killTagged(execTagVar, tag, user) }
+
+// killTagged kills every process whose environment has name=value.
+func (s *Sandbox) killTagged(name, value, user string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var out bytes.Buffer
 	code, err := s.rt.Exec(ctx, s.id, RuntimeExec{
-		Cmd:    []string{"/bin/sh", "-c", guest.ExecKill, "sandbox-agent-kill", tag, strconv.Itoa(int(killGrace / (10 * time.Millisecond)))},
+		Cmd:    []string{"/bin/sh", "-c", guest.ExecKill, "sandbox-agent-kill", value, strconv.Itoa(int(killGrace / (10 * time.Millisecond))), name},
 		User:   user,
 		Stdout: &out, Stderr: &out,
 	})

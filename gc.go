@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
@@ -15,7 +14,8 @@ import (
 type GCOptions struct {
 	// All removes every sandbox of ours, including ones whose owner is
 	// still running. Without it GC removes sandboxes that stopped, and
-	// running ones whose owner process on this host is gone.
+	// running ones whose owner process on this host is gone, unless a
+	// server owns them (LabelOwner): it may be restarting to adopt them.
 	All bool
 	// DryRun reports without removing.
 	DryRun bool
@@ -56,6 +56,12 @@ func GC(ctx context.Context, rt Runtime, opts GCOptions) (GCResult, error) {
 		switch {
 		case opts.All:
 			e.Reason = "--all"
+		case c.Labels[LabelOwner] != "" && c.Running:
+			e.Reason = "owned by server " + c.Labels[LabelOwner]
+			res.Kept = append(res.Kept, e)
+			continue
+		case c.Labels[LabelOwner] != "" && c.Status != StatusCreated:
+			e.Reason = "not running (" + string(c.Status) + ")"
 		case sameHost && boundary.ProcessAlive(c.Labels[LabelPID]):
 			e.Reason = "owner process " + c.Labels[LabelPID] + " is alive"
 			res.Kept = append(res.Kept, e)
@@ -98,25 +104,13 @@ func GC(ctx context.Context, rt Runtime, opts GCOptions) (GCResult, error) {
 	return res, errors.Join(errs...)
 }
 
-var sweepOnce sync.Once
-
 // sweepLeftoverSockets removes, once per process and in the background,
 // the socket folders of owners that died and whose sandboxes removed
 // themselves (gc does the same). A folder whose container rt cannot rule
 // out is kept.
 func sweepLeftoverSockets(rt Runtime) {
-	sweepOnce.Do(func() {
-		go func() {
-			root, err := boundary.SocketRoot()
-			if err != nil {
-				return
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			boundary.SweepSocketDirs(root, func(name string) bool {
-				list, err := rt.List(ctx, map[string]string{LabelManaged: "true", labelSockets: name})
-				return err != nil || len(list) > 0
-			}, false)
-		}()
+	boundary.SweepOnce(func(ctx context.Context, name string) bool {
+		list, err := rt.List(ctx, map[string]string{LabelManaged: "true", labelSockets: name})
+		return err != nil || len(list) > 0
 	})
 }

@@ -10,11 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/sandbox-agent/sandbox-agent/internal/bounded"
+	"github.com/sandbox-agent/sandbox-agent/internal/cliproc"
 )
 
 // LongLived is a Driver whose CLI can serve many turns of one session from
@@ -51,141 +49,21 @@ var ErrCLIExited = errors.New("the agent CLI's long-lived process exited")
 // CLI's protocol before its process is killed.
 var abortGrace = 5 * time.Second
 
-// cliServer is one running long-lived CLI process.
-type cliServer struct {
-	session, model string // what it serves ("" session: a new one, until named)
-	used           bool   // it ran a turn
-
-	stdin  *io.PipeWriter
-	cancel context.CancelFunc
-	exited chan struct{} // closed when the exec returned
-	res    ExecResult    // valid after exited
-	err    error
-
-	mu     sync.Mutex
-	active bool // a turn reads lines
-	lines  chan serverLine
-	queued atomic.Int64   // bytes of the lines in lines (maxQueuedBytes)
-	stderr bounded.Buffer // this turn's stderr
-}
-
-type serverLine struct {
-	raw []byte
-	cut bool
-}
-
 // startServer starts the long-lived CLI for t.
-func (a *Agent) startServer(ll LongLived, t Turn) (*cliServer, error) {
+func (a *Agent) startServer(ll LongLived, t Turn) (*cliproc.Proc, error) {
 	inv, err := ll.ServeCommand(t)
 	if err != nil {
 		return nil, fmt.Errorf("%s: build long-lived command: %w", a.drv.Name(), err)
 	}
-	pr, pw := io.Pipe()
-	s := &cliServer{
-		session: t.SessionID, model: t.Model, stdin: pw,
-		exited: make(chan struct{}), lines: make(chan serverLine, 256),
-		stderr: bounded.Buffer{Max: maxStderrBytes},
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	out := &bounded.Lines{Max: maxLineBytes, Fn: s.deliver}
-	go func() {
-		defer close(s.exited)
+	return cliproc.Start(t.SessionID, t.Model, maxLineBytes, maxStderrBytes, func(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 		res, err := a.sb.Run(ctx, ExecRequest{
-			Cmd: inv.Cmd, Env: inv.Env, WorkDir: inv.WorkDir, Stdin: pr,
-			Stdout: out, Stderr: &lockedWriter{mu: &s.mu, w: &s.stderr},
+			Cmd: inv.Cmd, Env: inv.Env, WorkDir: inv.WorkDir, Stdin: stdin, Stdout: stdout, Stderr: stderr,
 			// It lives as long as the agent; a hung turn is bounded by
 			// timeout_ask, not by this exec.
-			Timeout: 100 * 365 * 24 * time.Hour, MaxOutputBytes: 64 << 10,
+			Timeout: 100 * 365 * 24 * time.Hour, MaxOutputBytes: 64 << 10, turn: true,
 		})
-		out.Flush()
-		_ = pr.Close()
-		s.res, s.err = res, err
-	}()
-	return s, nil
-}
-
-// maxQueuedBytes bounds the stdout lines waiting for the turn to read
-// them (each may be up to maxLineBytes): past it the CLI's output waits.
-const maxQueuedBytes = 16 << 20
-
-// deliver hands a stdout line to the running turn; lines between turns
-// are dropped (the CLI has nothing to say then).
-func (s *cliServer) deliver(raw []byte, cut bool) {
-	var l serverLine
-	for {
-		s.mu.Lock()
-		active := s.active
-		s.mu.Unlock()
-		if !active {
-			return
-		}
-		if s.queued.Load()+int64(len(raw)) > maxQueuedBytes && len(s.lines) > 0 {
-			time.Sleep(10 * time.Millisecond) // the turn reads, or ends
-			continue
-		}
-		if l.raw == nil {
-			l = serverLine{raw: append(make([]byte, 0, len(raw)), raw...), cut: cut}
-		}
-		s.queued.Add(int64(len(l.raw)))
-		select {
-		case s.lines <- l:
-			return
-		case <-time.After(100 * time.Millisecond): // the turn may have ended meanwhile
-			s.queued.Add(-int64(len(l.raw)))
-		}
-	}
-}
-
-// next takes a line the turn reads off the queue's byte count.
-func (s *cliServer) next(l serverLine) serverLine {
-	s.queued.Add(-int64(len(l.raw)))
-	return l
-}
-
-// drain drops lines an earlier turn left unread: they are not this turn's.
-func (s *cliServer) drain() {
-	for {
-		select {
-		case l := <-s.lines:
-			s.next(l)
-		default:
-			return
-		}
-	}
-}
-
-func (s *cliServer) alive() bool {
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop ends the process: stdin closed (a CLI that exits on EOF exits),
-// then its process tree killed, and waits for the exec to return.
-func (s *cliServer) stop() {
-	_ = s.stdin.Close()
-	s.cancel()
-	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-	}
-}
-
-// closeForRemoval closes stdin only: the sandbox is being removed, which
-// ends the exec without a kill of its own.
-func (s *cliServer) closeForRemoval() {
-	_ = s.stdin.Close()
-	go func() {
-		select {
-		case <-s.exited:
-		case <-time.After(time.Minute):
-		}
-		s.cancel()
-	}()
+		return res.ExitCode, err
+	}), nil
 }
 
 // serveTurn runs turn t on the agent's long-lived CLI process, starting it
@@ -210,8 +88,8 @@ func (a *Agent) serveTurn(ctx context.Context, ll LongLived, t *turn) (ExecResul
 func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ ExecResult, stale bool, _ error) {
 	start := time.Now()
 	s := a.srv.Load()
-	if s != nil && (!s.alive() || s.model != t.spec.Model || (s.session != t.spec.SessionID && (s.used || s.session != ""))) {
-		s.stop()
+	if s != nil && (!s.Alive() || s.Model != t.spec.Model || (s.Session != t.spec.SessionID && (s.Used || s.Session != ""))) {
+		s.Stop()
 		s = nil
 		a.srv.Store(nil)
 	}
@@ -231,24 +109,13 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 	if ender == nil {
 		return ExecResult{}, false, fmt.Errorf("%s: %w: its long-lived parser cannot tell a turn's end", a.drv.Name(), ErrInvalidArgument)
 	}
-	s.used = true
-	s.drain()
-	s.mu.Lock()
-	s.active = true
-	s.stderr.Reset()
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.active = false
-		s.mu.Unlock()
-	}()
+	s.Begin()
+	defer s.End()
 	written := make(chan error, 1)
-	go func() { _, err := s.stdin.Write(input); written <- err }()
+	go func() { written <- s.Write(input) }()
 
 	result := func(code int) ExecResult {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return ExecResult{ExitCode: code, Stderr: append([]byte(nil), s.stderr.Bytes()...), Duration: time.Since(start)}
+		return ExecResult{ExitCode: code, Stderr: s.Stderr(), Duration: time.Since(start)}
 	}
 	// A turn that ends after an abort was interrupted: the caller's ctx
 	// decides the error, as for a killed per-turn CLI.
@@ -264,7 +131,7 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 	// kill cuts the turn by killing the process (the next turn starts
 	// another); the caller's ctx or the timeout decides the error.
 	kill := func() ExecResult {
-		s.stop()
+		s.Stop()
 		a.srv.Store(nil)
 		res := result(ExitCodeTimeout)
 		res.TimedOut = true
@@ -281,11 +148,11 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 	lines := 0 // of this turn
 	for {
 		select {
-		case l := <-s.lines:
-			l = s.next(l)
+		case l := <-s.Lines():
+			l = s.Next(l)
 			lines++
 			settle = nil
-			t.line(l.raw, l.cut)
+			t.line(l.Raw, l.Cut)
 			done, wait := ender.Ended()
 			switch {
 			case !done:
@@ -319,18 +186,18 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 			}
 		case err := <-written:
 			written = nil
-			if err != nil && s.alive() {
-				s.stop()
+			if err != nil && s.Alive() {
+				s.Stop()
 				a.srv.Store(nil)
 				return result(-1), reused && lines == 0, fmt.Errorf("%w: writing the turn: %w", ErrCLIExited, err)
 			}
-		case <-s.exited:
+		case <-s.Exited():
 			for drained := false; !drained; { // what it printed before it died
 				select {
-				case l := <-s.lines:
-					l = s.next(l)
+				case l := <-s.Lines():
+					l = s.Next(l)
 					lines++
-					t.line(l.raw, l.cut)
+					t.line(l.Raw, l.Cut)
 				default:
 					drained = true
 				}
@@ -341,18 +208,19 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 				// itself between turns).
 				return ended(), false, nil
 			}
-			res := result(s.res.ExitCode)
-			if s.err != nil {
+			code, xerr := s.Result()
+			res := result(code)
+			if xerr != nil {
 				// The exec failed, not the CLI: the container died, the
 				// engine went away, a limit was hit — as for a per-turn
 				// CLI's exec.
-				return res, false, fmt.Errorf("its long-lived process: %w", s.err)
+				return res, false, fmt.Errorf("its long-lived process: %w", xerr)
 			}
-			return res, reused && lines == 0, fmt.Errorf("%w (exit code %d)", ErrCLIExited, s.res.ExitCode)
+			return res, reused && lines == 0, fmt.Errorf("%w (exit code %d)", ErrCLIExited, code)
 		case <-aborting:
 			aborting = nil
 			if in := ll.AbortInput(); len(in) > 0 {
-				go func() { _, _ = s.stdin.Write(in) }()
+				go func() { _ = s.Write(in) }()
 				abortBy = time.After(abortGrace)
 				continue
 			}
@@ -363,16 +231,4 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 			return kill(), false, nil
 		}
 	}
-}
-
-// lockedWriter serialises writes to w under mu.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

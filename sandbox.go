@@ -19,6 +19,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
+	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
 	"github.com/sandbox-agent/sandbox-agent/safetar"
 )
 
@@ -31,6 +32,9 @@ const (
 	LabelMaxLifetime = "sandbox-agent.max-lifetime"
 	LabelHost        = "sandbox-agent.host"
 	LabelPID         = "sandbox-agent.pid"
+	// LabelOwner is the stable identity of the server owning the sandbox
+	// (WithOwner): GC keeps it running whatever became of LabelPID.
+	LabelOwner = "sandbox-agent.owner"
 	// labelSockets names the sandbox's socket folder (its base name), so
 	// gc can remove it when the owner died.
 	labelSockets = "sandbox-agent.sockets"
@@ -143,8 +147,11 @@ type Sandbox struct {
 	limitsMu               sync.Mutex
 	seen                   ResourceEvents // counters at the last check
 
-	host *boundary.Host    // the relay's host side; nil without proxies
-	env  map[string]string // added to every exec (proxy variables)
+	host    *boundary.Host    // the relay's host side; nil without proxies
+	sockets string            // host.Dir() when bind-mounted (AgentState.SocketDir)
+	env     map[string]string // added to every exec (proxy variables)
+	egress  Egress
+	allow   []string
 
 	closeMu sync.Mutex
 	removed bool  // the container is gone (Close succeeded once)
@@ -213,17 +220,15 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	if err != nil {
 		return nil, err
 	}
-	host, err := openBoundary(opts)
+	host, err := openBoundary(opts, boundary.Open)
 	if err != nil {
 		return nil, err
 	}
 	if host != nil {
 		sweepLeftoverSockets(rt) // where we add one, clear the dead's
 	}
-	mountSockets := FeaturesOf(rt).BindMounts
-	if host != nil && mountSockets {
-		spec.Mounts = append(spec.Mounts, Mount{Source: host.Dir(), Target: boundary.SocketDir, ReadOnly: true})
-		spec.Labels[labelSockets] = filepath.Base(host.Dir())
+	if host != nil && FeaturesOf(rt).BindMounts {
+		mountSockets(&spec, host.Dir())
 	}
 	id, ctx, cancelRetry, err := createContainer(ctx, parent, rt, spec, opts.Images, cfg.Timeouts.Start)
 	defer cancelRetry()
@@ -233,10 +238,7 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 		}
 		return nil, err
 	}
-	s := &Sandbox{
-		rt: rt, id: id, name: spec.Name, cfg: cfg, user: opts.User, workdir: opts.WorkDir, closed: make(chan struct{}),
-		memoryBytes: spec.MemoryBytes, pidsLimit: spec.PidsLimit, host: host,
-	}
+	s := newSandbox(rt, id, spec, opts, cfg, host)
 	fail := func(err error) (*Sandbox, error) {
 		_ = s.Close()
 		return nil, startErr(ctx, err)
@@ -252,24 +254,54 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	if err := rt.Start(ctx, id); err != nil {
 		return fail(err)
 	}
-	if host != nil {
-		relay, exec := host.Relay, s.execAsRoot
-		if !mountSockets {
-			relay, exec = host.StartTunnel, s.execTunnel
-		}
-		if err := relay(ctx, exec); err != nil {
-			return fail(err)
-		}
-		if host.Serves(boundary.ServiceEgress) {
-			s.env = boundary.ProxyEnv(host.URL(boundary.ServiceEgress))
-		}
+	if err := s.relay(ctx); err != nil {
+		return fail(err)
 	}
 	return s, nil
 }
 
+// newSandbox is the Sandbox of container id, made from spec and opts.
+func newSandbox(rt Runtime, id string, spec ContainerSpec, opts SandboxOptions, cfg Config, host *boundary.Host) *Sandbox {
+	s := &Sandbox{
+		rt: rt, id: id, name: spec.Name, cfg: cfg, user: opts.User, workdir: opts.WorkDir, closed: make(chan struct{}),
+		memoryBytes: spec.MemoryBytes, pidsLimit: spec.PidsLimit, host: host, egress: opts.Egress, allow: opts.AllowHosts,
+	}
+	if len(spec.Mounts) > 0 {
+		s.sockets = spec.Mounts[0].Source
+	}
+	return s
+}
+
+// relay starts the sandbox's end of its proxies: forward.pl where the
+// sockets are mounted, else the exec tunnel.
+func (s *Sandbox) relay(ctx context.Context) error {
+	if s.host == nil {
+		return nil
+	}
+	relay, exec := s.host.Relay, s.execAsRoot
+	if !FeaturesOf(s.rt).BindMounts {
+		relay, exec = s.host.StartTunnel, s.execTunnel
+	}
+	if err := relay(ctx, exec); err != nil {
+		return err
+	}
+	if s.host.Serves(boundary.ServiceEgress) {
+		s.env = boundary.ProxyEnv(s.host.URL(boundary.ServiceEgress))
+	}
+	return nil
+}
+
+// mountSockets mounts the socket folder dir read-only at SocketDir, the
+// one mount of a sandbox.
+func mountSockets(spec *ContainerSpec, dir string) {
+	spec.Mounts = append(spec.Mounts, Mount{Source: dir, Target: boundary.SocketDir, ReadOnly: true})
+	spec.Labels[labelSockets] = filepath.Base(dir)
+}
+
 // openBoundary checks the egress options and opens the host side of the
-// sandbox's proxies (nil when it needs none).
-func openBoundary(opts SandboxOptions) (*boundary.Host, error) {
+// sandbox's proxies (nil when it needs none) with open: boundary.Open, or
+// for an adopted sandbox its own folder again.
+func openBoundary(opts SandboxOptions, open func(map[string]http.Handler) (*boundary.Host, error)) (*boundary.Host, error) {
 	if _, err := ParseEgress(string(opts.Egress)); err != nil {
 		return nil, err
 	}
@@ -290,7 +322,7 @@ func openBoundary(opts SandboxOptions) (*boundary.Host, error) {
 	if len(services) == 0 {
 		return nil, nil
 	}
-	return boundary.Open(services)
+	return open(services)
 }
 
 // execAsRoot is how the boundary starts forward.pl: as root (the
@@ -348,24 +380,14 @@ func startErr(ctx context.Context, err error) error {
 }
 
 func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
-	keepalive := opts.Keepalive
+	keepalive, lifetime := opts.Keepalive, opts.MaxLifetime
 	if keepalive <= 0 {
 		keepalive = cfg.Keepalive
 	}
-	kaSecs := int64(keepalive.Round(time.Second) / time.Second)
-	if kaSecs < 1 {
-		kaSecs = 1
-	}
-	interval := min(max(kaSecs/10, 1), 5)
-	lifetime := opts.MaxLifetime
 	if lifetime == 0 {
 		lifetime = cfg.MaxLifetime
 	}
-	var lifeSecs int64 // 0: none
-	if lifetime > 0 {
-		lifeSecs = max(int64(lifetime.Round(time.Second)/time.Second), 1)
-	}
-
+	cmd, kaSecs, lifeSecs := guest.KeepaliveCmd(keepalive, lifetime)
 	name := opts.Name
 	if name == "" {
 		name = newName()
@@ -428,7 +450,7 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 	return ContainerSpec{
 		Name:            name,
 		Image:           opts.Image,
-		Cmd:             []string{"/bin/sh", "-c", guest.Launcher, "sandbox-agent-keepalive", guest.Keepalive, strconv.FormatInt(kaSecs, 10), strconv.FormatInt(interval, 10), strconv.FormatInt(lifeSecs, 10)},
+		Cmd:             cmd,
 		Env:             env,
 		User:            opts.User,
 		WorkDir:         opts.WorkDir,
@@ -452,61 +474,26 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 	}, nil
 }
 
-// normCaps upper-cases and strips CAP_ so engine spellings compare.
-func normCaps(in []string) string {
-	out := make([]string, 0, len(in))
-	for _, c := range in {
-		out = append(out, strings.TrimPrefix(strings.ToUpper(c), "CAP_"))
-	}
-	sort.Strings(out)
-	return strings.Join(out, ",")
-}
-
-// checkHardening compares what the engine recorded with what was asked:
-// older engines silently drop fields they do not know.
+// checkHardening compares what the engine recorded with what was asked
+// (see package hardening).
 func checkHardening(want ContainerSpec, got ContainerState) error {
-	type check struct {
-		setting   string
-		want, got string
-	}
-	checks := []check{
-		{"privileged", strconv.FormatBool(want.Privileged), strconv.FormatBool(got.Privileged)},
-		{"readonly_rootfs", strconv.FormatBool(want.ReadonlyRootfs), strconv.FormatBool(got.ReadonlyRootfs)},
-		{"init", strconv.FormatBool(want.Init), strconv.FormatBool(got.Init)},
-		{"memory", strconv.FormatInt(want.MemoryBytes, 10), strconv.FormatInt(got.MemoryBytes, 10)},
-		{"memory_swap", strconv.FormatInt(want.MemorySwap, 10), strconv.FormatInt(got.MemorySwap, 10)},
-		{"nano_cpus", strconv.FormatInt(want.NanoCPUs, 10), strconv.FormatInt(got.NanoCPUs, 10)},
-		{"network_mode", want.NetworkMode, got.NetworkMode},
-	}
-	// A pids limit set by the node (Kubernetes) may be stricter than asked,
-	// never looser or absent.
-	if got.PidsLimit <= 0 || got.PidsLimit > want.PidsLimit {
-		checks = append(checks, check{"pids_limit", strconv.FormatInt(want.PidsLimit, 10) + " or less", strconv.FormatInt(got.PidsLimit, 10)})
-	}
-	checks = append(checks, check{"no_new_privileges", strconv.FormatBool(want.NoNewPrivileges), strconv.FormatBool(got.NoNewPrivileges)})
-	// A bind mount that lost its read-only flag would let the sandbox
-	// write into a host folder.
-	for _, m := range want.Mounts {
-		rec := "missing"
-		for _, g := range got.Mounts {
-			if g.Target == m.Target {
-				rec = fmt.Sprintf("%s read-only=%t", g.Target, g.ReadOnly)
-			}
+	mounts := func(ms []Mount) (out []hardening.Mount) {
+		for _, m := range ms {
+			out = append(out, hardening.Mount{Target: m.Target, ReadOnly: m.ReadOnly})
 		}
-		checks = append(checks, check{"mount", fmt.Sprintf("%s read-only=%t", m.Target, m.ReadOnly), rec})
+		return out
 	}
-	if !want.Privileged {
-		// A privileged container holds every capability whatever CapDrop
-		// and CapAdd say (Podman reports exactly that bounding set; Docker
-		// echoes the request), so the lists bind only when not privileged.
-		checks = append(checks,
-			check{"cap_drop", normCaps(want.CapDrop), normCaps(got.CapDrop)},
-			check{"cap_add", normCaps(want.CapAdd), normCaps(got.CapAdd)})
-	}
-	for _, c := range checks {
-		if c.want != c.got {
-			return &HardeningError{Setting: c.setting, Want: c.want, Got: c.got}
-		}
+	setting, w, g, ok := hardening.Diff(hardening.Settings{
+		Privileged: want.Privileged, ReadonlyRootfs: want.ReadonlyRootfs, Init: want.Init, NoNewPrivileges: want.NoNewPrivileges,
+		MemoryBytes: want.MemoryBytes, MemorySwap: want.MemorySwap, NanoCPUs: want.NanoCPUs, PidsLimit: want.PidsLimit,
+		NetworkMode: want.NetworkMode, CapDrop: want.CapDrop, CapAdd: want.CapAdd, Mounts: mounts(want.Mounts),
+	}, hardening.Settings{
+		Privileged: got.Privileged, ReadonlyRootfs: got.ReadonlyRootfs, Init: got.Init, NoNewPrivileges: got.NoNewPrivileges,
+		MemoryBytes: got.MemoryBytes, MemorySwap: got.MemorySwap, NanoCPUs: got.NanoCPUs, PidsLimit: got.PidsLimit,
+		NetworkMode: got.NetworkMode, CapDrop: got.CapDrop, CapAdd: got.CapAdd, Mounts: mounts(got.Mounts),
+	})
+	if !ok {
+		return &HardeningError{Setting: setting, Want: w, Got: g}
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
+	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
 )
 
 // fakeRuntime records calls; exec behaviour is scripted per test.
@@ -91,7 +92,7 @@ func TestContainerSpecDefaultsAreHardened(t *testing.T) {
 		spec.NanoCPUs != int64(defaultCPUs*1e9) {
 		t.Errorf("spec not hardened: %+v", spec)
 	}
-	if strings.Join(spec.CapDrop, ",") != "ALL" || normCaps(spec.CapAdd) != normCaps(DefaultCaps) {
+	if strings.Join(spec.CapDrop, ",") != "ALL" || hardening.NormCaps(spec.CapAdd) != hardening.NormCaps(DefaultCaps) {
 		t.Errorf("caps: drop %v add %v", spec.CapDrop, spec.CapAdd)
 	}
 	if !spec.NoNewPrivileges || len(spec.Files) != 0 {
@@ -369,7 +370,7 @@ func TestNewSandboxProvidesMissingImage(t *testing.T) {
 
 // The exec kill script looks for the variable Run sets on every exec.
 func TestExecKillFindsTheTag(t *testing.T) {
-	if !strings.Contains(guest.ExecKill, `tag="`+execTagVar+`=$1"`) {
+	if !strings.Contains(guest.ExecKill, `tag="${3:-`+execTagVar+`}=$1"`) {
 		t.Errorf("exec-kill.sh does not look for %s", execTagVar)
 	}
 }

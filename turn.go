@@ -129,7 +129,7 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 		lines := &bounded.Lines{Max: maxLineBytes, Fn: t.line}
 		req := ExecRequest{
 			Cmd: inv.Cmd, Env: inv.Env, WorkDir: inv.WorkDir, Stdout: lines,
-			Timeout: a.cfg.Timeouts.Ask, MaxOutputBytes: maxStderrBytes,
+			Timeout: a.cfg.Timeouts.Ask, MaxOutputBytes: maxStderrBytes, turn: true,
 		}
 		if inv.Stdin != nil {
 			req.Stdin = bytes.NewReader(inv.Stdin)
@@ -451,7 +451,9 @@ func (t *turn) finish(res TurnResult, err error) {
 		st.status.Model = a.model
 		st.status.Image = a.image
 		st.status.Container = a.sb.Name()
-		st.status.Created = st.created.UTC()
+		if st.status.Created.IsZero() { // an adopted session's is kept
+			st.status.Created = st.created.UTC()
+		}
 		st.status.Updated = time.Now().UTC()
 		if t.log != nil {
 			if err := t.log.Status(st.status); err != nil {

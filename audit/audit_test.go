@@ -120,3 +120,40 @@ func TestPrune(t *testing.T) {
 		t.Errorf("missing root: %v", err)
 	}
 }
+
+// Resume finds a session's newest folder and counts its raw lines; a
+// session without a folder is nil, and an oversized status.json is left
+// out.
+func TestResume(t *testing.T) {
+	root := t.TempDir()
+	if r, err := Resume(filepath.Join(root, "missing"), "s1", 1<<20); r != nil || err != nil {
+		t.Fatalf("missing root: %+v %v", r, err)
+	}
+	old := time.Date(2026, 11, 27, 23, 0, 0, 0, time.Local)
+	day := time.Date(2026, 11, 29, 10, 0, 0, 0, time.Local)
+	for _, d := range []time.Time{old, day} {
+		l, err := Open(root, d, "s1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Raw([]byte(`{"a":1}`))
+		l.Raw([]byte(`{"a":2}`))
+		l.Status(map[string]any{"session_id": "s1"})
+		l.Close()
+	}
+	os.MkdirAll(filepath.Join(root, "20261130", "other"), 0o700)
+	os.MkdirAll(filepath.Join(root, "notadate", "s1"), 0o700)
+	r, err := Resume(root, "s1", 1<<20)
+	if err != nil || r == nil {
+		t.Fatalf("Resume: %+v %v", r, err)
+	}
+	if r.Dir != Folder(root, day, "s1") || r.Date.Format(DateLayout) != "20261129" || r.Lines != 2 || !strings.Contains(string(r.Status), `"session_id": "s1"`) {
+		t.Errorf("Resume: %+v", r)
+	}
+	if r, _ := Resume(root, "s1", 4); r == nil || r.Status != nil {
+		t.Errorf("oversized status.json: %+v", r)
+	}
+	if r, _ := Resume(root, "s2", 1<<20); r != nil {
+		t.Errorf("unknown session: %+v", r)
+	}
+}

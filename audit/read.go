@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // maxEventLine bounds one line of events.jsonl that ReadEvents hands out;
@@ -86,6 +87,78 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 			return line, nil
 		default:
 			return nil, err
+		}
+	}
+}
+
+// Resumed is what a writer continuing a session's audit after a restart
+// needs (Resume).
+type Resumed struct {
+	Dir  string    // the session's folder
+	Date time.Time // its date folder's day, midnight local time
+	// Lines counts the raw lines in session.jsonl: the next is Lines+1.
+	Lines int
+	// Status is status.json (nil when missing or over the bound).
+	Status []byte
+}
+
+// Resume finds the session's newest folder under root and reads what a
+// writer continuing it needs; nil when root has none. status.json over
+// maxStatus bytes is left out.
+func Resume(root, sessionID string, maxStatus int64) (*Resumed, error) {
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	// Names sort as dates: the newest folder of the session wins.
+	for i := len(ents) - 1; i >= 0; i-- {
+		day, err := time.ParseInLocation(DateLayout, ents[i].Name(), time.Local)
+		if err != nil || !ents[i].IsDir() || len(ents[i].Name()) != len(DateLayout) {
+			continue
+		}
+		dir := Folder(root, day, sessionID)
+		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+			continue
+		}
+		r := &Resumed{Dir: dir, Date: day}
+		if r.Lines, err = countLines(filepath.Join(dir, "session.jsonl")); err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		if f, err := os.Open(filepath.Join(dir, "status.json")); err == nil {
+			b, err := io.ReadAll(io.LimitReader(f, maxStatus+1))
+			f.Close()
+			if err == nil && int64(len(b)) <= maxStatus {
+				r.Status = b
+			}
+		}
+		return r, nil
+	}
+	return nil, nil
+}
+
+// countLines counts the newlines of a file (0 when it is missing).
+func countLines(p string) (int, error) {
+	f, err := os.Open(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 256<<10)
+	n := 0
+	for {
+		k, err := f.Read(buf)
+		n += bytes.Count(buf[:k], []byte{'\n'})
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
 		}
 	}
 }

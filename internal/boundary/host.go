@@ -62,6 +62,7 @@ type Host struct {
 	servers []*http.Server
 	names   []string
 	ports   map[string]int
+	want    map[string]int // UsePorts: the ports the relay must listen on again
 	wg      sync.WaitGroup
 	tunnel  *tunnel // the exec tunnel, where the sockets are not mounted
 }
@@ -127,21 +128,100 @@ func Open(services map[string]http.Handler) (*Host, error) {
 		h.Close()
 		return nil, err
 	}
+	if err := h.serve(services); err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// Reopen serves the handlers again at the sockets of dir, the folder an
+// earlier Open made for a sandbox whose host process died: the sandbox
+// has it bind-mounted, so the folder itself must stay (a new one would
+// not be seen inside). dir comes from stored state: it must be a socket
+// folder right under this user's socket root, not a symlink, owned by
+// this user with the mode Open gives it. A socket file left by the dead
+// process is removed; one that still accepts connections (its owner
+// lives) is refused, as is anything else in a socket's place.
+func Reopen(dir string, services map[string]http.Handler) (*Host, error) {
+	if err := checkSocketDir(dir); err != nil {
+		return nil, fmt.Errorf("%w: reopen the host proxy sockets: %w", ErrNetwork, err)
+	}
+	for _, name := range []string{ServiceModel, ServiceEgress} {
+		if _, ok := services[name]; ok {
+			if err := clearSocket(filepath.Join(dir, name+".sock")); err != nil {
+				return nil, fmt.Errorf("%w: reopen the host proxy sockets: %w", ErrNetwork, err)
+			}
+		}
+	}
+	h := &Host{dir: dir, ports: map[string]int{}}
+	if err := h.serve(services); err != nil {
+		h.Release()
+		return nil, err
+	}
+	return h, nil
+}
+
+// checkSocketDir checks that dir is a folder Open made: see Reopen.
+func checkSocketDir(dir string) error {
+	root, err := SocketRoot()
+	if err != nil {
+		return err
+	}
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || filepath.Dir(dir) != root || !socketDirName.MatchString(filepath.Base(dir)) {
+		return fmt.Errorf("%q is not a socket folder in %s", dir, root)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() || fi.Mode().Perm() != 0o755 {
+		return fmt.Errorf("%s is not a socket folder of this user (mode %v)", dir, fi.Mode())
+	}
+	return nil
+}
+
+// clearSocket removes the socket file p that a dead process left; a
+// missing one is fine.
+func clearSocket(p string) error {
+	fi, err := os.Lstat(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Type() != os.ModeSocket {
+		return fmt.Errorf("%s is not a socket", p)
+	}
+	c, err := net.DialTimeout("unix", p, time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("%s is still served: the sandbox's owner is alive", p)
+	}
+	// Only a certain "nobody listens" proves it (as in socketDirStale).
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	return os.Remove(p)
+}
+
+// serve listens on a socket per service in the folder and serves it.
+func (h *Host) serve(services map[string]http.Handler) error {
 	for _, name := range []string{ServiceModel, ServiceEgress} {
 		handler, ok := services[name]
 		if !ok {
 			continue
 		}
-		p := filepath.Join(dir, name+".sock")
+		p := filepath.Join(h.dir, name+".sock")
 		l, err := net.Listen("unix", p)
 		if err != nil {
-			h.Close()
-			return nil, fmt.Errorf("host proxy socket: %w", err)
+			return fmt.Errorf("host proxy socket: %w", err)
 		}
 		if err := os.Chmod(p, 0o666); err != nil {
 			l.Close()
-			h.Close()
-			return nil, err
+			return err
 		}
 		if c, ok := handler.(interface{ Close() error }); ok {
 			h.closers = append(h.closers, c)
@@ -155,8 +235,17 @@ func Open(services map[string]http.Handler) (*Host, error) {
 			_ = srv.Serve(l)
 		}()
 	}
-	return h, nil
+	return nil
 }
+
+// UsePorts makes Relay and StartTunnel listen on these ports of the
+// sandbox (by service name) again: an adopted sandbox's CLI is
+// configured with them. Call it before either.
+func (h *Host) UsePorts(ports map[string]int) { h.want = ports }
+
+// Port is the sandbox's port of a service, once Relay or StartTunnel
+// returned (0: none).
+func (h *Host) Port(name string) int { return h.ports[name] }
 
 // Dir is the folder of sockets on the host, to be bind-mounted read-only
 // at SocketDir.
@@ -168,7 +257,11 @@ func (h *Host) Dir() string { return h.dir }
 func (h *Host) Relay(ctx context.Context, exec Exec) error {
 	args := []string{"perl", "-e", forwardScript}
 	for _, n := range h.names {
-		args = append(args, n+"="+SocketDir+"/"+n+".sock")
+		arg := n + "=" + SocketDir + "/" + n + ".sock"
+		if p := h.want[n]; p > 0 {
+			arg += "=" + strconv.Itoa(p)
+		}
+		args = append(args, arg)
 	}
 	var stdout, stderr bytes.Buffer
 	code, err := exec(ctx, args, nil, &stdout, &stderr)
@@ -196,6 +289,9 @@ func (h *Host) Relay(ctx context.Context, exec Exec) error {
 		if h.ports[n] == 0 {
 			return fmt.Errorf("%w: relay reported no port for %s", ErrNetwork, n)
 		}
+		if w := h.want[n]; w > 0 && h.ports[n] != w {
+			return fmt.Errorf("%w: relay listens for %s on port %d, not %d", ErrNetwork, n, h.ports[n], w)
+		}
 	}
 	return nil
 }
@@ -207,8 +303,13 @@ func (h *Host) URL(name string) string {
 }
 
 // Close stops the servers (closing open tunnels) and removes the folder.
-func (h *Host) Close() error {
-	var errs []error
+func (h *Host) Close() error { return h.close(true) }
+
+// Release stops the servers like Close but keeps the folder, as a dead
+// process would: the sandbox, left running, still mounts it (Reopen).
+func (h *Host) Release() error { return h.close(false) }
+
+func (h *Host) close(removeDir bool) error {
 	if h.tunnel != nil {
 		h.tunnel.close()
 	}
@@ -223,10 +324,10 @@ func (h *Host) Close() error {
 		cancel()
 	}
 	h.wg.Wait()
-	if err := os.RemoveAll(h.dir); err != nil {
-		errs = append(errs, err)
+	if removeDir {
+		return os.RemoveAll(h.dir)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // ProxyEnv points the usual proxy variables at the egress relay; every

@@ -1,12 +1,14 @@
 package boundary
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -86,6 +88,24 @@ func socketDirStale(dir, name string) bool {
 		}
 	}
 	return true
+}
+
+var sweepOnce sync.Once
+
+// SweepOnce runs SweepSocketDirs on this user's socket root once per
+// process, in the background, inUse asked under a minute's deadline.
+func SweepOnce(inUse func(ctx context.Context, name string) bool) {
+	sweepOnce.Do(func() {
+		go func() {
+			root, err := SocketRoot()
+			if err != nil {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			SweepSocketDirs(root, func(name string) bool { return inUse(ctx, name) }, false)
+		}()
+	})
 }
 
 // ProcessAlive reports whether pid names a live process on this host.

@@ -81,10 +81,18 @@ type tunnelConn struct {
 
 // StartTunnel starts tunnel.pl in the sandbox, reads the ports it
 // listens on, and serves its frames until the sandbox closes (or Close).
+// A port set by UsePorts is listened on again, waiting a few seconds for
+// the tunnel of a dead host to go (it exits when its stdin closes).
 // exec runs it as one long exec that ends when its stdin closes; its
 // context is cancelled by Close, not by ctx, which bounds the start only.
 func (h *Host) StartTunnel(ctx context.Context, exec Exec) error {
-	args := append([]string{"perl", "-e", tunnelScript}, h.names...)
+	args := []string{"perl", "-e", tunnelScript}
+	for _, n := range h.names {
+		if p := h.want[n]; p > 0 {
+			n += "=" + strconv.Itoa(p)
+		}
+		args = append(args, n)
+	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -119,7 +127,7 @@ func (h *Host) StartTunnel(ctx context.Context, exec Exec) error {
 			}
 			name, port, ok := strings.Cut(strings.TrimSpace(string(line)), " ")
 			n, perr := strconv.Atoi(port)
-			if !ok || perr != nil || n <= 0 || n > 65535 || !h.Serves(name) {
+			if w := h.want[name]; !ok || perr != nil || n <= 0 || n > 65535 || !h.Serves(name) || (w > 0 && n != w) {
 				ports <- fmt.Errorf("%w: tunnel printed %q", ErrNetwork, line)
 				return
 			}

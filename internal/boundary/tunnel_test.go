@@ -26,8 +26,22 @@ func localPerl(t *testing.T) Exec {
 			return 0, nil
 		}
 		cmd := exec.CommandContext(ctx, perl, args[1:]...)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-		err := cmd.Run()
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		// Not cmd.Stdin: Wait would wait for the copy from stdin, which
+		// ends only with the host's side, not when perl exits (a cluster's
+		// exec returns then).
+		w, err := cmd.StdinPipe()
+		if err != nil {
+			return -1, err
+		}
+		if err := cmd.Start(); err != nil {
+			return -1, err
+		}
+		go func() {
+			io.Copy(w, stdin)
+			w.Close()
+		}()
+		err = cmd.Wait()
 		if ee, ok := err.(*exec.ExitError); ok {
 			return ee.ExitCode(), nil
 		}

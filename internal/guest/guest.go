@@ -25,8 +25,8 @@ var Launcher string
 var Keepalive string
 
 // ExecKill terminates every process of one exec ($1: the value of the
-// exec's tag variable), SIGTERM then, after $2 hundredths of a second,
-// SIGKILL.
+// exec's tag variable, or of the variable $3), SIGTERM then, after $2
+// hundredths of a second, SIGKILL.
 //
 //go:embed scripts/exec-kill.sh
 var ExecKill string

@@ -1,9 +1,11 @@
-# Run by perl in the sandbox, with arguments NAME...: the relay to the
-# host's proxies for engines that cannot mount the host's sockets
+# Run by perl in the sandbox, with arguments NAME[=PORT]...: the relay to
+# the host's proxies for engines that cannot mount the host's sockets
 # (Kubernetes). For each NAME it listens on an ephemeral port of the
-# container's 127.0.0.1 and prints "NAME PORT"; then every connection is
-# carried over this process's stdin and stdout, which the host holds
-# (the exec that started it), as frames:
+# container's 127.0.0.1, or on PORT (a host adopting the sandbox: its CLI
+# is configured with that port; the dead host's tunnel may hold it for a
+# moment, until its stdin closes), and prints "NAME PORT"; then every
+# connection is carried over this process's stdin and stdout, which the
+# host holds (the exec that started it), as frames:
 #   type (1 byte) | connection id (4 bytes, big-endian) | length (4) | data
 # O: opened (data: NAME), D: data, C: no more data this way (half-close),
 # R: reset. It runs until stdin closes. Named sa-forward, so the
@@ -18,10 +20,17 @@ $0 = 'sa-forward';
 $SIG{PIPE} = 'IGNORE';
 my (%svc, %conn, %rdone, %wdone);
 my $sel = IO::Select->new;
-for my $name (@ARGV) {
-    die "bad argument $name\n" unless $name =~ /^[a-z]+$/;
-    my $l = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 128, Proto => 'tcp')
-        or die "listen for $name: $!\n";
+for my $arg (@ARGV) {
+    my ($name, $want) = split /=/, $arg, 2;
+    die "bad argument $arg\n" unless $name =~ /^[a-z]+$/ && (!defined $want || $want =~ /^[1-9][0-9]{0,4}$/);
+    my $l;
+    for my $try (1 .. ($want ? 50 : 1)) {
+        $l = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $want || 0, Listen => 128, Proto => 'tcp', ReuseAddr => 1)
+            and last;
+        last unless $!{EADDRINUSE};
+        select undef, undef, undef, 0.2;
+    }
+    $l or die "listen for $name: $!\n";
     print "$name ", $l->sockport, "\n";
     $svc{fileno $l} = [$name, $l];
     $sel->add($l);

@@ -1,14 +1,15 @@
 # shellcheck shell=sh
 # Terminates every process of one timed-out exec: every process carrying
-# SANDBOX_AGENT_EXEC_ID=$1 in its environment (the variable is inherited by
-# all descendants, even those that left the process group). SIGTERM, up
+# SANDBOX_AGENT_EXEC_ID=$1 (or $3=$1: another tag, such as the one of
+# every agent turn) in its environment (the variable is inherited by all
+# descendants, even those that left the process group). SIGTERM, up
 # to $2 hundredths of a second of grace, then SIGKILL until none is left
 # (a forking tree may need a few rounds); exits 1 if some survive 100
 # rounds, 2 if it cannot list them (no pid left to fork). One grep scans
 # all of /proc per round: forks are slow in containers. /proc/uptime has
 # two decimals, so "12.34" read as 1234 counts hundredths. Run by /bin/sh
 # as the exec's user.
-tag="SANDBOX_AGENT_EXEC_ID=$1"; grace=$2
+tag="${3:-SANDBOX_AGENT_EXEC_ID}=$1"; grace=$2
 # pids prints the tagged pids, each followed by a space. grep -l lists
 # /proc/PID/environ paths, which hold no blanks: split on whitespace.
 pids() {
