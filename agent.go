@@ -446,6 +446,22 @@ func (a *Agent) Close() error {
 	return err
 }
 
+// Detach lets go of the agent without removing its sandbox, for another
+// process (or this one, later) to Adopt from its State: the long-lived
+// CLI is stopped (its session is on disk), the proxies stop serving but
+// their socket folder stays, the token stays valid for the adopter. Call
+// it between turns; the agent is unusable afterwards.
+func (a *Agent) Detach() error {
+	if s := a.srv.Swap(nil); s != nil {
+		s.Stop()
+	}
+	a.sb.detach()
+	if a.net != nil {
+		a.net.Close()
+	}
+	return nil
+}
+
 // NetworkAuditDir is the folder of the agent's model-proxy and egress
 // audit lines (model.jsonl, egress.jsonl); "" when audit is off.
 func (a *Agent) NetworkAuditDir() string {

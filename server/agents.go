@@ -4,22 +4,36 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/store"
 )
 
-// agent is one agent the server owns. Its turns, their records and its
-// session are the library agent's; the server adds an id and the HTTP.
+// agent is one agent of the server, attached here: its library agent
+// runs its turns, its journal writes their messages to the store. An
+// agent whose sandbox is gone has no library agent, only a reason.
 type agent struct {
 	id      string
+	tenant  string
 	driver  string
 	model   string
 	created time.Time
-	ag      *sandboxagent.Agent
-	stop    func()
+	req     CreateRequest // as stored: env values left out
+
+	ag   *sandboxagent.Agent // nil when lost or remote
+	lost string              // why the sandbox is gone
+	// remote: another replica runs a turn on it (its lease); this server
+	// reads its record and events but does not take its sandbox.
+	remote    bool
+	stop      func()
+	j         *journal
+	unobserve func()
 
 	// gone ends with close: it aborts the running turn and ends the watch
 	// streams.
@@ -34,25 +48,46 @@ type agent struct {
 // agentView is the JSON of an agent. Field names are a public interface.
 type agentView struct {
 	ID        string    `json:"id"`
+	Tenant    string    `json:"tenant"`
 	Driver    string    `json:"driver"`
 	Model     string    `json:"model,omitempty"`
 	Image     string    `json:"image"`
 	SessionID string    `json:"session_id"`
-	Status    string    `json:"status"` // idle or busy
+	Status    string    `json:"status"` // idle, busy or lost
+	Reason    string    `json:"reason,omitempty"`
 	Created   time.Time `json:"created"`
 	Turns     int       `json:"turns"`
 	Container string    `json:"container"`
 }
 
-func (a *agent) view() agentView {
-	v := agentView{
-		ID: a.id, Driver: a.driver, Model: a.model, Image: a.ag.Image(), SessionID: a.ag.SessionID(),
-		Status: "idle", Created: a.created, Container: a.ag.Container().Name(),
+// Agent statuses (agentView.Status, the store's Agent.Status).
+const (
+	statusIdle = "idle"
+	statusBusy = "busy"
+	statusLost = "lost"
+)
+
+// storedView is the view of an agent from its stored record.
+func storedView(r store.Agent) agentView {
+	return agentView{
+		ID: r.ID, Tenant: r.Tenant, Driver: r.Driver, Model: r.Model, Image: r.Image, SessionID: r.SessionID,
+		Status: r.Status, Reason: r.Reason, Created: r.Created, Turns: r.Turns, Container: r.SandboxName,
 	}
+}
+
+// view is the agent as it is now: its record, with the live state of a
+// turn running here.
+func (a *agent) view(r store.Agent) agentView {
+	v := storedView(r)
+	if a == nil || a.ag == nil {
+		return v
+	}
+	v.Image, v.Container = a.ag.Image(), a.ag.Container().Name()
+	v.SessionID, v.Status = a.ag.SessionID(), statusIdle
 	if last, ok := a.lastTurn(); ok {
-		v.Turns = last.Turn
+		v.Turns = max(v.Turns, last.Turn)
 		if last.Running {
-			v.Status = "busy"
+			v.Status = statusBusy
 			if last.SessionID != "" {
 				v.SessionID = last.SessionID // shown while the turn runs
 			}
@@ -61,7 +96,7 @@ func (a *agent) view() agentView {
 	return v
 }
 
-// lastTurn is the record of the agent's latest turn.
+// lastTurn is the record of the agent's latest turn here.
 func (a *agent) lastTurn() (sandboxagent.TurnRecord, bool) {
 	turns := a.ag.Turns()
 	if len(turns) == 0 {
@@ -79,25 +114,62 @@ func busy(a *agent) error {
 	return &apiError{status: http.StatusConflict, kind: KindBusy, msg: "a turn is running on agent " + a.id}
 }
 
+func lostErr(a *agent) error {
+	return &apiError{status: http.StatusGone, kind: KindLost, msg: fmt.Sprintf("agent %s is lost: %s (DELETE it)", a.id, a.lost)}
+}
+
 // close ends a running turn and the watch streams and destroys the
 // sandbox. It can be called again after a failure (the library retries
 // the removal).
 func (a *agent) close() error {
+	return a.release(true)
+}
+
+// detach ends a running turn and the watch streams and lets go of the
+// sandbox without removing it: a server started later on the same state
+// adopts it.
+func (a *agent) detach() error {
+	return a.release(false)
+}
+
+func (a *agent) release(remove bool) error {
 	a.end()
+	if a.ag != nil {
+		// The running turn (cancelled by end) records its end before the
+		// journal closes: the turn's lock is free once it has.
+		if _, rel, err := a.ag.Hold(context.Background(), 10*time.Second); err == nil {
+			rel()
+		}
+	}
 	a.closeMu.Lock()
 	defer a.closeMu.Unlock()
 	if a.closed {
 		return nil
 	}
-	err := a.ag.Close()
+	var err error
+	if a.ag != nil {
+		if remove {
+			err = a.ag.Close()
+		} else {
+			err = a.ag.Detach()
+		}
+	}
 	if !a.stopped {
-		// The agent is being deleted either way: what it started beside
-		// (the fake model) goes now, not only once a removal succeeds.
+		// What the agent started beside (the fake model) goes now, not
+		// only once a removal succeeds.
 		a.stopped = true
-		a.stop()
+		if a.unobserve != nil {
+			a.unobserve()
+		}
+		if a.stop != nil {
+			a.stop()
+		}
 	}
 	if err != nil {
 		return err
+	}
+	if a.j != nil {
+		a.j.close()
 	}
 	a.closed = true
 	return nil
@@ -109,7 +181,67 @@ func newID() string {
 	return "ag_" + hex.EncodeToString(b)
 }
 
+// stored is the create request as the store keeps it: env values can be
+// secrets and are not needed to adopt the sandbox (its environment is
+// set), so only their names stay.
+func stored(req CreateRequest) CreateRequest {
+	if len(req.Env) > 0 {
+		env := make(map[string]string, len(req.Env))
+		for k := range req.Env {
+			env[k] = ""
+		}
+		req.Env = env
+	}
+	return req
+}
+
+// newAgent wraps a running library agent: its journal starts after
+// lastSeq.
+func (s *Server) newAgent(id, tenant string, req CreateRequest, created time.Time, ag *sandboxagent.Agent, stop func(), lastSeq int64) *agent {
+	a := &agent{id: id, tenant: tenant, driver: req.Driver, model: req.Model, created: created, req: stored(req), ag: ag, stop: stop}
+	a.gone, a.end = context.WithCancel(context.Background())
+	if ag != nil {
+		a.j = newJournal(s.st, id, lastSeq, s.log)
+		a.unobserve = a.j.observe(ag)
+	}
+	return a
+}
+
+// record is the agent's row in the store as of now.
+func (s *Server) record(a *agent, status string) (store.Agent, error) {
+	reqJSON, err := json.Marshal(a.req)
+	if err != nil {
+		return store.Agent{}, err
+	}
+	r := store.Agent{
+		ID: a.id, Tenant: a.tenant, Request: reqJSON, Driver: a.driver, Model: a.model,
+		Engine: s.opts.Engine, Status: status, Reason: a.lost, Owner: s.holder, Created: a.created, Updated: time.Now().UTC(),
+	}
+	if a.ag != nil {
+		st := a.ag.State()
+		if r.Adopt, err = json.Marshal(st); err != nil {
+			return store.Agent{}, err
+		}
+		r.Image, r.SandboxID, r.SandboxName, r.SessionID, r.Turns = a.ag.Image(), a.ag.Container().ID(), a.ag.Container().Name(), st.Session, st.Turns
+	}
+	return r, nil
+}
+
+// save writes the agent's row (after a turn, a session change).
+func (s *Server) save(ctx context.Context, a *agent, status string) error {
+	r, err := s.record(a, status)
+	if err != nil {
+		return fmt.Errorf("save agent %s: %w", a.id, err)
+	}
+	if err := s.st.UpdateAgent(context.WithoutCancel(ctx), r); err != nil {
+		s.log.Warn("save agent", "id", a.id, "err", err)
+		return fmt.Errorf("save agent %s: %w", a.id, err)
+	}
+	return nil
+}
+
 func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
+	p := who(r)
 	var req CreateRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, err)
@@ -123,76 +255,157 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.mu.Lock()
-	switch {
-	case s.closed:
-		s.mu.Unlock()
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, kind: KindInterrupted, msg: "the server is shutting down"})
-		return
-	case len(s.agents)+s.starting >= s.opts.MaxAgents:
-		s.mu.Unlock()
-		writeError(w, &apiError{status: http.StatusTooManyRequests, kind: KindLimit, msg: "serve_max_agents reached: delete an agent first"})
+	key, err := idempotencyKey(r)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
-	s.starting++
-	s.mu.Unlock()
-
+	if key != "" {
+		claim, mine, err := s.claim(r.Context(), p.tenant, key, "create_agent")
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if !mine {
+			s.replayCreate(w, r, claim)
+			return
+		}
+	}
+	done := false
+	defer func() {
+		if key != "" && !done {
+			s.unclaim(p.tenant, key)
+		}
+	}()
+	if err := s.admit(r.Context(), p.tenant); err != nil {
+		writeError(w, err)
+		return
+	}
 	ag, stop, err := s.opts.Start(r.Context(), req)
 	s.mu.Lock()
 	s.starting--
+	s.startingBy[p.tenant]--
 	if err == nil && s.closed {
 		s.mu.Unlock()
 		_ = ag.Close()
 		stop()
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, kind: KindInterrupted, msg: "the server is shutting down"})
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, kind: KindInterrupted, msg: "the server is shutting down", retryAfter: 5})
 		return
 	}
+	s.mu.Unlock()
 	if err != nil {
-		s.mu.Unlock()
 		s.log.Warn("create agent", "driver", req.Driver, "err", err)
 		writeError(w, err)
 		return
 	}
-	a := &agent{id: newID(), driver: req.Driver, model: req.Model, created: time.Now().UTC(), ag: ag, stop: stop}
-	a.gone, a.end = context.WithCancel(context.Background())
+	a := s.newAgent(newID(), p.tenant, req, time.Now().UTC(), ag, stop, 0)
+	rec, err := s.record(a, statusIdle)
+	if err == nil {
+		err = s.st.CreateAgent(context.WithoutCancel(r.Context()), rec)
+	}
+	if err != nil {
+		// Not stored: a restarted server would not know it, so it goes.
+		_ = a.close()
+		s.log.Warn("store agent", "err", err)
+		writeError(w, fmt.Errorf("store the agent: %w", err))
+		return
+	}
+	if key != "" {
+		if err := s.st.SetIdempotencyRef(context.WithoutCancel(r.Context()), p.tenant, key, a.id); err != nil {
+			s.log.Warn("idempotency key", "agent", a.id, "err", err)
+		}
+	}
+	done = true
+	s.mu.Lock()
 	s.agents[a.id] = a
-	s.order = append(s.order, a.id)
 	s.mu.Unlock()
-	s.log.Info("agent started", "id", a.id, "driver", a.driver, "container", ag.Container().Name())
-	writeJSON(w, http.StatusCreated, a.view())
+	s.log.Info("agent started", "id", a.id, "tenant", a.tenant, "driver", a.driver, "container", ag.Container().Name())
+	writeJSON(w, http.StatusCreated, a.view(rec))
 }
 
-// lookup finds the agent of the request's {id}, or answers 404.
-func (s *Server) lookup(w http.ResponseWriter, r *http.Request) *agent {
+// admit counts a create against the server's and the tenant's limits, or
+// answers 429 (503 when shutting down). The caller decrements starting.
+func (s *Server) admit(ctx context.Context, tenant string) error {
+	stored, err := s.st.ListAgents(ctx, tenant)
+	if err != nil {
+		return fmt.Errorf("count agents: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	total := len(s.agents) + s.starting
+	switch {
+	case s.closed:
+		return &apiError{status: http.StatusServiceUnavailable, kind: KindInterrupted, msg: "the server is shutting down", retryAfter: 5}
+	case total >= s.opts.MaxAgents:
+		return limited("serve_max_agents reached: delete an agent first")
+	case tenant != AdminTenant && s.opts.TenantMaxAgents > 0 && len(stored)+s.startingBy[tenant] >= s.opts.TenantMaxAgents:
+		return limited("serve_tenant_max_agents (%d) reached for tenant %s: delete an agent first", s.opts.TenantMaxAgents, tenant)
+	}
+	s.starting++
+	s.startingBy[tenant]++
+	return nil
+}
+
+// lookup finds the request's {id} among the agents the principal may
+// see, or answers 404 (the same for another tenant's: no oracle).
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*agent, store.Agent) {
 	id := r.PathValue("id")
+	rec, err := s.st.GetAgent(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		s.forget(id)
+	}
+	if errors.Is(err, store.ErrNotFound) || err == nil && !who(r).owns(rec.Tenant) {
+		writeError(w, notFound("no agent %q", id))
+		return nil, store.Agent{}
+	}
+	if err != nil {
+		writeError(w, fmt.Errorf("find agent: %w", err))
+		return nil, store.Agent{}
+	}
+	a, err := s.attach(r.Context(), rec)
+	if err != nil {
+		writeError(w, err)
+		return nil, store.Agent{}
+	}
+	return a, rec
+}
+
+// forget lets go of an agent attached here that another replica deleted.
+func (s *Server) forget(id string) {
 	s.mu.Lock()
 	a := s.agents[id]
+	delete(s.agents, id)
 	s.mu.Unlock()
-	if a == nil {
-		writeError(w, notFound("no agent %q", id))
+	if a != nil {
+		go func() { _ = a.detach() }()
 	}
-	return a
 }
 
 func (s *Server) listAgents(w http.ResponseWriter, r *http.Request) {
+	p := who(r)
+	tenant := p.tenant
+	if p.admin() {
+		tenant = ""
+	}
+	recs, err := s.st.ListAgents(r.Context(), tenant)
+	if err != nil {
+		writeError(w, fmt.Errorf("list agents: %w", err))
+		return
+	}
+	views := make([]agentView, 0, len(recs))
 	s.mu.Lock()
-	all := make([]*agent, 0, len(s.order))
-	for _, id := range s.order {
-		all = append(all, s.agents[id])
+	for _, rec := range recs {
+		views = append(views, s.agents[rec.ID].view(rec))
 	}
 	s.mu.Unlock()
-	views := make([]agentView, 0, len(all))
-	for _, a := range all {
-		views = append(views, a.view())
-	}
 	writeJSON(w, http.StatusOK, map[string]any{"agents": views})
 }
 
-func (s *Server) getAgent(w http.ResponseWriter, r *http.Request, a *agent) {
-	writeJSON(w, http.StatusOK, a.view())
+func (s *Server) getAgent(w http.ResponseWriter, r *http.Request, a *agent, rec store.Agent) {
+	writeJSON(w, http.StatusOK, a.view(rec))
 }
 
-func (s *Server) deleteAgent(w http.ResponseWriter, r *http.Request, a *agent) {
+func (s *Server) deleteAgent(w http.ResponseWriter, r *http.Request, a *agent, rec store.Agent) {
 	// Closed first: an agent whose close failed stays listed, and DELETE
 	// can be tried again.
 	if err := a.close(); err != nil {
@@ -200,15 +413,14 @@ func (s *Server) deleteAgent(w http.ResponseWriter, r *http.Request, a *agent) {
 		writeError(w, err)
 		return
 	}
+	if err := s.st.DeleteAgent(context.WithoutCancel(r.Context()), a.id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.Warn("delete agent", "id", a.id, "err", err)
+		writeError(w, fmt.Errorf("delete agent: %w", err))
+		return
+	}
 	s.mu.Lock()
 	if s.agents[a.id] == a {
 		delete(s.agents, a.id)
-		for i, id := range s.order {
-			if id == a.id {
-				s.order = append(s.order[:i:i], s.order[i+1:]...)
-				break
-			}
-		}
 	}
 	s.mu.Unlock()
 	s.log.Info("agent deleted", "id", a.id)

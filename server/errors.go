@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/config"
@@ -14,8 +15,15 @@ import (
 // Kinds of error, the "kind" of every JSON error body. A public interface:
 // clients branch on them.
 const (
-	KindInvalidArgument   = "invalid_argument"
-	KindUnauthorized      = "unauthorized"
+	KindInvalidArgument = "invalid_argument"
+	KindUnauthorized    = "unauthorized"
+	KindForbidden       = "forbidden"
+	// KindLost: the agent's sandbox is gone (the server restarted and
+	// found it removed or stopped); only DELETE is left.
+	KindLost = "lost"
+	// KindConflict: an Idempotency-Key reused for another request, or
+	// still in use by one in progress.
+	KindConflict          = "conflict"
 	KindNotFound          = "not_found"
 	KindBusy              = "busy"
 	KindTooLarge          = "too_large"
@@ -35,6 +43,8 @@ type apiError struct {
 	status int
 	kind   string
 	msg    string
+	// retryAfter, in seconds, is sent as Retry-After (with 429 and 503).
+	retryAfter int
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -55,6 +65,11 @@ type errorBody struct {
 	ExitCode *int        `json:"exit_code,omitempty"`
 	Status   int         `json:"status,omitempty"` // the model API's HTTP status, for a driver_error
 	Turn     *turnResult `json:"turn,omitempty"`
+}
+
+// limited is a 429: a limit is reached, try again in a few seconds.
+func limited(format string, args ...any) *apiError {
+	return &apiError{status: http.StatusTooManyRequests, kind: KindLimit, msg: fmt.Sprintf(format, args...), retryAfter: 5}
 }
 
 // classify maps a library error to its status and body.
@@ -108,6 +123,9 @@ func classify(err error) (int, errorBody) {
 
 func writeError(w http.ResponseWriter, err error) {
 	status, body := classify(err)
+	if ae := (*apiError)(nil); errors.As(err, &ae) && ae.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(ae.retryAfter))
+	}
 	writeJSON(w, status, body)
 }
 

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/store"
 )
 
 type execRequest struct {
@@ -33,7 +34,7 @@ type execResult struct {
 	DurationMS int64  `json:"duration_ms"`
 }
 
-func (s *Server) exec(w http.ResponseWriter, r *http.Request, a *agent) {
+func (s *Server) exec(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	var req execRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, err)
@@ -90,7 +91,7 @@ func containerPath(r *http.Request) (string, error) {
 // the same rules as downloads (Sandbox.UploadTar): only regular files and
 // directories, under the limits. X-Sandbox-Agent-Skipped counts the
 // entries left out.
-func (s *Server) putFiles(w http.ResponseWriter, r *http.Request, a *agent) {
+func (s *Server) putFiles(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	dst, err := containerPath(r)
 	if err != nil {
 		writeError(w, err)
@@ -157,7 +158,7 @@ func uploadErr(err error) error {
 // Sandbox.DownloadTar checks it on the host under the download rules and
 // packs only what passed, so no symlink, device or outside path planted
 // in the sandbox reaches the client.
-func (s *Server) getFiles(w http.ResponseWriter, r *http.Request, a *agent) {
+func (s *Server) getFiles(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	src, err := containerPath(r)
 	if err != nil {
 		writeError(w, err)

@@ -504,8 +504,41 @@ const apiDocPreamble = "# HTTP API (`sandbox-agent serve`)\n" +
 	"12 hours, and is HttpOnly and SameSite=Strict; browsers need it because an `EventSource`\n" +
 	"cannot send headers. A request riding the cookie must come from the inspector's origin\n" +
 	"(`Origin` or `Sec-Fetch-Site`; other ports of the same host count as other origins).\n" +
-	"`GET /` without credentials answers 401 with a small HTML login form. A missing or wrong\n" +
-	"token on `/v1/*` answers 401 with a JSON error.\n" +
+	"`GET /` without credentials answers 401 with a small HTML login form. A missing, wrong,\n" +
+	"expired or revoked token on `/v1/*` answers 401 with a JSON error.\n" +
+	"\n" +
+	"## Tenants and tokens\n" +
+	"\n" +
+	"The token of `--token-file` is the admin's: every right over every tenant's agents. Tenants\n" +
+	"get tokens of their own from `sandbox-agent serve token create --tenant NAME [--scope SCOPE]...\n" +
+	"[--expires DUR]` (printed once; the state keeps a SHA-256 hash), listed by `token list` and\n" +
+	"refused (401) from the next request on after `token revoke ID`. Scopes: `agents` (the\n" +
+	"default: create, drive and delete the tenant's agents, and read them), `read` (GET routes\n" +
+	"only), `metrics`, `admin`. An agent belongs to the tenant that created it (its `tenant`\n" +
+	"field): another tenant gets 404 for it on every route, the same answer as for an id that does\n" +
+	"not exist, and never sees it in a list.\n" +
+	"\n" +
+	"## Durable state, resumable streams, idempotent retries\n" +
+	"\n" +
+	"The server keeps its agents, turns and events in its state (`--state`: a SQLite file by\n" +
+	"default, Postgres for several replicas). After a restart, even a SIGKILL, the agents are\n" +
+	"there: their sandboxes adopted, a turn that was running recorded as `interrupted` with the\n" +
+	"events stored so far, and the next turn continuing the CLI's session. An agent whose sandbox\n" +
+	"is gone has status `lost` and a `reason`; the routes that need its sandbox answer 410.\n" +
+	"\n" +
+	"Every stored message of a stream has an SSE `id` (an agent's messages are numbered from 1\n" +
+	"without gaps). A client that lost a stream sends the last id it got as `Last-Event-ID`:\n" +
+	"`GET .../events` replays what came after it, then goes live; for a turn, `GET\n" +
+	"/v1/agents/{id}/turns/{n}` with `Accept: text/event-stream` does the same and ends with the\n" +
+	"`result`. Events beyond a turn's stored budget (5,000 events, about 4 MiB) are streamed live\n" +
+	"without an id and are not replayed.\n" +
+	"\n" +
+	"`Idempotency-Key: KEY` on `POST /v1/agents` and `POST .../turns` makes a retry safe: the same\n" +
+	"key (per tenant) answers what the first request made — the agent (200,\n" +
+	"`Idempotent-Replayed: true`), or the turn, running or not (its JSON once it ends, or its\n" +
+	"stream after `Last-Event-ID`) — and never starts a second sandbox or turn. A key still held by\n" +
+	"a request in progress answers 409 `conflict`; a key used on another route 422 `conflict`; a\n" +
+	"request that failed frees its key.\n" +
 	"\n" +
 	"## Errors\n" +
 	"\n" +
@@ -514,15 +547,19 @@ const apiDocPreamble = "# HTTP API (`sandbox-agent serve`)\n" +
 	"| Status | kind | when |\n" +
 	"|---|---|---|\n" +
 	"| 400 | `invalid_argument` | bad JSON, unknown field, bad value |\n" +
-	"| 401 | `unauthorized` | missing or wrong token |\n" +
-	"| 404 | `not_found` | unknown agent, turn, session, image or path |\n" +
-	"| 409 | `busy` | a turn is running on this agent (a session call waits 2 s for it first) |\n" +
+	"| 401 | `unauthorized` | missing, wrong, expired or revoked token |\n" +
+	"| 403 | `forbidden` | the token's scopes do not allow the route |\n" +
+	"| 404 | `not_found` | unknown agent (or another tenant's), turn, session, image or path |\n" +
+	"| 409 | `busy` | a turn is running on this agent, here or through another replica (a session call waits 2 s for it first) |\n" +
+	"| 409 | `conflict` | the Idempotency-Key's first request is still in progress (`Retry-After`) |\n" +
+	"| 410 | `lost` | the agent's sandbox is gone; only reading it and DELETE are left |\n" +
 	"| 413 | `too_large` | the body is over the limit (`serve_max_body_bytes`) |\n" +
 	"| 415 | `invalid_argument` | `PUT .../files` with a Content-Type other than `application/x-tar` or `application/octet-stream` |\n" +
 	"| 422 | `driver_error` | the agent CLI reported a failure; `driver`, `exit_code` and `status` are set |\n" +
 	"| 422 | `unsafe_archive` | `GET .../files`: nothing safe to copy (a symlink, a device) |\n" +
 	"| 422 | `too_large` | `GET .../files`: over `max_download_bytes`, `_entries` or `_depth` |\n" +
-	"| 429 | `limit` | `serve_max_agents` or `serve_max_concurrent_turns` reached |\n" +
+	"| 422 | `conflict` | the Idempotency-Key was used for another request |\n" +
+	"| 429 | `limit` | `serve_max_agents`, `serve_max_concurrent_turns`, `serve_tenant_max_agents` or `serve_tenant_max_turns` reached (`Retry-After`) |\n" +
 	"| 500 | `internal` | unexpected server error |\n" +
 	"| 501 | `unsupported` | the driver does not support this |\n" +
 	"| 503 | `engine_unavailable` | the container engine cannot be reached |\n" +
@@ -536,19 +573,22 @@ const apiDocPreamble = "# HTTP API (`sandbox-agent serve`)\n" +
 	"\n" +
 	"`POST /v1/agents/{id}/turns` with `Accept: text/event-stream` answers 200 and streams one SSE\n" +
 	"message per [Event](#event), then the [TurnResult](#turnresult) (with `error` and `kind` set\n" +
-	"when the turn failed):\n" +
+	"when the turn failed), each with its id:\n" +
 	"\n" +
 	"```\n" +
+	"id: 2\n" +
 	"event: event\n" +
 	"data: {\"kind\":\"text\",\"payload\":{\"text\":\"hi\"},\"session_id\":\"…\",\"time\":\"…\",\"line\":3,\"turn\":1}\n" +
 	"\n" +
+	"id: 5\n" +
 	"event: result\n" +
 	"data: {\"turn\":1,\"prompt\":\"say hi\",\"reply\":\"hi\",\"session_id\":\"…\",\"exit_code\":0,…}\n" +
 	"```\n" +
 	"\n" +
 	"`GET /v1/agents/{id}/events` watches every turn of an agent: `event: turn_start` (data\n" +
 	"[TurnStart](#turnstart)), `event: event` (data [Event](#event)) and `event: turn_end` (data a\n" +
-	"[TurnResult](#turnresult) without events), with a comment line `: ping` every 15 s. A client that\n" +
+	"[TurnResult](#turnresult) without events), each with its id, with a comment line `: ping` every\n" +
+	"15 s. A client that\n" +
 	"disconnects from a turn's stream aborts the turn; the session is kept.\n" +
 	"\n" +
 	"## Example\n" +

@@ -11,7 +11,6 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/store"
 )
 
 // Defaults of the limits (config keys serve_max_agents,
@@ -64,14 +64,37 @@ type Starter func(ctx context.Context, req CreateRequest) (ag *sandboxagent.Agen
 // Options configure a Server.
 type Options struct {
 	Start Starter
-	// Token is the bearer token every request must carry; required.
+	// Adopt re-attaches to a stored agent's sandbox (Recover, and an agent
+	// another replica started); nil: stored agents are reported lost.
+	Adopt Adopter
+	// Store keeps the agents, turns, events, tokens and idempotency keys;
+	// required (store/sqlite, store/postgres).
+	Store store.Store
+	// Instance is the server's identity: the owner of the sandboxes it
+	// starts (sandboxagent.WithOwner, through the Starter) and of the
+	// turn leases it takes. Replicas sharing a store share it; default
+	// "sandbox-agent".
+	Instance string
+	// Engine names the engine the Starter uses, as stored ("docker", ...).
+	Engine string
+	// Token is the admin's bearer token (every right over every tenant);
+	// required. Tenants' tokens live in the Store (CreateToken).
 	Token string
 	// Limits; zero takes the defaults.
 	MaxAgents          int
 	MaxConcurrentTurns int
 	MaxBodyBytes       int64
-	Version            string
-	Logger             *slog.Logger
+	// Per-tenant limits (the admin has none); zero: none.
+	TenantMaxAgents int
+	TenantMaxTurns  int
+	// Exclusive says no other server uses the Store (a SQLite file the
+	// caller locked): a turn lease found at start is a dead server's.
+	Exclusive bool
+	// LeaseTTL is how long a turn's lease on its agent outlives a replica
+	// that stopped renewing it; default 30s.
+	LeaseTTL time.Duration
+	Version  string
+	Logger   *slog.Logger
 }
 
 // Server is the HTTP API over the agents it owns.
@@ -81,11 +104,16 @@ type Server struct {
 	mux   *http.ServeMux
 	turns chan struct{} // one slot per running turn
 
-	mu       sync.Mutex
-	agents   map[string]*agent
-	order    []string // creation order, for listings
-	starting int      // creates under way (counted against MaxAgents)
-	closed   bool
+	st     store.Store
+	holder string // this process's name in turn leases
+
+	mu         sync.Mutex
+	agents     map[string]*agent      // attached here
+	adopting   map[string]*sync.Mutex // one adoption per agent at a time
+	starting   int                    // creates under way (counted against MaxAgents)
+	startingBy map[string]int         // per tenant
+	turnsBy    map[string]int         // running turns per tenant
+	closed     bool
 
 	sessions *inspectorSessions
 }
@@ -94,6 +122,15 @@ type Server struct {
 func New(opts Options) (*Server, error) {
 	if opts.Start == nil {
 		return nil, fmt.Errorf("%w: server: no Starter", sandboxagent.ErrInvalidArgument)
+	}
+	if opts.Store == nil {
+		return nil, fmt.Errorf("%w: server: no Store", sandboxagent.ErrInvalidArgument)
+	}
+	if opts.Instance == "" {
+		opts.Instance = "sandbox-agent"
+	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = defaultLeaseTTL
 	}
 	if len(opts.Token) < 16 {
 		return nil, fmt.Errorf("%w: server: the token must have at least 16 characters", sandboxagent.ErrInvalidArgument)
@@ -116,6 +153,8 @@ func New(opts Options) (*Server, error) {
 		turns:    make(chan struct{}, opts.MaxConcurrentTurns),
 		agents:   map[string]*agent{},
 		sessions: &inspectorSessions{byID: map[string]time.Time{}},
+		st:       opts.Store, holder: opts.Instance + "/" + newID()[3:],
+		adopting: map[string]*sync.Mutex{}, startingBy: map[string]int{}, turnsBy: map[string]int{},
 	}
 	s.mux = http.NewServeMux()
 	for _, r := range s.routes() {
@@ -136,12 +175,12 @@ func (s *Server) routes() []route {
 		{"GET /v1/openapi.json", s.openAPI},
 		{"POST /v1/agents", s.createAgent},
 		{"GET /v1/agents", s.listAgents},
-		{"GET /v1/agents/{id}", s.withAgent(s.getAgent)},
-		{"DELETE /v1/agents/{id}", s.withAgent(s.deleteAgent)},
+		{"GET /v1/agents/{id}", s.withRecord(s.getAgent)},
+		{"DELETE /v1/agents/{id}", s.withRecord(s.deleteAgent)},
 		{"POST /v1/agents/{id}/turns", s.withAgent(s.postTurn)},
-		{"GET /v1/agents/{id}/turns", s.withAgent(s.listTurns)},
-		{"GET /v1/agents/{id}/turns/{n}", s.withAgent(s.getTurn)},
-		{"GET /v1/agents/{id}/events", s.withAgent(s.watch)},
+		{"GET /v1/agents/{id}/turns", s.withRecord(s.listTurns)},
+		{"GET /v1/agents/{id}/turns/{n}", s.withRecord(s.getTurn)},
+		{"GET /v1/agents/{id}/events", s.withRecord(s.watch)},
 		{"POST /v1/agents/{id}/exec", s.withAgent(s.exec)},
 		{"PUT /v1/agents/{id}/files", s.withAgent(s.putFiles)},
 		{"GET /v1/agents/{id}/files", s.withAgent(s.getFiles)},
@@ -150,7 +189,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/agents/{id}/sessions/{sid}", s.withIdleAgent(s.dumpSession)},
 		{"DELETE /v1/agents/{id}/sessions/{sid}", s.withIdleAgent(s.deleteSession)},
 		{"POST /v1/agents/{id}/sessions/{sid}/fork", s.withIdleAgent(s.forkSession)},
-		{"GET /v1/agents/{id}/sessions/{sid}/events", s.withAgent(s.sessionEvents)},
+		{"GET /v1/agents/{id}/sessions/{sid}/events", s.withRecord(s.sessionEvents)},
 		{"PUT /v1/agents/{id}/session", s.withIdleAgent(s.setSession)},
 		{"GET /{$}", s.inspector},
 		{"GET /ui/{file}", s.asset},
@@ -158,22 +197,40 @@ func (s *Server) routes() []route {
 	}
 }
 
-// agentHandler serves a request about one agent, the one of its {id}.
-type agentHandler func(w http.ResponseWriter, r *http.Request, a *agent)
+// agentHandler serves a request about one agent, the one of its {id},
+// with its stored record.
+type agentHandler func(w http.ResponseWriter, r *http.Request, a *agent, rec store.Agent)
 
-// withAgent finds the agent of the request's {id} (or answers 404).
-func (s *Server) withAgent(h agentHandler) http.HandlerFunc {
+// withRecord finds the agent of the request's {id} (or answers 404); a
+// lost agent too.
+func (s *Server) withRecord(h agentHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if a := s.lookup(w, r); a != nil {
-			h(w, r, a)
+		if a, rec := s.lookup(w, r); a != nil {
+			h(w, r, a, rec)
 		}
 	}
+}
+
+// withAgent is withRecord for calls that need the sandbox: a lost agent
+// answers 410.
+func (s *Server) withAgent(h agentHandler) http.HandlerFunc {
+	return s.withRecord(func(w http.ResponseWriter, r *http.Request, a *agent, rec store.Agent) {
+		switch {
+		case a.remote:
+			writeError(w, remoteBusy(a.id))
+			return
+		case a.ag == nil:
+			writeError(w, lostErr(a))
+			return
+		}
+		h(w, r, a, rec)
+	})
 }
 
 // withIdleAgent is withAgent for session calls, which run between turns
 // (Agent.Hold).
 func (s *Server) withIdleAgent(h agentHandler) http.HandlerFunc {
-	return s.withAgent(func(w http.ResponseWriter, r *http.Request, a *agent) {
+	return s.withAgent(func(w http.ResponseWriter, r *http.Request, a *agent, rec store.Agent) {
 		// The library's turn lock, held for the call (r's context carries
 		// the hold): a running turn is waited for idleWait, then 409.
 		ctx, release, err := a.ag.Hold(r.Context(), idleWait)
@@ -182,7 +239,7 @@ func (s *Server) withIdleAgent(h agentHandler) http.HandlerFunc {
 			return
 		}
 		defer release()
-		h(w, r.WithContext(ctx), a)
+		h(w, r.WithContext(ctx), a, rec)
 	})
 }
 
@@ -201,7 +258,8 @@ func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if r.URL.Path != "/login" {
-			if err := s.authorize(r); err != nil {
+			p, err := s.authorize(r)
+			if err != nil {
 				if r.Method == http.MethodGet && r.URL.Path == "/" {
 					s.loginPage(w)
 					return
@@ -210,6 +268,11 @@ func (s *Server) Handler() http.Handler {
 				writeError(w, err)
 				return
 			}
+			if strings.HasPrefix(r.URL.Path, "/v1/agents") && !p.can(routeScope(r)) {
+				writeError(w, forbidden(routeScope(r)))
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 		}
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
@@ -218,21 +281,22 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// authorize accepts the bearer token, or an inspector session's cookie
-// on a request from the inspector's own origin.
-func (s *Server) authorize(r *http.Request) error {
-	denied := &apiError{status: http.StatusUnauthorized, kind: KindUnauthorized, msg: "missing or wrong bearer token"}
+// authorize finds the request's principal: a bearer token (the admin
+// token or one the store issued), or an inspector session's cookie on a
+// request from the inspector's own origin (the inspector is the admin's).
+func (s *Server) authorize(r *http.Request) (principal, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, tok, ok := strings.Cut(h, " ")
 		tok = strings.TrimSpace(tok)
-		if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) != 1 {
-			return denied
+		if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+			return principal{}, errDenied
 		}
-		return nil
+		return s.authenticate(r.Context(), tok)
 	}
+	denied := &apiError{status: http.StatusUnauthorized, kind: KindUnauthorized, msg: "missing or wrong bearer token"}
 	c, err := r.Cookie(sessionCookie)
 	if err != nil || !s.sessions.valid(c.Value) {
-		return denied
+		return principal{}, denied
 	}
 	// Browsers send a cookie to every port of a host (SameSite ignores
 	// ports), so a page served elsewhere on 127.0.0.1 could ride it:
@@ -248,15 +312,15 @@ func (s *Server) authorize(r *http.Request) error {
 	case origin != "" && origin != self:
 	case r.Method != http.MethodGet && r.Method != http.MethodHead && site != "same-origin" && origin != self:
 	default:
-		return nil
+		return principal{tenant: AdminTenant, scopes: []string{ScopeAdmin}}, nil
 	}
 	denied.msg = "the inspector's cookie is valid only on requests from its own pages"
-	return denied
+	return principal{}, denied
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	n := len(s.agents)
+	n := len(s.agents) // attached here
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "agents": n, "version": s.opts.Version})
 }
@@ -266,17 +330,29 @@ func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(openAPIJSON)
 }
 
-// Close ends every running turn and destroys every agent the server owns;
-// later creates fail. ctx bounds the wait.
+// Close ends every running turn and destroys every agent attached here,
+// and deletes them from the store; later creates fail. ctx bounds the
+// wait.
 func (s *Server) Close(ctx context.Context) error {
+	return s.stopAll(ctx, true)
+}
+
+// Shutdown ends every running turn (recorded as interrupted) and lets go
+// of the agents attached here without removing their sandboxes: a server
+// started later on the same store adopts them (Recover). ctx bounds the
+// wait.
+func (s *Server) Shutdown(ctx context.Context) error {
+	return s.stopAll(ctx, false)
+}
+
+func (s *Server) stopAll(ctx context.Context, remove bool) error {
 	s.mu.Lock()
 	s.closed = true
 	all := make([]*agent, 0, len(s.agents))
-	for _, id := range s.order {
-		all = append(all, s.agents[id])
+	for _, a := range s.agents {
+		all = append(all, a)
 	}
 	s.agents = map[string]*agent{}
-	s.order = nil
 	s.mu.Unlock()
 	var wg sync.WaitGroup
 	errs := make([]error, len(all))
@@ -284,7 +360,15 @@ func (s *Server) Close(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = a.close()
+			if !remove {
+				errs[i] = a.detach()
+				return
+			}
+			if errs[i] = a.close(); errs[i] == nil {
+				if err := s.st.DeleteAgent(context.WithoutCancel(ctx), a.id); err != nil && !errors.Is(err, store.ErrNotFound) {
+					errs[i] = err
+				}
+			}
 		}()
 	}
 	done := make(chan struct{})

@@ -23,7 +23,7 @@ const testToken = "test-token-0123456789abcdef"
 // engine here: the API suite in cmd/sandbox-agent starts real agents).
 func newTestServer(t *testing.T, startErr error, opts ...func(*Options)) *httptest.Server {
 	t.Helper()
-	o := Options{Token: testToken, MaxBodyBytes: 1 << 10, Start: func(ctx context.Context, req CreateRequest) (*sandboxagent.Agent, func(), error) {
+	o := Options{Token: testToken, MaxBodyBytes: 1 << 10, Store: testStore(t), Start: func(ctx context.Context, req CreateRequest) (*sandboxagent.Agent, func(), error) {
 		return nil, nil, startErr
 	}}
 	for _, f := range opts {
@@ -57,7 +57,8 @@ func call(t *testing.T, ts *httptest.Server, method, path, auth, body string) (i
 
 func TestNewChecksOptions(t *testing.T) {
 	start := func(context.Context, CreateRequest) (*sandboxagent.Agent, func(), error) { return nil, nil, nil }
-	for _, o := range []Options{{Token: testToken}, {Start: start, Token: "short"}} {
+	st := testStore(t)
+	for _, o := range []Options{{Token: testToken, Store: st}, {Start: start, Token: "short", Store: st}, {Start: start, Token: testToken}} {
 		if _, err := New(o); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidArgument", o, err)
 		}
@@ -281,7 +282,7 @@ func TestSSEStreamStalledClient(t *testing.T) {
 	goneCh := make(chan struct{}, 10)
 	s := newSSEStream(w, func() { gone++; goneCh <- struct{}{} })
 	for i := 0; i < 2*maxQueued+10; i++ { // run holds one batch at most
-		s.push("event", map[string]int{"i": i}) // the first write blocks in run
+		s.pushID(0, "event", map[string]int{"i": i}) // the first write blocks in run
 	}
 	<-goneCh // the queue overflowed
 	s.mu.Lock()

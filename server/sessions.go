@@ -10,13 +10,14 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/audit"
+	"github.com/sandbox-agent/sandbox-agent/store"
 )
 
 type sessionRef struct {
 	SessionID string `json:"session_id"`
 }
 
-func (s *Server) listSessions(w http.ResponseWriter, r *http.Request, a *agent) {
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	list, err := a.ag.ListSessions(r.Context())
 	if err != nil {
 		writeError(w, err)
@@ -33,6 +34,9 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request, a *agent) 
 func sessionID(a *agent, r *http.Request) string {
 	sid := r.PathValue("sid")
 	if sid == "current" {
+		if a.ag == nil {
+			return "" // lost: no current session
+		}
 		return a.ag.SessionID()
 	}
 	return sid
@@ -46,7 +50,7 @@ func sessionErr(err error, sid string) error {
 	return err
 }
 
-func (s *Server) dumpSession(w http.ResponseWriter, r *http.Request, a *agent) {
+func (s *Server) dumpSession(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	sid := sessionID(a, r)
 	d, err := a.ag.DumpSession(r.Context(), sid)
 	if err != nil {
@@ -56,7 +60,7 @@ func (s *Server) dumpSession(w http.ResponseWriter, r *http.Request, a *agent) {
 	writeJSON(w, http.StatusOK, d)
 }
 
-func (s *Server) loadSession(w http.ResponseWriter, r *http.Request, a *agent) {
+func (s *Server) loadSession(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	var d sandboxagent.SessionDump
 	if err := decode(r, &d); err != nil {
 		writeError(w, err)
@@ -74,7 +78,7 @@ func (s *Server) loadSession(w http.ResponseWriter, r *http.Request, a *agent) {
 	writeJSON(w, http.StatusCreated, sessionRef{SessionID: id})
 }
 
-func (s *Server) forkSession(w http.ResponseWriter, r *http.Request, a *agent) {
+func (s *Server) forkSession(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	sid := sessionID(a, r)
 	id, err := a.ag.Fork(r.Context(), sid)
 	if err != nil {
@@ -84,7 +88,7 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request, a *agent) {
 	writeJSON(w, http.StatusCreated, sessionRef{SessionID: id})
 }
 
-func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, a *agent) {
+func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	sid := sessionID(a, r)
 	if err := a.ag.DeleteSession(r.Context(), sid); err != nil {
 		writeError(w, sessionErr(err, sid))
@@ -93,13 +97,17 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, a *agent)
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) setSession(w http.ResponseWriter, r *http.Request, a *agent) {
+func (s *Server) setSession(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	var ref sessionRef
 	if err := decode(r, &ref); err != nil {
 		writeError(w, err)
 		return
 	}
 	a.ag.SetSession(ref.SessionID)
+	if err := s.save(r.Context(), a, statusIdle); err != nil {
+		writeError(w, err)
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -107,12 +115,21 @@ func (s *Server) setSession(w http.ResponseWriter, r *http.Request, a *agent) {
 // (the folder of the agent's latest turn in that session) as one JSON
 // object, line by line: {"session_id", "audit_dir", "events": [...],
 // "skipped": N}.
-func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request, a *agent) {
+func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	sid := sessionID(a, r)
 	var dir string
-	for _, t := range a.ag.Turns() {
-		if t.SessionID == sid && t.AuditDir != "" {
-			dir = t.AuditDir
+	turns, err := s.st.ListTurns(r.Context(), a.id)
+	if err != nil {
+		writeError(w, fmt.Errorf("list turns: %w", err))
+		return
+	}
+	for _, t := range turns {
+		var res struct {
+			SessionID string `json:"session_id"`
+			AuditDir  string `json:"audit_dir"`
+		}
+		if json.Unmarshal(t.Result, &res) == nil && res.SessionID == sid && res.AuditDir != "" {
+			dir = res.AuditDir
 		}
 	}
 	if dir == "" {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	units "github.com/docker/go-units"
@@ -45,6 +46,35 @@ func NewStarter(o StarterOptions) Starter {
 			return nil, nil, err
 		}
 		ag, err := sandboxagent.Start(ctx, o.Runtime, drv, append(opts, o.Options...)...)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		return ag, stop, nil
+	}
+}
+
+// NewAdopter returns the Adopter that goes with NewStarter(o): the driver
+// from o.Driver, the options of the stored request and o.Options, through
+// sandboxagent.Adopt.
+func NewAdopter(o StarterOptions) Adopter {
+	return func(ctx context.Context, req CreateRequest, state json.RawMessage) (*sandboxagent.Agent, func(), error) {
+		if o.Runtime == nil || o.Driver == nil {
+			return nil, nil, fmt.Errorf("server: NewAdopter: Runtime and Driver are required")
+		}
+		var st sandboxagent.AgentState
+		if err := json.Unmarshal(state, &st); err != nil {
+			return nil, nil, fmt.Errorf("%w: stored agent state: %w", sandboxagent.ErrInvalidArgument, err)
+		}
+		opts, err := requestOptions(o.Config, req)
+		if err != nil {
+			return nil, nil, err
+		}
+		drv, stop, err := o.Driver(ctx, req)
+		if err != nil {
+			return nil, nil, err
+		}
+		ag, err := sandboxagent.Adopt(ctx, o.Runtime, drv, st, append(opts, o.Options...)...)
 		if err != nil {
 			stop()
 			return nil, nil, err

@@ -9,9 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/store"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
 
@@ -71,17 +73,26 @@ type turnRequest struct {
 	Timeout float64 `json:"timeout,omitempty"`
 }
 
-// watchMsg is one message of an agent's watch stream.
+// watchMsg is one message queued for a turn's stream.
 type watchMsg struct {
+	id    int64
 	event string
 	data  any
 }
+
+// Turn statuses in the store.
+const (
+	turnRunning     = "running"
+	turnDone        = "done"
+	turnFailed      = "failed"
+	turnInterrupted = "interrupted"
+)
 
 func wantsSSE(r *http.Request) bool {
 	return strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 }
 
-func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
+func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	var req turnRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, err)
@@ -95,6 +106,35 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	p := who(r)
+	key, err := idempotencyKey(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	started := false
+	if key != "" {
+		k, mine, err := s.claim(r.Context(), p.tenant, key, "turn:"+a.id)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if !mine {
+			n, err := strconv.Atoi(k.Ref)
+			if err != nil {
+				writeError(w, inProgress(key))
+				return
+			}
+			w.Header().Set("Idempotent-Replayed", "true")
+			s.followTurn(w, r, a, n)
+			return
+		}
+		defer func() {
+			if !started {
+				s.unclaim(p.tenant, key)
+			}
+		}()
 	}
 	// A running turn answers 409 at once; a session call holding the
 	// agent is waited for (sessionCallWait), unless a turn starts
@@ -121,13 +161,48 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 		writeError(w, busy(a))
 		return
 	}
-	defer release()
-	select {
-	case s.turns <- struct{}{}:
-	default:
-		writeError(w, &apiError{status: http.StatusTooManyRequests, kind: KindLimit, msg: "serve_max_concurrent_turns reached: try again when a turn ends"})
+	defer func() { release() }()
+	if err := s.takeTurnSlot(p.tenant); err != nil {
+		writeError(w, err)
 		return
 	}
+	slot := true
+	defer func() {
+		if slot {
+			s.freeTurnSlot(p.tenant)
+		}
+	}()
+	// Across replicas: one turn at a time per agent, by a lease in the
+	// store, renewed while the turn runs. Taken under the agent's hold, so
+	// one request of this server holds it at a time.
+	unlease, err := s.lease(r.Context(), a)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer unlease()
+	// Another replica adopted the sandbox since this one did: its socket
+	// folder serves that replica now. Adopt it back before the turn.
+	if cur, err := s.st.GetAgent(r.Context(), a.id); err != nil {
+		writeError(w, fmt.Errorf("agent %s: %w", a.id, err))
+		return
+	} else if cur.Owner != s.holder {
+		release()
+		if a, err = s.readopt(r.Context(), a, cur); err != nil {
+			writeError(w, err)
+			return
+		}
+		if a.ag == nil {
+			writeError(w, lostErr(a))
+			return
+		}
+		if held, release, err = a.ag.Hold(r.Context(), sessionCallWait); err != nil {
+			release = func() {}
+			writeError(w, busy(a))
+			return
+		}
+	}
+
 	// The agent is free again as soon as its turn is recorded, before the
 	// answer is written: a client that sends the next turn the moment it
 	// reads the result must not get 409.
@@ -135,7 +210,10 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 	free := func() {
 		if !freed {
 			freed = true
-			<-s.turns
+			a.j.sync() // the turn's messages and its row are stored
+			unlease()
+			s.freeTurnSlot(p.tenant)
+			slot = false
 			release()
 		}
 	}
@@ -155,19 +233,51 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 		return
 	}
 
+	// The turn's number, once it starts: the idempotency key points at it.
+	turnNo := make(chan int, 1)
+	var startedNo atomic.Int64
+	_, unobserveStart := a.ag.Observe(func(rec sandboxagent.TurnRecord, ev *sandboxagent.Event) {
+		if ev == nil && rec.Running {
+			startedNo.Store(int64(rec.Turn))
+			select {
+			case turnNo <- rec.Turn:
+			default:
+			}
+		}
+	})
 	var out *sseStream
+	var forwarded chan int64
+	unsub := func() {}
 	if wantsSSE(r) {
 		// A client that stops reading is a client gone: its turn is
-		// aborted like a disconnected one's.
+		// aborted like a disconnected one's. Its events come from the
+		// journal, as they are stored, with their ids.
 		out = newSSEStream(w, cancel)
+		var ch chan []message
+		ch, _, unsub = a.j.subscribe()
+		forwarded = make(chan int64, 1)
+		go func() { forwarded <- forwardTurn(ch, out) }()
 	}
-	var fn func(sandboxagent.Event)
-	if out != nil {
-		fn = func(e sandboxagent.Event) { out.push("event", e) }
-	}
-	res, turnErr := a.ag.Stream(ctx, req.Prompt, fn)
+	go func() {
+		select {
+		case n := <-turnNo:
+			if key != "" {
+				if err := s.st.SetIdempotencyRef(context.Background(), p.tenant, key, turnRef(n)); err != nil {
+					s.log.Warn("idempotency key", "agent", a.id, "err", err)
+				}
+			}
+		case <-ctx.Done():
+		}
+	}()
+	res, turnErr := a.ag.Stream(ctx, req.Prompt, nil)
+	unobserveStart()
 	rec, _ := a.lastTurn() // this turn's: the agent is still held
+	started = startedNo.Load() != 0
+	if err := s.save(ctx, a, statusIdle); err != nil && turnErr == nil {
+		turnErr = err
+	}
 	free()
+	unsub() // after free's sync: the turn's messages are in the channel
 
 	// The answer carries every event of the turn (the library holds them
 	// anyway); the record keeps what its budget allows.
@@ -175,7 +285,7 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 	final.Events, final.Dropped = res.Events, 0
 	switch {
 	case out != nil:
-		out.push("result", final)
+		out.pushID(<-forwarded, "result", final)
 		out.close()
 	case turnErr != nil:
 		status, body := classify(turnError(turnErr))
@@ -186,28 +296,354 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent) {
 	}
 }
 
-func (s *Server) listTurns(w http.ResponseWriter, r *http.Request, a *agent) {
-	turns := a.ag.Turns()
-	out := make([]turnResult, 0, len(turns))
+// forwardTurn sends the events of the turn that starts next from a
+// journal subscription to a turn's stream, with their ids, and returns
+// the id of its turn_end (0 when the subscription ended first: the
+// client resumes with Last-Event-ID).
+func forwardTurn(ch <-chan []message, out *sseStream) int64 {
+	turn := 0
+	for batch := range ch {
+		for _, m := range batch {
+			switch {
+			case m.event == "turn_start" && turn == 0:
+				turn = m.turn
+			case m.turn != turn:
+			case m.event == "event":
+				out.pushID(m.seq, "event", m.data)
+			case m.event == "turn_end":
+				return m.seq
+			}
+		}
+	}
+	return 0
+}
+
+// takeTurnSlot counts a turn against serve_max_concurrent_turns and the
+// tenant's limit, or answers 429.
+func (s *Server) takeTurnSlot(tenant string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tenant != AdminTenant && s.opts.TenantMaxTurns > 0 && s.turnsBy[tenant] >= s.opts.TenantMaxTurns {
+		return limited("serve_tenant_max_turns (%d) reached for tenant %s: try again when a turn ends", s.opts.TenantMaxTurns, tenant)
+	}
+	select {
+	case s.turns <- struct{}{}:
+	default:
+		return limited("serve_max_concurrent_turns reached: try again when a turn ends")
+	}
+	s.turnsBy[tenant]++
+	return nil
+}
+
+func (s *Server) freeTurnSlot(tenant string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	<-s.turns
+	if s.turnsBy[tenant]--; s.turnsBy[tenant] <= 0 {
+		delete(s.turnsBy, tenant)
+	}
+}
+
+// defaultLeaseTTL is how long a turn's lease outlives a replica that died
+// holding it.
+const defaultLeaseTTL = 30 * time.Second
+
+// takeLease takes the agent's lease in the store, once. On an exclusive
+// store (one server only) a lease another holder left is a dead
+// predecessor's and is broken.
+func (s *Server) takeLease(ctx context.Context, id string) (func(), error) {
+	l, err := s.st.AcquireLease(ctx, id, s.holder, s.opts.LeaseTTL)
+	if errors.Is(err, store.ErrLeaseHeld) && s.opts.Exclusive && l.Holder != s.holder {
+		if err := s.st.ReleaseLease(ctx, id, l.Holder); err != nil {
+			return nil, fmt.Errorf("break a dead server's lease: %w", err)
+		}
+		_, err = s.st.AcquireLease(ctx, id, s.holder, s.opts.LeaseTTL)
+	}
+	if err != nil {
+		if errors.Is(err, store.ErrLeaseHeld) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("agent %s: lease: %w", id, err)
+	}
+	return func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.st.ReleaseLease(rctx, id, s.holder); err != nil {
+			s.log.Warn("release lease", "agent", id, "err", err)
+		}
+	}, nil
+}
+
+// remoteBusy is the answer for an agent whose turn another replica runs.
+func remoteBusy(id string) error {
+	return &apiError{status: http.StatusConflict, kind: KindBusy, msg: "a turn is running on agent " + id + " through another server", retryAfter: 1}
+}
+
+// lease takes the agent's turn lease and renews it until the returned
+// release (idempotent) runs. Another replica's live lease is a 409.
+func (s *Server) lease(ctx context.Context, a *agent) (func(), error) {
+	ttl := s.opts.LeaseTTL
+	release, err := s.takeLease(ctx, a.id)
+	if err != nil {
+		if errors.Is(err, store.ErrLeaseHeld) {
+			return nil, remoteBusy(a.id)
+		}
+		return nil, err
+	}
+	done := make(chan struct{})
+	var once sync.Once
+	go func() {
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				rctx, cancel := context.WithTimeout(context.Background(), ttl/3)
+				if _, err := s.st.AcquireLease(rctx, a.id, s.holder, ttl); err != nil {
+					s.log.Warn("renew turn lease", "agent", a.id, "err", err)
+				}
+				cancel()
+			}
+		}
+	}()
+	return func() {
+		once.Do(func() {
+			close(done)
+			release()
+		})
+	}, nil
+}
+
+func (s *Server) listTurns(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
+	turns, err := s.st.ListTurns(r.Context(), a.id)
+	if err != nil {
+		writeError(w, fmt.Errorf("list turns: %w", err))
+		return
+	}
+	out := make([]json.RawMessage, 0, len(turns))
 	for _, t := range turns {
-		out = append(out, turnJSON(t, false))
+		out = append(out, storedTurn(t))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"turns": out})
 }
 
-func (s *Server) getTurn(w http.ResponseWriter, r *http.Request, a *agent) {
+// storedTurn is the JSON of a stored turn (without its events).
+func storedTurn(t store.Turn) json.RawMessage {
+	if len(t.Result) > 0 {
+		return t.Result
+	}
+	b, _ := json.Marshal(turnResult{Turn: t.N, Prompt: t.Prompt, Started: t.Started, Running: t.Status == turnRunning})
+	return b
+}
+
+func (s *Server) getTurn(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	n, err := strconv.Atoi(r.PathValue("n"))
 	if err != nil || n < 1 {
 		writeError(w, badRequest("turn %q: want a turn number from 1", r.PathValue("n")))
 		return
 	}
-	for _, t := range a.ag.Turns() {
-		if t.Turn == n {
-			writeJSON(w, http.StatusOK, turnJSON(t, true))
+	if _, err := s.st.GetTurn(r.Context(), a.id, n); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			writeError(w, notFound("agent %s has no turn %d", a.id, n))
 			return
 		}
+		writeError(w, err)
+		return
 	}
-	writeError(w, notFound("agent %s has no turn %d in memory", a.id, n))
+	if wantsSSE(r) {
+		s.followTurn(w, r, a, n)
+		return
+	}
+	res, err := s.turnWithEvents(r.Context(), a.id, n)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// turnWithEvents is a stored turn with its stored events.
+func (s *Server) turnWithEvents(ctx context.Context, agentID string, n int) (map[string]any, error) {
+	t, err := s.st.GetTurn(ctx, agentID, n)
+	if err != nil {
+		return nil, err
+	}
+	var res map[string]any
+	if err := json.Unmarshal(storedTurn(t), &res); err != nil {
+		return nil, err
+	}
+	events := []json.RawMessage{}
+	var after int64
+	for {
+		evs, err := s.st.Events(ctx, agentID, n, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range evs {
+			if e.Kind == "event" {
+				events = append(events, e.Data)
+			}
+			after = e.Seq
+		}
+		if len(evs) < 1000 {
+			break
+		}
+	}
+	res["events"] = events
+	return res, nil
+}
+
+// lastEventID is the request's Last-Event-ID (0 when none).
+func lastEventID(r *http.Request) (int64, error) {
+	v := r.Header.Get("Last-Event-ID")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, badRequest("Last-Event-ID %q: want an event id from this server", v)
+	}
+	return n, nil
+}
+
+// followTurn answers with turn n of the agent, running or not, as its
+// POST would have: JSON once it ends, or (Accept: text/event-stream) its
+// events after Last-Event-ID, then live, then the result. It serves a
+// retried POST with the same Idempotency-Key and GET .../turns/{n}.
+func (s *Server) followTurn(w http.ResponseWriter, r *http.Request, a *agent, n int) {
+	after, err := lastEventID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	sse := wantsSSE(r)
+	var sw *sseWriter
+	if sse {
+		sw = sseHeaders(w)
+		defer sw.done()
+	}
+	var endSeq int64
+	err = s.tail(r.Context(), a, after, func(m message) (bool, error) {
+		if m.event == "ping" && sse {
+			return true, sw.comment("ping")
+		}
+		if m.turn != n {
+			return true, nil
+		}
+		switch m.event {
+		case "event":
+			if sse {
+				return true, sw.writeID(m.seq, "event", m.data)
+			}
+		case "turn_end":
+			endSeq = m.seq
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		if !sse {
+			writeError(w, err)
+		}
+		return
+	}
+	res, err := s.turnWithEvents(r.Context(), a.id, n)
+	switch {
+	case err != nil && !sse:
+		writeError(w, err)
+	case err != nil:
+	case sse:
+		_ = sw.writeID(endSeq, "result", res)
+		_ = sw.flush()
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// tailPoll is how often a stream reads the store for messages another
+// replica wrote.
+const tailPoll = 500 * time.Millisecond
+
+// tail calls fn with the agent's messages after id after, from the store
+// then live, until fn returns false, fn's error, the request ends or the
+// agent goes. Live messages come from this server's journal as soon as
+// they are stored; the store is read again every tailPoll for those
+// another replica wrote. Messages kept by no store (beyond a turn's
+// budget) come only live, without an id.
+func (s *Server) tail(ctx context.Context, a *agent, after int64, fn func(message) (bool, error)) error {
+	var ch <-chan []message
+	if a.j != nil {
+		c, _, unsub := a.j.subscribe()
+		defer unsub()
+		ch = c
+	}
+	cursor := after
+	readStore := func() (bool, error) {
+		for {
+			evs, err := s.st.Events(ctx, a.id, 0, cursor, 500)
+			if err != nil {
+				return false, fmt.Errorf("read events: %w", err)
+			}
+			for _, e := range evs {
+				cursor = e.Seq
+				if more, err := fn(message{seq: e.Seq, turn: e.Turn, event: e.Kind, data: e.Data}); !more || err != nil {
+					return false, err
+				}
+			}
+			if len(evs) < 500 {
+				return true, nil
+			}
+		}
+	}
+	if more, err := readStore(); !more || err != nil {
+		return err
+	}
+	poll := time.NewTicker(tailPoll)
+	defer poll.Stop()
+	ping := time.NewTicker(pingEvery)
+	defer ping.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.gone.Done():
+			return notFound("agent %q was deleted", a.id)
+		case batch, ok := <-ch:
+			if !ok {
+				ch = nil // fell behind, or detached: the store goes on
+				continue
+			}
+			for _, m := range batch {
+				if m.seq != 0 && m.seq <= cursor {
+					continue
+				}
+				if m.seq > cursor+1 { // a gap: what is missing is stored
+					if more, err := readStore(); !more || err != nil {
+						return err
+					}
+					if m.seq <= cursor {
+						continue
+					}
+				}
+				if m.seq != 0 {
+					cursor = m.seq
+				}
+				if more, err := fn(m); !more || err != nil {
+					return err
+				}
+			}
+		case <-poll.C:
+			if more, err := readStore(); !more || err != nil {
+				return err
+			}
+		case <-ping.C:
+			if more, err := fn(message{event: "ping"}); !more || err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // pingEvery keeps idle event streams alive through proxies.
@@ -217,77 +653,59 @@ const pingEvery = 15 * time.Second
 const watcherBuffer = 1024
 
 // watch streams an agent's turns as they happen: turn_start, every event,
-// turn_end. A turn running when the watcher connects is replayed first.
-func (s *Server) watch(w http.ResponseWriter, r *http.Request, a *agent) {
+// turn_end, each with its id. With Last-Event-ID it replays what came
+// after that id first; without, the running turn from its start.
+func (s *Server) watch(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	if a.gone.Err() != nil {
 		writeError(w, notFound("agent %q was deleted", a.id))
 		return
 	}
-	// The library calls the observer in order, under its own lock: it
-	// only queues, and a watcher too slow to keep up is dropped (its
-	// stream ends; EventSource reconnects).
-	ch := make(chan watchMsg, watcherBuffer)
-	dropped := false
-	running, stop := a.ag.Observe(func(t sandboxagent.TurnRecord, e *sandboxagent.Event) {
-		if dropped {
+	after, err := lastEventID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if r.Header.Get("Last-Event-ID") == "" {
+		if after, err = s.watchStart(r.Context(), a); err != nil {
+			writeError(w, err)
 			return
 		}
-		var m watchMsg
-		switch {
-		case e != nil:
-			m = watchMsg{"event", *e}
-		case t.Running:
-			m = watchMsg{"turn_start", map[string]any{"turn": t.Turn, "prompt": t.Prompt}}
-		default:
-			m = watchMsg{"turn_end", turnJSON(t, false)}
-		}
-		select {
-		case ch <- m:
-		default:
-			dropped = true
-			close(ch)
-		}
-	})
-	defer stop()
-	var replay []watchMsg
-	if running.Turn != 0 {
-		replay = append(replay, watchMsg{"turn_start", map[string]any{"turn": running.Turn, "prompt": running.Prompt}})
-		for _, e := range running.Events {
-			replay = append(replay, watchMsg{"event", e})
-		}
 	}
-
 	sw := sseHeaders(w)
 	defer sw.done()
-	for _, m := range replay {
-		if sw.write(m.event, m.data) != nil {
-			return
-		}
-	}
 	if sw.flush() != nil {
 		return
 	}
-	ping := time.NewTicker(pingEvery)
-	defer ping.Stop()
-	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-a.gone.Done():
-			return // the agent was deleted
-		case m, ok := <-ch:
-			if !ok {
-				return // this watcher fell behind
-			}
-			if sw.write(m.event, m.data) != nil || sw.flush() != nil {
-				return
-			}
-		case <-ping.C:
-			if sw.comment("ping") != nil || sw.flush() != nil {
-				return
-			}
+	_ = s.tail(r.Context(), a, after, func(m message) (bool, error) {
+		var err error
+		if m.event == "ping" {
+			err = sw.comment("ping")
+		} else {
+			err = sw.writeID(m.seq, m.event, m.data)
 		}
+		if err == nil {
+			err = sw.flush()
+		}
+		return err == nil, err
+	})
+}
+
+// watchStart is where a watch without Last-Event-ID starts: before the
+// running turn's start, else after the latest message.
+func (s *Server) watchStart(ctx context.Context, a *agent) (int64, error) {
+	last, err := s.st.LastSeq(ctx, a.id)
+	if err != nil {
+		return 0, err
 	}
+	turns, err := s.st.ListTurns(ctx, a.id)
+	if err != nil || len(turns) == 0 || turns[len(turns)-1].Status != turnRunning {
+		return last, err
+	}
+	first, err := s.st.Events(ctx, a.id, turns[len(turns)-1].N, 0, 1)
+	if err != nil || len(first) == 0 {
+		return last, err
+	}
+	return first[0].Seq - 1, nil
 }
 
 // sseWriteTimeout bounds one write to an event stream: a client that
@@ -312,13 +730,23 @@ func sseHeaders(w http.ResponseWriter) *sseWriter {
 	return &sseWriter{w: w, rc: http.NewResponseController(w)}
 }
 
-func (s *sseWriter) write(event string, v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
+// writeID writes one event; id 0 writes none (a message no store keeps).
+// v is JSON already (json.RawMessage) or marshalled here.
+func (s *sseWriter) writeID(id int64, event string, v any) error {
+	data, ok := v.(json.RawMessage)
+	if !ok {
+		var err error
+		if data, err = json.Marshal(v); err != nil {
+			return err
+		}
 	}
 	_ = s.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
-	_, err = fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, data)
+	var err error
+	if id > 0 {
+		_, err = fmt.Fprintf(s.w, "id: %d\nevent: %s\ndata: %s\n\n", id, event, data)
+	} else {
+		_, err = fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, data)
+	}
 	return err
 }
 
@@ -361,7 +789,7 @@ func newSSEStream(w http.ResponseWriter, gone func()) *sseStream {
 
 func (s *sseStream) goneOnce() { s.once.Do(s.gone) }
 
-func (s *sseStream) push(event string, v any) {
+func (s *sseStream) pushID(id int64, event string, v any) {
 	s.mu.Lock()
 	switch {
 	case s.broken:
@@ -369,7 +797,7 @@ func (s *sseStream) push(event string, v any) {
 		s.broken, s.queue = true, nil
 		go s.goneOnce()
 	default:
-		s.queue = append(s.queue, watchMsg{event, v})
+		s.queue = append(s.queue, watchMsg{id, event, v})
 	}
 	s.mu.Unlock()
 	select {
@@ -402,7 +830,7 @@ func (s *sseStream) run() {
 		if !broken && len(batch) > 0 {
 			err := error(nil)
 			for _, m := range batch {
-				if err = s.sw.write(m.event, m.data); err != nil {
+				if err = s.sw.writeID(m.id, m.event, m.data); err != nil {
 					break
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/config"
@@ -38,6 +39,13 @@ type settings struct {
 	serveMaxAgents    int
 	serveMaxTurns     int
 	serveMaxBodyBytes int64
+	// serve's state (a SQLite file, or a postgres:// URL) and its
+	// per-tenant limits (0: none).
+	state                string
+	serveTenantMaxAgents int
+	serveTenantMaxTurns  int
+	// serveLeaseTTL: how long a turn's lease outlives a dead replica.
+	serveLeaseTTL time.Duration
 }
 
 func defaultSettings() settings {
@@ -72,6 +80,10 @@ var settingsKeys = []configfile.Key[settings]{
 	configfile.Int("serve_max_agents", 1, func(s *settings, n int64) { s.serveMaxAgents = int(n) }),
 	configfile.Int("serve_max_concurrent_turns", 1, func(s *settings, n int64) { s.serveMaxTurns = int(n) }),
 	configfile.Int("serve_max_body_bytes", 1<<10, func(s *settings, n int64) { s.serveMaxBodyBytes = n }),
+	configfile.String("state", "SANDBOX_AGENT_STATE", func(s *settings) *string { return &s.state }),
+	configfile.Int("serve_tenant_max_agents", 0, func(s *settings, n int64) { s.serveTenantMaxAgents = int(n) }),
+	configfile.Int("serve_tenant_max_turns", 0, func(s *settings, n int64) { s.serveTenantMaxTurns = int(n) }),
+	configfile.Duration("serve_lease_ttl", func(s *settings) *time.Duration { return &s.serveLeaseTTL }),
 }
 
 // loadConfig reads the library's keys and the command line's from the

@@ -35,10 +35,13 @@ const (
 )
 
 func runServe(ctx context.Context, a *app, args []string) int {
+	if len(args) > 0 && args[0] == "token" {
+		return runToken(ctx, a, args[1:])
+	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: sandbox-agent serve [flags]\n\nServes the HTTP API (docs/api-http.md) and the web inspector at /. Every\nrequest needs the bearer token (in --token-file, generated there when missing).\nSIGINT or SIGTERM stops it and removes every sandbox it started.\n\nflags:")
+		fmt.Fprintln(a.stderr, "usage: sandbox-agent serve [flags]\n\nServes the HTTP API (docs/api-http.md) and the web inspector at /. Every\nrequest needs a bearer token: the admin's (in --token-file, generated there when\nmissing) or a tenant's (sandbox-agent serve token create). Agents, turns and\nevents are kept in --state; SIGINT or SIGTERM stops the server and leaves the\nsandboxes running for the next start on the same state to adopt (with --state\n:memory: it removes them).\n\nsubcommands: serve token create|list|revoke (tenants' tokens)\n\nflags:")
 		fs.PrintDefaults()
 	}
 	listen := fs.String("listen", defaultListen, "address to listen on (host:port; port 0 picks a free one)")
@@ -46,6 +49,11 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	readyFile := fs.String("ready-file", "", "write the address listened on (host:port) to this file once serving")
 	noAudit := fs.Bool("no-audit", false, "do not write the audit trail")
 	auditRoot := fs.String("audit-root", "", "audit root folder (default: audit_root)")
+	statePath := fs.String("state", a.cli.state, "where agents, turns and tokens are kept: a SQLite file, a postgres:// URL (several replicas), or :memory: (default: the state key, else "+defaultStatePath()+")")
+	instance := fs.String("instance", "", "the server's name, owner of its sandboxes: up to 63 letters, digits, '-', '_', '.' (replicas on one state share it; default serve-HOSTNAME)")
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
+	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM)")
+	insecure := fs.Bool("allow-insecure-http", false, "allow listening beyond the loopback without TLS")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -54,6 +62,12 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	}
 	if fs.NArg() > 0 {
 		return a.fail(fmt.Errorf("serve: unexpected argument %q", fs.Arg(0)))
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return a.fail(fmt.Errorf("%w: serve: --tls-cert and --tls-key go together", sandboxagent.ErrInvalidArgument))
+	}
+	if *instance == "" {
+		*instance = defaultInstance()
 	}
 	if *tokenFile == "" {
 		*tokenFile = defaultTokenFile()
@@ -79,24 +93,45 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	if src != nil {
 		a.images = &imageOnce{src: src}
 	}
-	start, err := a.serveStarter(ctx, *noAudit, *auditRoot)
+	st, err := openState(ctx, *statePath, true)
+	if err != nil {
+		return a.fail(fmt.Errorf("serve: %w", err))
+	}
+	defer st.Close()
+	stateName := st.name
+	starterOpts, err := a.serveStarter(ctx, *noAudit, *auditRoot, *instance)
 	if err != nil {
 		return a.fail(err)
 	}
 	srv, err := server.New(server.Options{
-		Start: start, Token: token, Version: version, Logger: log,
+		Start: server.NewStarter(starterOpts), Adopt: server.NewAdopter(starterOpts), Store: st, Exclusive: st.exclusive,
+		Instance: *instance, Engine: a.engineName(), Token: token, Version: version, Logger: log,
 		MaxAgents: a.cli.serveMaxAgents, MaxConcurrentTurns: a.cli.serveMaxTurns, MaxBodyBytes: a.cli.serveMaxBodyBytes,
+		TenantMaxAgents: a.cli.serveTenantMaxAgents, TenantMaxTurns: a.cli.serveTenantMaxTurns, LeaseTTL: a.cli.serveLeaseTTL,
 	})
 	if err != nil {
 		return a.fail(err)
+	}
+	// The agents of an earlier run on this state, before any request.
+	if adopted, lost, err := srv.Recover(ctx); err != nil {
+		log.Warn("recover agents", "adopted", adopted, "lost", lost, "err", err)
+	} else if adopted+lost > 0 {
+		log.Info("recovered agents", "adopted", adopted, "lost", lost, "state", stateName)
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return a.fail(fmt.Errorf("serve: %w", err))
 	}
 	addr := ln.Addr().(*net.TCPAddr)
-	if !addr.IP.IsLoopback() {
-		log.Warn("listening beyond the loopback: the API is plain HTTP; put TLS in front of it", "addr", addr.String())
+	scheme := "http"
+	if *tlsCert != "" {
+		scheme = "https"
+	} else if !addr.IP.IsLoopback() {
+		if !*insecure {
+			ln.Close()
+			return a.fail(fmt.Errorf("%w: serve: %s is beyond the loopback: give --tls-cert and --tls-key, or --allow-insecure-http (TLS in front)", sandboxagent.ErrInvalidArgument, addr))
+		}
+		log.Warn("listening beyond the loopback without TLS (--allow-insecure-http)", "addr", addr.String())
 	}
 	// Every request's context ends when the server stops, so running
 	// turns are aborted and event streams end before the shutdown waits.
@@ -110,8 +145,14 @@ func runServe(ctx context.Context, a *app, args []string) int {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	fmt.Fprintf(a.stderr, "sandbox-agent: listening on http://%s (inspector at /, token in %s)\n", addr, *tokenFile)
+	go func() {
+		if *tlsCert != "" {
+			served <- hs.ServeTLS(ln, *tlsCert, *tlsKey)
+			return
+		}
+		served <- hs.Serve(ln)
+	}()
+	fmt.Fprintf(a.stderr, "sandbox-agent: listening on %s://%s (inspector at /, token in %s, state %s)\n", scheme, addr, *tokenFile, stateName)
 	if *readyFile != "" {
 		if err := writeFileAtomic(*readyFile, []byte(addr.String()+"\n"), 0o644); err != nil {
 			hs.Close()
@@ -123,7 +164,12 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	case <-ctx.Done():
 	case serveErr = <-served:
 	}
-	log.Info("shutting down: aborting turns, removing sandboxes")
+	durable := *statePath != memoryState
+	if durable {
+		log.Info("shutting down: aborting turns; the sandboxes stay for the next start to adopt")
+	} else {
+		log.Info("shutting down: aborting turns, removing sandboxes")
+	}
 	stopRequests()
 	// The requests first (their turns are aborted), with a bound of their
 	// own: a client that reads nothing must not use up the sandboxes'
@@ -135,7 +181,12 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	hcancel()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 	defer cancel()
-	closeErr := srv.Close(sctx)
+	var closeErr error
+	if durable {
+		closeErr = srv.Shutdown(sctx)
+	} else {
+		closeErr = srv.Close(sctx)
+	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return a.fail(fmt.Errorf("serve: %w", serveErr))
 	}
@@ -224,18 +275,18 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 // server.NewStarter, with the library options ask uses: the request's
 // fields as options, the fake model when the request carries a script,
 // else the real endpoint.
-func (a *app) serveStarter(ctx context.Context, noAudit bool, auditRoot string) (server.Starter, error) {
+func (a *app) serveStarter(ctx context.Context, noAudit bool, auditRoot, instance string) (server.StarterOptions, error) {
 	rt, err := a.runtime(ctx)
 	if err != nil {
-		return nil, err
+		return server.StarterOptions{}, err
 	}
 	hooks, err := a.sandboxHooks(ctx)
 	if err != nil {
-		return nil, err
+		return server.StarterOptions{}, err
 	}
 	cfg := a.agentConfig(&agentFlags{noAudit: noAudit, auditRoot: auditRoot})
-	return server.NewStarter(server.StarterOptions{
-		Runtime: rt, Config: &cfg, Options: hooks,
+	return server.StarterOptions{
+		Runtime: rt, Config: &cfg, Options: append(hooks, sandboxagent.WithOwner(instance)),
 		Driver: func(ctx context.Context, req server.CreateRequest) (sandboxagent.Driver, func(), error) {
 			if !slices.Contains(drivers.Names(), req.Driver) {
 				return nil, nil, fmt.Errorf("%w: driver %q: want one of %s", sandboxagent.ErrInvalidArgument, req.Driver, strings.Join(drivers.Names(), ", "))
@@ -251,7 +302,7 @@ func (a *app) serveStarter(ctx context.Context, noAudit bool, auditRoot string) 
 			a.warnOpen(sandboxagent.Egress(req.Egress))
 			return a.newDriver(req.Driver, &f)
 		},
-	}), nil
+	}, nil
 }
 
 // imageOnce lets one agent at a time make a given image present: fifty
@@ -276,4 +327,25 @@ func (o *imageOnce) ProvideImage(ctx context.Context, ref string) error {
 	l.Lock()
 	defer l.Unlock()
 	return o.src.ProvideImage(ctx, ref)
+}
+
+// defaultInstance is serve-HOSTNAME, as a label value (at most 63 of
+// [A-Za-z0-9._-], alphanumeric at both ends).
+func defaultInstance() string {
+	host, _ := os.Hostname()
+	b := []byte("serve-" + host)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[i] = '-'
+		}
+	}
+	return strings.TrimRight(string(b[:min(len(b), 63)]), "-_.")
+}
+
+// engineName is the runtime setting, as the store records it.
+func (a *app) engineName() string {
+	if a.cli.runtime == "" {
+		return "docker"
+	}
+	return a.cli.runtime
 }

@@ -27,10 +27,25 @@ import (
 // listener, its Starter the one serve uses, and the agent it started also
 // driven directly with Agent.Stream, the two interleaved. The driver is pi
 // (long-lived: its turns take milliseconds, so the server's share shows;
-// SANDBOX_AGENT_SERVE_BENCH_DRIVER picks another). The metrics are the
-// p50 of each path and the p50 of the paired differences, the latency the
-// server adds: JSON answer, and the event stream.
+// SANDBOX_AGENT_SERVE_BENCH_DRIVER picks another). It runs on serve's two
+// kinds of state: state=memory (SQLite in memory: what the server adds
+// without a disk) and state=file (the default, a SQLite file: what
+// durability adds on top). The metrics are the p50 of each path and the
+// p50 of the paired differences, the latency the server adds: JSON
+// answer, and the event stream.
 func BenchmarkServeTurn(b *testing.B) {
+	for _, kind := range []string{"memory", "file"} {
+		b.Run("state="+kind, func(b *testing.B) {
+			path := memoryState
+			if kind == "file" {
+				path = filepath.Join(b.TempDir(), "state.db")
+			}
+			benchServeTurn(b, path)
+		})
+	}
+}
+
+func benchServeTurn(b *testing.B, statePath string) {
 	driver := envOr("SANDBOX_AGENT_SERVE_BENCH_DRIVER", "pi")
 	const turns = 100
 	for b.Loop() {
@@ -42,11 +57,16 @@ func BenchmarkServeTurn(b *testing.B) {
 		a.cfg, a.cli = cfg, cli
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		var ag *sandboxagent.Agent
-		start, err := a.serveStarter(ctx, false, "")
+		so, err := a.serveStarter(ctx, false, "", "bench")
 		if err != nil {
 			b.Fatal(err)
 		}
-		srv, err := server.New(server.Options{Token: strings.Repeat("t", 32), Start: func(ctx context.Context, req server.CreateRequest) (*sandboxagent.Agent, func(), error) {
+		start := server.NewStarter(so)
+		st, err := openState(ctx, statePath, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv, err := server.New(server.Options{Token: strings.Repeat("t", 32), Store: st, Exclusive: true, Start: func(ctx context.Context, req server.CreateRequest) (*sandboxagent.Agent, func(), error) {
 			got, stop, err := start(ctx, req)
 			ag = got
 			return got, stop, err
@@ -91,6 +111,7 @@ func BenchmarkServeTurn(b *testing.B) {
 		if err := srv.Close(ctx); err != nil {
 			b.Error(err)
 		}
+		st.Close()
 		cancel()
 		a.eng.close()
 		b.ReportMetric(ms(p50(goAPI)), "go-p50-ms")
@@ -101,8 +122,88 @@ func BenchmarkServeTurn(b *testing.B) {
 	}
 }
 
+// BenchmarkServeReadopt: SANDBOX_AGENT_SERVE_SCALE_N agents (default 50)
+// are created through a serve on a SQLite state, each runs a turn, the
+// serve is SIGKILLed, and a new serve starts on the same state. The metric
+// is the time from the new serve's start until every agent answers a GET
+// as idle (adopted) — and then each runs one more turn, which must work
+// (any failure fails the benchmark). SANDBOX_AGENT_SCALE_DRIVER (default
+// codex) picks the driver.
+func BenchmarkServeReadopt(b *testing.B) {
+	n, err := strconv.Atoi(envOr("SANDBOX_AGENT_SERVE_SCALE_N", "50"))
+	if err != nil || n < 1 {
+		b.Fatalf("SANDBOX_AGENT_SERVE_SCALE_N: %v", err)
+	}
+	driver := envOr("SANDBOX_AGENT_SCALE_DRIVER", "codex")
+	for b.Loop() {
+		dir := b.TempDir()
+		env := []string{"SANDBOX_AGENT_STATE=" + dir + "/state.db", "SANDBOX_AGENT_SERVE_MAX_AGENTS=" + strconv.Itoa(n), "SANDBOX_AGENT_SERVE_MAX_CONCURRENT_TURNS=" + strconv.Itoa(n)}
+		s := startChildServe(b, dir, env...)
+		ids := make([]string, n)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var failures []string
+		fail := func(format string, args ...any) {
+			mu.Lock()
+			failures = append(failures, fmt.Sprintf(format, args...))
+			mu.Unlock()
+		}
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, out, err := s.try(http.MethodPost, "/v1/agents", map[string]any{"driver": driver,
+					"fake_model_script": map[string]any{"responses": []map[string]string{{"text": "ONE"}, {"text": "TWO"}}}})
+				var a struct{ ID string }
+				if err != nil || resp.StatusCode != http.StatusCreated || json.Unmarshal(out, &a) != nil {
+					fail("create %d: %v %v %.200s", i, err, resp, out)
+					return
+				}
+				ids[i] = a.ID
+				if resp, out, err := s.try(http.MethodPost, "/v1/agents/"+a.ID+"/turns", map[string]any{"prompt": "one"}); err != nil || resp.StatusCode != 200 {
+					fail("turn 1 of %d: %v %v %.200s", i, err, resp, out)
+				}
+			}()
+		}
+		wg.Wait()
+		if len(failures) > 0 {
+			b.Fatalf("before the kill:\n%s", strings.Join(failures, "\n"))
+		}
+		s.kill()
+		t0 := time.Now()
+		s = startChildServe(b, dir, env...)
+		for _, id := range ids {
+			resp, out, err := s.try(http.MethodGet, "/v1/agents/"+id, nil)
+			if err != nil || resp.StatusCode != 200 || !strings.Contains(string(out), `"status":"idle"`) {
+				b.Fatalf("agent %s after the restart: %v %v %.300s\n%s", id, err, resp, out, s.stderr.String())
+			}
+		}
+		readopt := time.Since(t0)
+		for _, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if resp, out, err := s.try(http.MethodPost, "/v1/agents/"+id+"/turns", map[string]any{"prompt": "two"}); err != nil || resp.StatusCode != 200 {
+					fail("turn 2 of %s: %v %v %.200s", id, err, resp, out)
+				}
+				if resp, out, err := s.try(http.MethodDelete, "/v1/agents/"+id, nil); err != nil || resp.StatusCode != http.StatusNoContent {
+					fail("delete %s: %v %v %.200s", id, err, resp, out)
+				}
+			}()
+		}
+		wg.Wait()
+		if len(failures) > 0 {
+			b.Fatalf("after the restart:\n%s", strings.Join(failures, "\n"))
+		}
+		s.kill()
+		b.ReportMetric(float64(n), "agents")
+		b.ReportMetric(readopt.Seconds(), "readopt-s")
+		b.ReportMetric(0, "failures")
+	}
+}
+
 // BenchmarkServeScale drives SANDBOX_AGENT_SERVE_SCALE_N agents (default
-// 50) concurrently through one serve: each is created, asks a turn with a
+// 50) concurrently through one serve on a SQLite state file: each is created, asks a turn with a
 // tool call, asks a follow-up, runs a command and is deleted. Any failure
 // fails the benchmark; the metrics are the wall time and the p50 and p95
 // of a create and of a turn. SANDBOX_AGENT_SCALE_DRIVER (default codex,
@@ -114,7 +215,9 @@ func BenchmarkServeScale(b *testing.B) {
 	}
 	driver := envOr("SANDBOX_AGENT_SCALE_DRIVER", "codex")
 	for b.Loop() {
-		srv := startServeWith(b, map[string]string{"SANDBOX_AGENT_SERVE_MAX_AGENTS": strconv.Itoa(n), "SANDBOX_AGENT_SERVE_MAX_CONCURRENT_TURNS": strconv.Itoa(n)})
+		// A persistent server: its state a SQLite file, as by default.
+		srv := startServeWith(b, map[string]string{"SANDBOX_AGENT_SERVE_MAX_AGENTS": strconv.Itoa(n), "SANDBOX_AGENT_SERVE_MAX_CONCURRENT_TURNS": strconv.Itoa(n),
+			"SANDBOX_AGENT_STATE": filepath.Join(b.TempDir(), "state.db")})
 		var mu sync.Mutex
 		var creates, turns []time.Duration
 		var failures []string

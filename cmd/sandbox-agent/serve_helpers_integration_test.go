@@ -11,9 +11,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -64,6 +66,9 @@ func startServeWith(t testing.TB, extra map[string]string) *serveRun {
 	ready, tokenFile := dir+"/ready", dir+"/token"
 	env := cliEnv()
 	env["SANDBOX_AGENT_AUDIT_ROOT"] = dir + "/audit"
+	// A store that lives as long as serve: its shutdown removes the
+	// sandboxes (the durable state has its own test, TestServeDurable).
+	env["SANDBOX_AGENT_STATE"] = ":memory:"
 	for k, v := range extra {
 		env[k] = v
 	}
@@ -189,6 +194,23 @@ func readSSE(r io.Reader, fn func(sseMessage) bool) error {
 			m.event = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
 			m.data = append(m.data, strings.TrimPrefix(line, "data: ")...)
+		}
+	}
+	return sc.Err()
+}
+
+// readSSEIDs calls fn with the id of each message of an event stream
+// that carries one, until the stream ends.
+func readSSEIDs(r io.Reader, fn func(int64)) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "id: "); ok {
+			id, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return fmt.Errorf("id %q: %w", v, err)
+			}
+			fn(id)
 		}
 	}
 	return sc.Err()

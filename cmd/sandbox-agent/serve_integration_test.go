@@ -540,7 +540,7 @@ func TestServeKilled(t *testing.T) {
 	ready, tokenFile := dir+"/ready", dir+"/token"
 	// The child is this test binary, running serve (see TestMain).
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "SANDBOX_AGENT_TEST_SERVE_CHILD="+dir, "SANDBOX_AGENT_AUDIT_ROOT="+dir+"/audit")
+	cmd.Env = append(os.Environ(), "SANDBOX_AGENT_TEST_SERVE_CHILD="+dir, "SANDBOX_AGENT_AUDIT_ROOT="+dir+"/audit", "SANDBOX_AGENT_STATE="+dir+"/state.db")
 	var stderr lockedBuffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Start(); err != nil {
@@ -594,7 +594,14 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	env := cliEnv()
-	env["SANDBOX_AGENT_AUDIT_ROOT"] = os.Getenv("SANDBOX_AGENT_AUDIT_ROOT")
+	// The child's settings come from the test: the state, the gateway,
+	// the audit root.
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		if (strings.HasPrefix(k, "SANDBOX_AGENT_") || strings.HasPrefix(k, "GATEWAY_")) && k != "SANDBOX_AGENT_CONFIG" {
+			env[k] = v
+		}
+	}
 	os.Exit(run(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--ready-file", dir + "/ready", "--token-file", dir + "/token"}, os.Stdout, os.Stderr, func(k string) string {
 		if k == "SANDBOX_AGENT_CONFIG" {
 			return "/nonexistent/sandbox-agent-test-config.json"

@@ -15,9 +15,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"time"
 	"syscall"
 
-	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+	"modernc.org/sqlite" // the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/sandbox-agent/sandbox-agent/store"
 	"github.com/sandbox-agent/sandbox-agent/store/internal/migrate"
@@ -87,6 +89,12 @@ func Open(ctx context.Context, path string) (*Store, error) {
 
 	s := &Store{writer: make(chan *conn, 1)}
 	w, err := s.connect(ctx, wdsn, 1)
+	// Switching a new file to WAL takes its lock without the busy
+	// handler: another process opening it at the same moment waits here.
+	for try := 0; err != nil && isBusy(err) && try < 100 && ctx.Err() == nil; try++ {
+		time.Sleep(20 * time.Millisecond)
+		w, err = s.connect(ctx, wdsn, 1)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -109,6 +117,12 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// isBusy: the database is locked by another connection.
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // connect opens n connections to dsn, held for the life of the Store.

@@ -1,0 +1,251 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/store"
+)
+
+// Adopter re-attaches to the running sandbox of an agent a server stored
+// (after a restart, or on another replica): req is its create request as
+// stored (env values left out), state its sandboxagent.AgentState as
+// JSON. Like a Starter's, stop releases what it made beside the agent.
+// A *sandboxagent.SandboxLostError marks the agent lost.
+type Adopter func(ctx context.Context, req CreateRequest, state json.RawMessage) (ag *sandboxagent.Agent, stop func(), err error)
+
+// attach returns the agent of a stored record, adopting its sandbox when
+// no agent of this server holds it yet. A lost agent comes back without
+// a library agent.
+func (s *Server) attach(ctx context.Context, rec store.Agent) (*agent, error) {
+	s.mu.Lock()
+	if a := s.agents[rec.ID]; a != nil {
+		s.mu.Unlock()
+		return a, nil
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return nil, &apiError{status: 503, kind: KindInterrupted, msg: "the server is shutting down", retryAfter: 5}
+	}
+	l := s.adopting[rec.ID]
+	if l == nil {
+		l = &sync.Mutex{}
+		s.adopting[rec.ID] = l
+	}
+	s.mu.Unlock()
+	// One adoption per agent at a time; the others wait for its outcome.
+	l.Lock()
+	defer l.Unlock()
+	s.mu.Lock()
+	a := s.agents[rec.ID]
+	s.mu.Unlock()
+	if a != nil {
+		return a, nil
+	}
+	a, err := s.adopt(ctx, rec, false)
+	if err != nil || a.remote {
+		return a, err // a remote agent is looked up again next time
+	}
+	s.mu.Lock()
+	s.agents[rec.ID] = a
+	delete(s.adopting, rec.ID)
+	s.mu.Unlock()
+	return a, nil
+}
+
+// readopt adopts again the sandbox of an agent attached here after
+// another replica adopted it (rec.Owner names that replica): the socket
+// folder is that replica's now. The caller holds the agent's lease.
+func (s *Server) readopt(ctx context.Context, old *agent, rec store.Agent) (*agent, error) {
+	s.mu.Lock()
+	if s.agents[old.id] == old {
+		delete(s.agents, old.id)
+	}
+	s.mu.Unlock()
+	if err := old.detach(); err != nil {
+		s.log.Warn("detach agent", "id", old.id, "err", err)
+	}
+	a, err := s.adopt(ctx, rec, true)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.agents[a.id] = a
+	s.mu.Unlock()
+	return a, nil
+}
+
+// adopt makes the agent of rec: its sandbox adopted, or lost with the
+// reason, or remote while another replica runs a turn on it. leased: the
+// caller holds the agent's lease already.
+func (s *Server) adopt(ctx context.Context, rec store.Agent, leased bool) (*agent, error) {
+	var req CreateRequest
+	if err := json.Unmarshal(rec.Request, &req); err != nil {
+		return nil, fmt.Errorf("agent %s: stored request: %w", rec.ID, err)
+	}
+	lastSeq, err := s.st.LastSeq(ctx, rec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", rec.ID, err)
+	}
+	if rec.Status == statusLost {
+		a := s.newAgent(rec.ID, rec.Tenant, req, rec.Created, nil, nil, lastSeq)
+		a.lost = rec.Reason
+		return a, nil
+	}
+	if !leased {
+		// Taking the sandbox's boundary while another replica runs a turn
+		// through it would break that turn: wait for its lease.
+		release, err := s.takeLease(ctx, rec.ID)
+		if errors.Is(err, store.ErrLeaseHeld) {
+			a := s.newAgent(rec.ID, rec.Tenant, req, rec.Created, nil, nil, lastSeq)
+			a.remote = true
+			return a, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
+	if err := s.interruptTurns(ctx, rec, lastSeq); err != nil {
+		return nil, err
+	}
+	if lastSeq, err = s.st.LastSeq(ctx, rec.ID); err != nil {
+		return nil, fmt.Errorf("agent %s: %w", rec.ID, err)
+	}
+	var ag *sandboxagent.Agent
+	var stop func()
+	if s.opts.Adopt == nil {
+		err = &sandboxagent.SandboxLostError{ID: rec.SandboxID, Name: rec.SandboxName, Reason: "this server cannot adopt sandboxes (no Adopter)"}
+	} else {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), adoptTimeout)
+		ag, stop, err = s.opts.Adopt(actx, req, turnsAtLeast(rec.Adopt, rec.Turns))
+		cancel()
+	}
+	if err != nil {
+		var lostErr *sandboxagent.SandboxLostError
+		if !errors.As(err, &lostErr) {
+			// The engine may be down for a moment: not lost, try later.
+			return nil, fmt.Errorf("adopt agent %s: %w", rec.ID, err)
+		}
+		s.log.Warn("agent lost", "id", rec.ID, "err", err)
+		a := s.newAgent(rec.ID, rec.Tenant, req, rec.Created, nil, nil, lastSeq)
+		a.lost = err.Error()
+		if err := s.save(ctx, a, statusLost); err != nil {
+			return nil, err
+		}
+		return a, nil
+	}
+	a := s.newAgent(rec.ID, rec.Tenant, req, rec.Created, ag, stop, lastSeq)
+	if err := s.save(ctx, a, statusIdle); err != nil {
+		_ = a.detach()
+		return nil, err
+	}
+	s.log.Info("agent adopted", "id", a.id, "container", ag.Container().Name())
+	return a, nil
+}
+
+// turnsAtLeast raises the state's turn count to the store's: a turn that
+// started after the state was saved (and was interrupted) keeps its
+// number, and the next turn takes the one after.
+func turnsAtLeast(state json.RawMessage, turns int) json.RawMessage {
+	var st sandboxagent.AgentState
+	if json.Unmarshal(state, &st) != nil || st.Turns >= turns {
+		return state
+	}
+	st.Turns = turns
+	out, err := json.Marshal(st)
+	if err != nil {
+		return state
+	}
+	return out
+}
+
+// adoptTimeout bounds one adoption (an inspect, the proxies, a tunnel).
+const adoptTimeout = 2 * time.Minute
+
+// interruptTurns records the agent's turns that were running when their
+// server died as interrupted, with the events stored so far and a
+// turn_end message.
+func (s *Server) interruptTurns(ctx context.Context, rec store.Agent, lastSeq int64) error {
+	turns, err := s.st.ListTurns(ctx, rec.ID)
+	if err != nil {
+		return fmt.Errorf("agent %s: turns: %w", rec.ID, err)
+	}
+	for _, t := range turns {
+		if t.Status != turnRunning {
+			continue
+		}
+		var res turnResult
+		if len(t.Result) > 0 {
+			_ = json.Unmarshal(t.Result, &res)
+		}
+		res.Turn, res.Prompt, res.Started, res.Running = t.N, t.Prompt, t.Started, false
+		res.Error, res.Kind = "the server stopped while the turn ran", KindInterrupted
+		evs, err := s.st.Events(ctx, rec.ID, t.N, 0, journalTurnEvents+2)
+		if err != nil {
+			return fmt.Errorf("agent %s: events: %w", rec.ID, err)
+		}
+		res.EventCount = 0
+		for _, e := range evs {
+			if e.Kind == "event" {
+				res.EventCount++
+			}
+		}
+		data, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		lastSeq++
+		if err := s.st.AppendEvents(ctx, []store.Event{{AgentID: rec.ID, Seq: lastSeq, Turn: t.N, Kind: "turn_end", Data: data, Time: time.Now().UTC()}}); err != nil {
+			return fmt.Errorf("agent %s: interrupt turn %d: %w", rec.ID, t.N, err)
+		}
+		t.Status, t.Result, t.Ended = turnInterrupted, data, time.Now().UTC()
+		if err := s.st.PutTurn(ctx, t); err != nil {
+			return fmt.Errorf("agent %s: interrupt turn %d: %w", rec.ID, t.N, err)
+		}
+		s.log.Warn("turn interrupted by a server stop", "agent", rec.ID, "turn", t.N)
+	}
+	return nil
+}
+
+// Recover adopts every agent of the store, at most 8 at a time, before
+// the server takes requests: it reports how many it adopted and how many
+// are lost. An agent it could not reach for another reason (the engine
+// down) is tried again when a request names it.
+func (s *Server) Recover(ctx context.Context) (adopted, lost int, err error) {
+	recs, err := s.st.ListAgents(ctx, "")
+	if err != nil {
+		return 0, 0, fmt.Errorf("recover: %w", err)
+	}
+	var mu sync.Mutex
+	var errs []error
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for _, rec := range recs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			a, err := s.attach(ctx, rec)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				errs = append(errs, err)
+			case a.remote: // another replica's turn runs on it
+			case a.ag == nil:
+				lost++
+			default:
+				adopted++
+			}
+		}()
+	}
+	wg.Wait()
+	return adopted, lost, errors.Join(errs...)
+}
