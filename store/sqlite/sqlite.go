@@ -15,8 +15,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
-	"time"
 	"syscall"
+	"time"
 
 	"modernc.org/sqlite" // the "sqlite" database/sql driver
 	sqlite3 "modernc.org/sqlite/lib"
