@@ -58,26 +58,120 @@ func (s *Server) attach(ctx context.Context, rec store.Agent) (*agent, error) {
 	return a, nil
 }
 
-// readopt adopts again the sandbox of an agent attached here after
-// another replica adopted it (rec.Owner names that replica): the socket
-// folder is that replica's now. The caller holds the agent's lease.
-func (s *Server) readopt(ctx context.Context, old *agent, rec store.Agent) (*agent, error) {
+// peek is the agent of rec on a shared store: the one borrowed here now,
+// else one without its sandbox (lost, or only its record).
+func (s *Server) peek(rec store.Agent) *agent {
 	s.mu.Lock()
-	if s.agents[old.id] == old {
-		delete(s.agents, old.id)
+	a := s.agents[rec.ID]
+	s.mu.Unlock()
+	if a != nil {
+		return a
+	}
+	var req CreateRequest
+	_ = json.Unmarshal(rec.Request, &req)
+	a = s.newAgent(rec.ID, rec.Tenant, req, rec.Created, nil, nil, 0)
+	if rec.Status == statusLost {
+		a.lost = rec.Reason
+	}
+	return a
+}
+
+// borrowed is a sandbox a request of this server borrowed from a shared
+// store: the requests using it count, the last one lets it go.
+type borrowed struct {
+	n       int
+	closing bool          // the last user is letting it go
+	gone    chan struct{} // closed once it is let go
+	ready   chan struct{}
+	a     *agent
+	err   error
+	done  func() // the lease's release
+}
+
+// borrow takes the agent's lease (renewed while held) and adopts its
+// sandbox, or joins another request of this server that did; done gives
+// it back: the last user detaches the sandbox and releases the lease.
+// Another replica holding it is a 409.
+func (s *Server) borrow(ctx context.Context, rec store.Agent) (*agent, func(), error) {
+	s.mu.Lock()
+	b := s.borrows[rec.ID]
+	for b != nil && b.closing { // its sockets are still served: wait
+		s.mu.Unlock()
+		select {
+		case <-b.gone:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		s.mu.Lock()
+		b = s.borrows[rec.ID]
+	}
+	if b == nil {
+		b = &borrowed{ready: make(chan struct{}), gone: make(chan struct{})}
+		s.borrows[rec.ID] = b
+	}
+	b.n++
+	first := b.n == 1
+	s.mu.Unlock()
+	var once sync.Once
+	done := func() { once.Do(func() { s.giveBack(rec.ID, b) }) }
+	if first {
+		b.done = func() {}
+		unlease, err := s.lease(ctx, rec.ID)
+		if errors.Is(err, store.ErrLeaseHeld) {
+			err = remoteBusy(rec.ID)
+		}
+		if err == nil {
+			b.done = unlease
+			b.a, err = s.adopt(ctx, rec, true)
+		}
+		if err == nil {
+			s.mu.Lock()
+			s.agents[rec.ID] = b.a
+			s.mu.Unlock()
+		}
+		b.err = err
+		close(b.ready)
+	}
+	select {
+	case <-b.ready:
+	case <-ctx.Done():
+		done()
+		return nil, nil, ctx.Err()
+	}
+	if b.err != nil {
+		done()
+		return nil, nil, b.err
+	}
+	return b.a, done, nil
+}
+
+func (s *Server) giveBack(id string, b *borrowed) {
+	s.mu.Lock()
+	b.n--
+	last := b.n == 0
+	if last {
+		b.closing = true
+		if s.agents[id] == b.a {
+			delete(s.agents, id)
+		}
 	}
 	s.mu.Unlock()
-	if err := old.detach(); err != nil {
-		s.log.Warn("detach agent", "id", old.id, "err", err)
+	if !last {
+		return
 	}
-	a, err := s.adopt(ctx, rec, true)
-	if err != nil {
-		return nil, err
+	<-b.ready
+	// Detached before the lease goes: no replica adopts a sandbox whose
+	// sockets this one still serves.
+	if b.a != nil && b.a.ag != nil {
+		if err := b.a.detach(); err != nil {
+			s.log.Warn("detach agent", "id", id, "err", err)
+		}
 	}
+	b.done()
 	s.mu.Lock()
-	s.agents[a.id] = a
+	delete(s.borrows, id)
 	s.mu.Unlock()
-	return a, nil
+	close(b.gone)
 }
 
 // adopt makes the agent of rec: its sandbox adopted, or lost with the
@@ -218,6 +312,9 @@ func (s *Server) interruptTurns(ctx context.Context, rec store.Agent, lastSeq in
 // are lost. An agent it could not reach for another reason (the engine
 // down) is tried again when a request names it.
 func (s *Server) Recover(ctx context.Context) (adopted, lost int, err error) {
+	if !s.opts.Exclusive {
+		return 0, 0, nil // shared: agents are borrowed when a request needs one
+	}
 	recs, err := s.st.ListAgents(ctx, "")
 	if err != nil {
 		return 0, 0, fmt.Errorf("recover: %w", err)

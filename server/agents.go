@@ -316,11 +316,17 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	done = true
-	s.mu.Lock()
-	s.agents[a.id] = a
-	s.mu.Unlock()
 	s.log.Info("agent started", "id", a.id, "tenant", a.tenant, "driver", a.driver, "container", ag.Container().Name())
-	writeJSON(w, http.StatusCreated, a.view(rec))
+	view := a.view(rec)
+	if s.opts.Exclusive {
+		s.mu.Lock()
+		s.agents[a.id] = a
+		s.mu.Unlock()
+	} else if err := a.detach(); err != nil {
+		// Shared: any replica borrows it when a request needs it.
+		s.log.Warn("detach agent", "id", a.id, "err", err)
+	}
+	writeJSON(w, http.StatusCreated, view)
 }
 
 // admit counts a create against the server's and the tenant's limits, or
@@ -361,6 +367,10 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*agent, store.A
 	if err != nil {
 		writeError(w, fmt.Errorf("find agent: %w", err))
 		return nil, store.Agent{}
+	}
+	if !s.opts.Exclusive {
+		// Shared: reading needs no sandbox; withAgent borrows it.
+		return s.peek(rec), rec
 	}
 	a, err := s.attach(r.Context(), rec)
 	if err != nil {
@@ -406,6 +416,15 @@ func (s *Server) getAgent(w http.ResponseWriter, r *http.Request, a *agent, rec 
 }
 
 func (s *Server) deleteAgent(w http.ResponseWriter, r *http.Request, a *agent, rec store.Agent) {
+	if a.ag == nil && a.lost == "" { // shared: the sandbox is borrowed to be removed
+		b, done, err := s.borrow(r.Context(), rec)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		defer done()
+		a = b
+	}
 	// Closed first: an agent whose close failed stays listed, and DELETE
 	// can be tried again.
 	if err := a.close(); err != nil {

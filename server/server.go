@@ -88,7 +88,10 @@ type Options struct {
 	TenantMaxAgents int
 	TenantMaxTurns  int
 	// Exclusive says no other server uses the Store (a SQLite file the
-	// caller locked): a turn lease found at start is a dead server's.
+	// caller locked): the server adopts every agent at Recover and keeps
+	// them. Otherwise (replicas on one database) a request that needs an
+	// agent's sandbox borrows it: the agent's lease in the store, the
+	// sandbox adopted, and let go when the request ends.
 	Exclusive bool
 	// LeaseTTL is how long a turn's lease on its agent outlives a replica
 	// that stopped renewing it; default 30s.
@@ -110,6 +113,7 @@ type Server struct {
 	mu         sync.Mutex
 	agents     map[string]*agent      // attached here
 	adopting   map[string]*sync.Mutex // one adoption per agent at a time
+	borrows    map[string]*borrowed   // shared store: sandboxes borrowed here
 	starting   int                    // creates under way (counted against MaxAgents)
 	startingBy map[string]int         // per tenant
 	turnsBy    map[string]int         // running turns per tenant
@@ -154,7 +158,7 @@ func New(opts Options) (*Server, error) {
 		agents:   map[string]*agent{},
 		sessions: &inspectorSessions{byID: map[string]time.Time{}},
 		st:       opts.Store, holder: opts.Instance + "/" + newID()[3:],
-		adopting: map[string]*sync.Mutex{}, startingBy: map[string]int{}, turnsBy: map[string]int{},
+		adopting: map[string]*sync.Mutex{}, borrows: map[string]*borrowed{}, startingBy: map[string]int{}, turnsBy: map[string]int{},
 	}
 	s.mux = http.NewServeMux()
 	for _, r := range s.routes() {
@@ -212,9 +216,18 @@ func (s *Server) withRecord(h agentHandler) http.HandlerFunc {
 }
 
 // withAgent is withRecord for calls that need the sandbox: a lost agent
-// answers 410.
+// answers 410. On a shared store the sandbox is borrowed for the request.
 func (s *Server) withAgent(h agentHandler) http.HandlerFunc {
 	return s.withRecord(func(w http.ResponseWriter, r *http.Request, a *agent, rec store.Agent) {
+		if !s.opts.Exclusive && a.lost == "" {
+			b, done, err := s.borrow(r.Context(), rec)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			defer done()
+			a = b
+		}
 		switch {
 		case a.remote:
 			writeError(w, remoteBusy(a.id))

@@ -172,37 +172,6 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent, _ st
 			s.freeTurnSlot(p.tenant)
 		}
 	}()
-	// Across replicas: one turn at a time per agent, by a lease in the
-	// store, renewed while the turn runs. Taken under the agent's hold, so
-	// one request of this server holds it at a time.
-	unlease, err := s.lease(r.Context(), a)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer unlease()
-	// Another replica adopted the sandbox since this one did: its socket
-	// folder serves that replica now. Adopt it back before the turn.
-	if cur, err := s.st.GetAgent(r.Context(), a.id); err != nil {
-		writeError(w, fmt.Errorf("agent %s: %w", a.id, err))
-		return
-	} else if cur.Owner != s.holder {
-		release()
-		if a, err = s.readopt(r.Context(), a, cur); err != nil {
-			writeError(w, err)
-			return
-		}
-		if a.ag == nil {
-			writeError(w, lostErr(a))
-			return
-		}
-		if held, release, err = a.ag.Hold(r.Context(), sessionCallWait); err != nil {
-			release = func() {}
-			writeError(w, busy(a))
-			return
-		}
-	}
-
 	// The agent is free again as soon as its turn is recorded, before the
 	// answer is written: a client that sends the next turn the moment it
 	// reads the result must not get 409.
@@ -211,7 +180,6 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent, _ st
 		if !freed {
 			freed = true
 			a.j.sync() // the turn's messages and its row are stored
-			unlease()
 			s.freeTurnSlot(p.tenant)
 			slot = false
 			release()
@@ -379,15 +347,12 @@ func remoteBusy(id string) error {
 	return &apiError{status: http.StatusConflict, kind: KindBusy, msg: "a turn is running on agent " + id + " through another server", retryAfter: 1}
 }
 
-// lease takes the agent's turn lease and renews it until the returned
-// release (idempotent) runs. Another replica's live lease is a 409.
-func (s *Server) lease(ctx context.Context, a *agent) (func(), error) {
+// lease takes the agent's lease and renews it until the returned release
+// (idempotent) runs; another replica's live lease is store.ErrLeaseHeld.
+func (s *Server) lease(ctx context.Context, id string) (func(), error) {
 	ttl := s.opts.LeaseTTL
-	release, err := s.takeLease(ctx, a.id)
+	release, err := s.takeLease(ctx, id)
 	if err != nil {
-		if errors.Is(err, store.ErrLeaseHeld) {
-			return nil, remoteBusy(a.id)
-		}
 		return nil, err
 	}
 	done := make(chan struct{})
@@ -401,8 +366,8 @@ func (s *Server) lease(ctx context.Context, a *agent) (func(), error) {
 				return
 			case <-t.C:
 				rctx, cancel := context.WithTimeout(context.Background(), ttl/3)
-				if _, err := s.st.AcquireLease(rctx, a.id, s.holder, ttl); err != nil {
-					s.log.Warn("renew turn lease", "agent", a.id, "err", err)
+				if _, err := s.st.AcquireLease(rctx, id, s.holder, ttl); err != nil {
+					s.log.Warn("renew lease", "agent", id, "err", err)
 				}
 				cancel()
 			}
@@ -635,6 +600,13 @@ func (s *Server) tail(ctx context.Context, a *agent, after int64, fn func(messag
 				}
 			}
 		case <-poll.C:
+			last, err := s.st.LastSeq(ctx, a.id)
+			if errors.Is(err, store.ErrNotFound) {
+				return notFound("agent %q was deleted", a.id)
+			}
+			if err != nil || last <= cursor {
+				continue // a store that failed a moment is read again next time
+			}
 			if more, err := readStore(); !more || err != nil {
 				return err
 			}
