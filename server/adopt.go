@@ -83,9 +83,9 @@ type borrowed struct {
 	closing bool          // the last user is letting it go
 	gone    chan struct{} // closed once it is let go
 	ready   chan struct{}
-	a     *agent
-	err   error
-	done  func() // the lease's release
+	a       *agent
+	err     error
+	done    func() // the lease's release
 }
 
 // borrow takes the agent's lease (renewed while held) and adopts its
