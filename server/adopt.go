@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -116,17 +117,26 @@ func (s *Server) borrow(ctx context.Context, rec store.Agent) (*agent, func(), e
 	done := func() { once.Do(func() { s.giveBack(rec.ID, b) }) }
 	if first {
 		b.done = func() {}
-		unlease, err := s.lease(ctx, rec.ID)
+		unlease, err := s.lease(ctx, rec.ID, func() {
+			s.mu.Lock()
+			a := b.a
+			s.mu.Unlock()
+			if a != nil {
+				a.end() // aborts its running turn
+			}
+		})
 		if errors.Is(err, store.ErrLeaseHeld) {
 			err = remoteBusy(rec.ID)
 		}
+		var a *agent
 		if err == nil {
 			b.done = unlease
-			b.a, err = s.adopt(ctx, rec, true)
+			a, err = s.adopt(ctx, rec, true)
 		}
 		if err == nil {
 			s.mu.Lock()
-			s.agents[rec.ID] = b.a
+			b.a = a
+			s.agents[rec.ID] = a
 			s.mu.Unlock()
 		}
 		b.err = err
@@ -205,7 +215,8 @@ func (s *Server) adopt(ctx context.Context, rec store.Agent, leased bool) (*agen
 		}
 		defer release()
 	}
-	if err := s.interruptTurns(ctx, rec, lastSeq); err != nil {
+	session, err := s.interruptTurns(ctx, rec, lastSeq)
+	if err != nil {
 		return nil, err
 	}
 	if lastSeq, err = s.st.LastSeq(ctx, rec.ID); err != nil {
@@ -217,7 +228,7 @@ func (s *Server) adopt(ctx context.Context, rec store.Agent, leased bool) (*agen
 		err = &sandboxagent.SandboxLostError{ID: rec.SandboxID, Name: rec.SandboxName, Reason: "this server cannot adopt sandboxes (no Adopter)"}
 	} else {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), adoptTimeout)
-		ag, stop, err = s.opts.Adopt(actx, req, turnsAtLeast(rec.Adopt, rec.Turns))
+		ag, stop, err = s.opts.Adopt(actx, req, patchState(rec.Adopt, rec.Turns, session))
 		cancel()
 	}
 	if err != nil {
@@ -243,15 +254,19 @@ func (s *Server) adopt(ctx context.Context, rec store.Agent, leased bool) (*agen
 	return a, nil
 }
 
-// turnsAtLeast raises the state's turn count to the store's: a turn that
-// started after the state was saved (and was interrupted) keeps its
-// number, and the next turn takes the one after.
-func turnsAtLeast(state json.RawMessage, turns int) json.RawMessage {
+// patchState brings the saved state up to what the store saw after it
+// was saved: a turn that started later (and was interrupted) keeps its
+// number and the next takes the one after; an interrupted first turn's
+// session, named in its events, is continued.
+func patchState(state json.RawMessage, turns int, session string) json.RawMessage {
 	var st sandboxagent.AgentState
-	if json.Unmarshal(state, &st) != nil || st.Turns >= turns {
+	if json.Unmarshal(state, &st) != nil || st.Turns >= turns && (st.Session != "" || session == "") {
 		return state
 	}
-	st.Turns = turns
+	st.Turns = max(st.Turns, turns)
+	if st.Session == "" {
+		st.Session = session
+	}
 	out, err := json.Marshal(st)
 	if err != nil {
 		return state
@@ -264,11 +279,11 @@ const adoptTimeout = 2 * time.Minute
 
 // interruptTurns records the agent's turns that were running when their
 // server died as interrupted, with the events stored so far and a
-// turn_end message.
-func (s *Server) interruptTurns(ctx context.Context, rec store.Agent, lastSeq int64) error {
+// turn_end message. It returns the session those events named, if any.
+func (s *Server) interruptTurns(ctx context.Context, rec store.Agent, lastSeq int64) (session string, err error) {
 	turns, err := s.st.ListTurns(ctx, rec.ID)
 	if err != nil {
-		return fmt.Errorf("agent %s: turns: %w", rec.ID, err)
+		return "", fmt.Errorf("agent %s: turns: %w", rec.ID, err)
 	}
 	for _, t := range turns {
 		if t.Status != turnRunning {
@@ -282,32 +297,47 @@ func (s *Server) interruptTurns(ctx context.Context, rec store.Agent, lastSeq in
 		res.Error, res.Kind = "the server stopped while the turn ran", KindInterrupted
 		evs, err := s.st.Events(ctx, rec.ID, t.N, 0, journalTurnEvents+2)
 		if err != nil {
-			return fmt.Errorf("agent %s: events: %w", rec.ID, err)
+			return "", fmt.Errorf("agent %s: events: %w", rec.ID, err)
 		}
 		res.EventCount = 0
 		for _, e := range evs {
-			if e.Kind == "event" {
-				res.EventCount++
+			if e.Kind != "event" {
+				continue
 			}
+			res.EventCount++
+			var ev struct {
+				SessionID string `json:"session_id"`
+			}
+			if json.Unmarshal(e.Data, &ev) == nil && ev.SessionID != "" && !strings.HasPrefix(ev.SessionID, "unknown-") {
+				session = ev.SessionID
+			}
+		}
+		if res.SessionID == "" {
+			res.SessionID = session
 		}
 		data, err := json.Marshal(res)
 		if err != nil {
-			return err
+			return "", err
 		}
 		lastSeq++
 		if err := s.st.AppendEvents(ctx, []store.Event{{AgentID: rec.ID, Seq: lastSeq, Turn: t.N, Kind: "turn_end", Data: data, Time: time.Now().UTC()}}); err != nil {
-			return fmt.Errorf("agent %s: interrupt turn %d: %w", rec.ID, t.N, err)
+			return "", fmt.Errorf("agent %s: interrupt turn %d: %w", rec.ID, t.N, err)
 		}
 		t.Status, t.Result, t.Ended = turnInterrupted, data, time.Now().UTC()
 		if err := s.st.PutTurn(ctx, t); err != nil {
-			return fmt.Errorf("agent %s: interrupt turn %d: %w", rec.ID, t.N, err)
+			return "", fmt.Errorf("agent %s: interrupt turn %d: %w", rec.ID, t.N, err)
 		}
 		s.log.Warn("turn interrupted by a server stop", "agent", rec.ID, "turn", t.N)
 	}
-	return nil
+	return session, nil
 }
 
-// Recover adopts every agent of the store, at most 8 at a time, before
+// recoverWidth bounds the adoptions Recover runs at once: each is a few
+// execs in its sandbox; on 2 cores 32 at once was slower than 8 (the
+// engine is the bottleneck: BenchmarkServeReadopt).
+const recoverWidth = 8
+
+// Recover adopts every agent of the store, recoverWidth at a time, before
 // the server takes requests: it reports how many it adopted and how many
 // are lost. An agent it could not reach for another reason (the engine
 // down) is tried again when a request names it.
@@ -321,7 +351,7 @@ func (s *Server) Recover(ctx context.Context) (adopted, lost int, err error) {
 	}
 	var mu sync.Mutex
 	var errs []error
-	sem := make(chan struct{}, 8)
+	sem := make(chan struct{}, recoverWidth)
 	var wg sync.WaitGroup
 	for _, rec := range recs {
 		wg.Add(1)

@@ -281,10 +281,22 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// Counted as starting until its row is stored: the tenant's limit
+	// counts rows.
+	var unstartOnce sync.Once
+	unstart := func() {
+		unstartOnce.Do(func() {
+			s.mu.Lock()
+			s.starting--
+			if s.startingBy[p.tenant]--; s.startingBy[p.tenant] <= 0 {
+				delete(s.startingBy, p.tenant)
+			}
+			s.mu.Unlock()
+		})
+	}
+	defer unstart()
 	ag, stop, err := s.opts.Start(r.Context(), req)
 	s.mu.Lock()
-	s.starting--
-	s.startingBy[p.tenant]--
 	if err == nil && s.closed {
 		s.mu.Unlock()
 		_ = ag.Close()
@@ -310,6 +322,7 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("store the agent: %w", err))
 		return
 	}
+	unstart()
 	if key != "" {
 		if err := s.st.SetIdempotencyRef(context.WithoutCancel(r.Context()), p.tenant, key, a.id); err != nil {
 			s.log.Warn("idempotency key", "agent", a.id, "err", err)
@@ -332,13 +345,21 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
 // admit counts a create against the server's and the tenant's limits, or
 // answers 429 (503 when shutting down). The caller decrements starting.
 func (s *Server) admit(ctx context.Context, tenant string) error {
-	stored, err := s.st.ListAgents(ctx, tenant)
+	// Counted in the store: on a shared one, agents another replica made
+	// (or that no replica holds now) count too.
+	all, err := s.st.ListAgents(ctx, "")
 	if err != nil {
 		return fmt.Errorf("count agents: %w", err)
 	}
+	var stored []store.Agent
+	for _, a := range all {
+		if a.Tenant == tenant {
+			stored = append(stored, a)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	total := len(s.agents) + s.starting
+	total := len(all) + s.starting
 	switch {
 	case s.closed:
 		return &apiError{status: http.StatusServiceUnavailable, kind: KindInterrupted, msg: "the server is shutting down", retryAfter: 5}

@@ -28,7 +28,8 @@ const (
 	// ScopeRead: read the tenant's agents, turns, events, files and
 	// sessions; change nothing.
 	ScopeRead = "read"
-	// ScopeMetrics: read the server's metrics.
+	// ScopeMetrics: monitoring: the server's health (and metrics), no
+	// agent route.
 	ScopeMetrics = "metrics"
 )
 

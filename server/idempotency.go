@@ -11,6 +11,10 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/store"
 )
 
+// staleClaim: a key claimed this long ago whose request never recorded
+// what it made was claimed by a server that died; it is free again.
+const staleClaim = 15 * time.Minute
+
 // maxKeyLen bounds an Idempotency-Key (a UUID is 36 characters).
 const maxKeyLen = 255
 
@@ -31,7 +35,14 @@ func idempotencyKey(r *http.Request) (string, error) {
 // claim records a tenant's key for route, or returns the record that
 // holds it (mine false). The same key on another route is a conflict.
 func (s *Server) claim(ctx context.Context, tenant, key, route string) (store.Idempotency, bool, error) {
-	k, mine, err := s.st.ClaimIdempotency(ctx, store.Idempotency{Tenant: tenant, Key: key, Route: route, Created: time.Now().UTC()})
+	want := store.Idempotency{Tenant: tenant, Key: key, Route: route, Created: time.Now().UTC()}
+	k, mine, err := s.st.ClaimIdempotency(ctx, want)
+	if err == nil && !mine && k.Ref == "" && time.Since(k.Created) > staleClaim {
+		// Its request died with its server before it made anything.
+		if err = s.st.ReleaseIdempotency(ctx, tenant, key); err == nil {
+			k, mine, err = s.st.ClaimIdempotency(ctx, want)
+		}
+	}
 	if err != nil {
 		return k, false, fmt.Errorf("idempotency key: %w", err)
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -121,24 +122,14 @@ func (j *journal) run() {
 }
 
 func (j *journal) write(batch []message) {
-	evs := make([]store.Event, 0, len(batch))
 	now := time.Now().UTC()
-	var last int64
-	for _, m := range batch {
-		if m.seq == 0 {
-			continue
-		}
-		evs = append(evs, store.Event{AgentID: j.agentID, Seq: m.seq, Turn: m.turn, Kind: m.event, Data: m.data, Time: now})
-		last = m.seq
-	}
-	if len(evs) > 0 {
-		// Bounded: a store that hangs must not hold the agent's streams
-		// for ever; what failed is still streamed live.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := j.st.AppendEvents(ctx, evs); err != nil {
-			j.log.Warn("journal: store events", "agent", j.agentID, "events", len(evs), "err", err)
-		}
-		cancel()
+	evs := keptEvents(j.agentID, batch, now)
+	if len(evs) > 0 && !j.append(evs) {
+		// The store kept none of them (it is down, or another server
+		// wrote this agent's messages meanwhile): they go live without
+		// ids, and numbering goes on after what the store has, so it
+		// stays gapless.
+		j.renumber(batch)
 	}
 	for _, m := range batch {
 		if m.event == "turn_start" || m.event == "turn_end" {
@@ -146,8 +137,10 @@ func (j *journal) write(batch []message) {
 		}
 	}
 	j.mu.Lock()
-	if last > 0 {
-		j.flushed = last
+	for _, m := range batch {
+		if m.seq > j.flushed {
+			j.flushed = m.seq
+		}
 	}
 	for ch := range j.subs {
 		select {
@@ -160,6 +153,69 @@ func (j *journal) write(batch []message) {
 		}
 	}
 	j.mu.Unlock()
+}
+
+// keptEvents are the messages of batch the store keeps (those with an id).
+func keptEvents(agentID string, batch []message, now time.Time) []store.Event {
+	evs := make([]store.Event, 0, len(batch))
+	for _, m := range batch {
+		if m.seq != 0 {
+			evs = append(evs, store.Event{AgentID: agentID, Seq: m.seq, Turn: m.turn, Kind: m.event, Data: m.data, Time: now})
+		}
+	}
+	return evs
+}
+
+// appendTries and appendBackoff: a store that fails for a moment (a
+// restart, a lock) is tried again for about 3 s before the batch is given
+// up.
+const (
+	appendTries   = 6
+	appendBackoff = 100 * time.Millisecond
+)
+
+// append stores evs, trying again while the store fails; it reports
+// whether they were stored.
+func (j *journal) append(evs []store.Event) bool {
+	wait := appendBackoff
+	for try := 1; ; try++ {
+		// Bounded: a store that hangs must not hold the agent's streams.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := j.st.AppendEvents(ctx, evs)
+		cancel()
+		switch {
+		case err == nil:
+			return true
+		case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound), try == appendTries:
+			j.log.Warn("journal: store events", "agent", j.agentID, "events", len(evs), "err", err)
+			return false
+		}
+		time.Sleep(wait)
+		wait *= 2
+	}
+}
+
+// renumber takes the ids of batch (not stored) back, and numbers the
+// messages waiting after it from the store's last id.
+func (j *journal) renumber(batch []message) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	last, err := j.st.LastSeq(ctx, j.agentID)
+	cancel()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for i := range batch {
+		batch[i].seq = 0
+	}
+	if err != nil {
+		last = j.flushed // the store is unreachable: the next batch tries the same ids again
+	}
+	j.seq, j.flushed = last, last
+	for i := range j.pending {
+		if j.pending[i].seq != 0 {
+			j.seq++
+			j.pending[i].seq = j.seq
+		}
+	}
 }
 
 // putTurn writes the turn row a turn_start or turn_end message implies.

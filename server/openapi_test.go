@@ -514,7 +514,7 @@ const apiDocPreamble = "# HTTP API (`sandbox-agent serve`)\n" +
 	"[--expires DUR]` (printed once; the state keeps a SHA-256 hash), listed by `token list` and\n" +
 	"refused (401) from the next request on after `token revoke ID`. Scopes: `agents` (the\n" +
 	"default: create, drive and delete the tenant's agents, and read them), `read` (GET routes\n" +
-	"only), `metrics`, `admin`. An agent belongs to the tenant that created it (its `tenant`\n" +
+	"only), `metrics` (monitoring: `/v1/health`, no agent route), `admin`. An agent belongs to the tenant that created it (its `tenant`\n" +
 	"field): another tenant gets 404 for it on every route, the same answer as for an id that does\n" +
 	"not exist, and never sees it in a list.\n" +
 	"\n" +

@@ -181,7 +181,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/agents", s.listAgents},
 		{"GET /v1/agents/{id}", s.withRecord(s.getAgent)},
 		{"DELETE /v1/agents/{id}", s.withRecord(s.deleteAgent)},
-		{"POST /v1/agents/{id}/turns", s.withAgent(s.postTurn)},
+		{"POST /v1/agents/{id}/turns", s.withRecord(s.postTurn)}, // borrows after its key
 		{"GET /v1/agents/{id}/turns", s.withRecord(s.listTurns)},
 		{"GET /v1/agents/{id}/turns/{n}", s.withRecord(s.getTurn)},
 		{"GET /v1/agents/{id}/events", s.withRecord(s.watch)},
@@ -215,29 +215,39 @@ func (s *Server) withRecord(h agentHandler) http.HandlerFunc {
 	}
 }
 
-// withAgent is withRecord for calls that need the sandbox: a lost agent
-// answers 410. On a shared store the sandbox is borrowed for the request.
+// withAgent is withRecord for calls that need the sandbox (need).
 func (s *Server) withAgent(h agentHandler) http.HandlerFunc {
 	return s.withRecord(func(w http.ResponseWriter, r *http.Request, a *agent, rec store.Agent) {
-		if !s.opts.Exclusive && a.lost == "" {
-			b, done, err := s.borrow(r.Context(), rec)
-			if err != nil {
-				writeError(w, err)
-				return
-			}
-			defer done()
-			a = b
-		}
-		switch {
-		case a.remote:
-			writeError(w, remoteBusy(a.id))
-			return
-		case a.ag == nil:
-			writeError(w, lostErr(a))
+		a, done, err := s.need(r.Context(), a, rec)
+		if err != nil {
+			writeError(w, err)
 			return
 		}
+		defer done()
 		h(w, r, a, rec)
 	})
+}
+
+// need is the agent with its sandbox, for a call that uses it: a lost
+// agent is a 410; on a shared store the sandbox is borrowed until done.
+func (s *Server) need(ctx context.Context, a *agent, rec store.Agent) (*agent, func(), error) {
+	done := func() {}
+	if !s.opts.Exclusive && a.lost == "" {
+		b, giveBack, err := s.borrow(ctx, rec)
+		if err != nil {
+			return nil, nil, err
+		}
+		a, done = b, giveBack
+	}
+	switch {
+	case a.remote:
+		done()
+		return nil, nil, remoteBusy(a.id)
+	case a.ag == nil:
+		done()
+		return nil, nil, lostErr(a)
+	}
+	return a, done, nil
 }
 
 // withIdleAgent is withAgent for session calls, which run between turns

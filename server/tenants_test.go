@@ -72,8 +72,14 @@ var agentRoutes = []string{"GET /v1/agents/{id}", "DELETE /v1/agents/{id}", "POS
 // route; scopes bound what a token may do; revoked and expired tokens are
 // refused; the admin sees everything.
 func TestTenants(t *testing.T) {
+	for _, exclusive := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exclusive=%v", exclusive), func(t *testing.T) { testTenants(t, exclusive) })
+	}
+}
+
+func testTenants(t *testing.T, exclusive bool) {
 	st := testStore(t)
-	ts := newTestServer(t, nil, func(o *Options) { o.Store = st })
+	ts := newTestServer(t, nil, func(o *Options) { o.Store, o.Exclusive = st, exclusive })
 	storedAgent(t, st, "ag_a", "team-a")
 	storedAgent(t, st, "ag_b", "team-b")
 	a := "Bearer " + newToken(t, st, "team-a", 0, ScopeAgents)
@@ -94,7 +100,11 @@ func TestTenants(t *testing.T) {
 		if method == "DELETE" && path == "/v1/agents/ag_a" || strings.HasSuffix(path, "/events") {
 			continue // below
 		}
-		code, e := call(t, ts, method, path, a, "{}")
+		body := "{}"
+		if method == "POST" && strings.HasSuffix(path, "/turns") {
+			body = `{"prompt":"hi"}`
+		}
+		code, e := call(t, ts, method, path, a, body)
 		switch {
 		case method == "GET" && (path == "/v1/agents/ag_a" || strings.Contains(path, "/turns")):
 			if code != http.StatusOK {

@@ -92,7 +92,7 @@ func wantsSSE(r *http.Request) bool {
 	return strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 }
 
-func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
+func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent, rec store.Agent) {
 	var req turnRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, err)
@@ -136,6 +136,14 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent, _ st
 			}
 		}()
 	}
+	// The sandbox, after the key: a retry reaching a replica other than
+	// the one running its turn follows that turn from the store.
+	a, done, err := s.need(r.Context(), a, rec)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer done()
 	// A running turn answers 409 at once; a session call holding the
 	// agent is waited for (sessionCallWait), unless a turn starts
 	// meanwhile (another request's): then 409 too.
@@ -237,9 +245,12 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent, _ st
 		case <-ctx.Done():
 		}
 	}()
+	if !s.opts.Exclusive { // the other replicas read the status from the store
+		_ = s.save(ctx, a, statusBusy)
+	}
 	res, turnErr := a.ag.Stream(ctx, req.Prompt, nil)
 	unobserveStart()
-	rec, _ := a.lastTurn() // this turn's: the agent is still held
+	last, _ := a.lastTurn() // this turn's: the agent is still held
 	started = startedNo.Load() != 0
 	if err := s.save(ctx, a, statusIdle); err != nil && turnErr == nil {
 		turnErr = err
@@ -249,7 +260,7 @@ func (s *Server) postTurn(w http.ResponseWriter, r *http.Request, a *agent, _ st
 
 	// The answer carries every event of the turn (the library holds them
 	// anyway); the record keeps what its budget allows.
-	final := turnJSON(rec, false)
+	final := turnJSON(last, false)
 	final.Events, final.Dropped = res.Events, 0
 	switch {
 	case out != nil:
@@ -349,7 +360,9 @@ func remoteBusy(id string) error {
 
 // lease takes the agent's lease and renews it until the returned release
 // (idempotent) runs; another replica's live lease is store.ErrLeaseHeld.
-func (s *Server) lease(ctx context.Context, id string) (func(), error) {
+// A renewal that finds the lease taken (this server stalled past its TTL
+// and another adopted the sandbox) calls lost: the holder must stop.
+func (s *Server) lease(ctx context.Context, id string, lost func()) (func(), error) {
 	ttl := s.opts.LeaseTTL
 	release, err := s.takeLease(ctx, id)
 	if err != nil {
@@ -366,7 +379,14 @@ func (s *Server) lease(ctx context.Context, id string) (func(), error) {
 				return
 			case <-t.C:
 				rctx, cancel := context.WithTimeout(context.Background(), ttl/3)
-				if _, err := s.st.AcquireLease(rctx, id, s.holder, ttl); err != nil {
+				_, err := s.st.AcquireLease(rctx, id, s.holder, ttl)
+				if errors.Is(err, store.ErrLeaseHeld) {
+					s.log.Warn("lease lost to another server: stopping", "agent", id)
+					lost()
+					cancel()
+					return
+				}
+				if err != nil {
 					s.log.Warn("renew lease", "agent", id, "err", err)
 				}
 				cancel()
@@ -484,30 +504,48 @@ func (s *Server) followTurn(w http.ResponseWriter, r *http.Request, a *agent, n 
 		return
 	}
 	sse := wantsSSE(r)
+	t, err := s.st.GetTurn(r.Context(), a.id, n)
+	if err != nil {
+		writeError(w, fmt.Errorf("turn %d: %w", n, err))
+		return
+	}
 	var sw *sseWriter
 	if sse {
 		sw = sseHeaders(w)
 		defer sw.done()
 	}
 	var endSeq int64
-	err = s.tail(r.Context(), a, after, func(m message) (bool, error) {
-		if m.event == "ping" && sse {
-			return true, sw.comment("ping")
-		}
-		if m.turn != n {
-			return true, nil
-		}
-		switch m.event {
-		case "event":
-			if sse {
-				return true, sw.writeID(m.seq, "event", m.data)
+	if t.Status != turnRunning {
+		// Ended: all of it is stored (a client past its end gets the
+		// result alone).
+		err = s.replayTurn(r.Context(), a.id, n, after, func(m message) error {
+			if m.event == "turn_end" {
+				endSeq = m.seq
+			} else if sse && m.event == "event" {
+				return sw.writeID(m.seq, "event", m.data)
 			}
-		case "turn_end":
-			endSeq = m.seq
-			return false, nil
-		}
-		return true, nil
-	})
+			return nil
+		})
+	} else {
+		err = s.tail(r.Context(), a, after, func(m message) (bool, error) {
+			if m.event == "ping" && sse {
+				return true, sw.comment("ping")
+			}
+			if m.turn != n {
+				return true, nil
+			}
+			switch m.event {
+			case "event":
+				if sse {
+					return true, sw.writeID(m.seq, "event", m.data)
+				}
+			case "turn_end":
+				endSeq = m.seq
+				return false, nil
+			}
+			return true, nil
+		})
+	}
 	if err != nil {
 		if !sse {
 			writeError(w, err)
@@ -524,6 +562,25 @@ func (s *Server) followTurn(w http.ResponseWriter, r *http.Request, a *agent, n 
 		_ = sw.flush()
 	default:
 		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// replayTurn calls fn with the stored messages of turn n after id after.
+func (s *Server) replayTurn(ctx context.Context, agentID string, n int, after int64, fn func(message) error) error {
+	for {
+		evs, err := s.st.Events(ctx, agentID, n, after, 1000)
+		if err != nil {
+			return fmt.Errorf("read events: %w", err)
+		}
+		for _, e := range evs {
+			after = e.Seq
+			if err := fn(message{seq: e.Seq, turn: e.Turn, event: e.Kind, data: e.Data}); err != nil {
+				return err
+			}
+		}
+		if len(evs) < 1000 {
+			return nil
+		}
 	}
 }
 
@@ -569,12 +626,18 @@ func (s *Server) tail(ctx context.Context, a *agent, after int64, fn func(messag
 	defer poll.Stop()
 	ping := time.NewTicker(pingEvery)
 	defer ping.Stop()
+	gone := a.gone.Done()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-a.gone.Done():
-			return notFound("agent %q was deleted", a.id)
+		case <-gone:
+			// Deleted, or only let go (a borrow ended, a shutdown): the
+			// store says which; a let-go agent is followed in the store.
+			if _, err := s.st.LastSeq(ctx, a.id); errors.Is(err, store.ErrNotFound) {
+				return notFound("agent %q was deleted", a.id)
+			}
+			gone, ch = nil, nil
 		case batch, ok := <-ch:
 			if !ok {
 				ch = nil // fell behind, or detached: the store goes on

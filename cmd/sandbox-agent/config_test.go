@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/config"
 	"github.com/sandbox-agent/sandbox-agent/runtime/startlimit"
 )
@@ -87,5 +89,43 @@ func TestSettingsKeysDocumented(t *testing.T) {
 		if !strings.Contains(string(readme), "`"+k.Name+"`") || !strings.Contains(string(readme), "`"+k.Env+"`") {
 			t.Errorf("README does not document config key %s / %s", k.Name, k.Env)
 		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for _, u := range []string{
+		"postgres://u:s3cret@h:5432/db?sslmode=disable",
+		"postgres://u@h/db?password=s3cret",
+		"postgresql://h/db?PASSWORD=s3cret&sslmode=require",
+		"postgres://u:s3cret@h/db?password=s3cret",
+	} {
+		got := redactURL(u)
+		if strings.Contains(got, "s3cret") || !strings.HasPrefix(got, "postgres") {
+			t.Errorf("redactURL(%q) = %q", u, got)
+		}
+	}
+}
+
+func TestOpenStateRefusesReadableFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openState(context.Background(), path, true); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+		t.Errorf("a state file of mode 0644: %v, want ErrInvalidArgument", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := openState(context.Background(), path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := openState(context.Background(), path, true); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+		t.Errorf("a second serve on the same state: %v, want ErrInvalidArgument (locked)", err)
 	}
 }

@@ -49,7 +49,7 @@ func benchServeTurn(b *testing.B, statePath string) {
 	driver := envOr("SANDBOX_AGENT_SERVE_BENCH_DRIVER", "pi")
 	const turns = 100
 	for b.Loop() {
-		a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: srvGetenv(b)}
+		a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: srvGetenv(b), red: &redactor{}}
 		cfg, cli, err := loadConfig("/nonexistent/sandbox-agent-test-config.json", a.getenv)
 		if err != nil {
 			b.Fatal(err)

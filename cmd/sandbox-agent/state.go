@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,6 +78,11 @@ func openState(ctx context.Context, spec string, lock bool) (*state, error) {
 		if err := os.MkdirAll(filepath.Dir(spec), 0o700); err != nil {
 			return nil, fmt.Errorf("state: %w", err)
 		}
+		// It holds the agents' model-proxy tokens: refused when others
+		// may read it, as the token file is.
+		if fi, err := os.Stat(spec); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			return nil, fmt.Errorf("%w: state file %s has mode %v: want 0600 (chmod 600 %s)", sandboxagent.ErrInvalidArgument, spec, fi.Mode().Perm(), spec)
+		}
 		if lock {
 			unlock, err := lockFile(spec + ".lock")
 			if err != nil {
@@ -113,13 +119,22 @@ func lockFile(path string) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
-// redactURL drops a URL's password.
+// redactURL drops a Postgres URL's passwords: the user's and a password
+// parameter.
 func redactURL(u string) string {
-	scheme, rest, _ := strings.Cut(u, "://")
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		if user, _, ok := strings.Cut(rest[:at], ":"); ok {
-			rest = user + ":***" + rest[at:]
+	p, err := url.Parse(u)
+	if err != nil {
+		return "postgres://(unparsable URL)"
+	}
+	if _, ok := p.User.Password(); ok {
+		p.User = url.UserPassword(p.User.Username(), "xxx")
+	}
+	q := p.Query()
+	for k := range q {
+		if strings.EqualFold(k, "password") {
+			q.Set(k, "xxx")
 		}
 	}
-	return scheme + "://" + rest
+	p.RawQuery = q.Encode()
+	return p.String()
 }
