@@ -68,6 +68,22 @@ func (c *childServe) kill() {
 	}
 }
 
+// startGatewayModel serves a fake model with steps on the loopback, for
+// serve's gateway setting: its requests stay readable across restarts of
+// serve. It stops at cleanup.
+func startGatewayModel(t *testing.T, steps []fakemodel.Step) *fakemodel.Server {
+	t.Helper()
+	fm, err := fakemodel.New(fakemodel.Script{Responses: steps}, fakemodel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fm.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fm.Close() })
+	return fm
+}
+
 // turnOf reads a turn's JSON.
 type turnOf struct {
 	Turn       int
@@ -84,20 +100,13 @@ func TestServeDurable(t *testing.T) {
 	rt := testenv.Runtime(t)
 	// The model: one fake the test holds, reached through the gateway
 	// setting, so its requests can be read across the server's restarts.
-	fm, err := fakemodel.New(fakemodel.Script{Responses: []fakemodel.Step{
+	fm := startGatewayModel(t, []fakemodel.Step{
 		{Text: "ONE"},
 		{Text: "TWO"},
 		{Tool: "shell", Command: "sleep 20; echo slept"},
 		{Text: "AFTER"},
 		{Text: "FOUR"},
-	}}, fakemodel.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fm.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	defer fm.Close()
+	})
 	dir := t.TempDir()
 	env := []string{"SANDBOX_AGENT_STATE=" + dir + "/state.db", "GATEWAY_URL=" + fm.URL(), "GATEWAY_KEY=sk-durable-test-key"}
 

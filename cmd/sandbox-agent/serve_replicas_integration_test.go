@@ -67,20 +67,13 @@ func freshDatabase(t *testing.T) string {
 func TestServeReplicas(t *testing.T) {
 	rt := testenv.Runtime(t)
 	dsn := freshDatabase(t)
-	fm, err := fakemodel.New(fakemodel.Script{Responses: []fakemodel.Step{
+	fm := startGatewayModel(t, []fakemodel.Step{
 		{Text: "ONE"},
 		{Text: "TWO"},
 		{Text: "THREE"},
 		{Tool: "shell", Command: "sleep 30; echo slept"},
 		{Text: "FIVE"},
-	}}, fakemodel.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fm.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	defer fm.Close()
+	})
 	env := []string{"SANDBOX_AGENT_STATE=" + dsn, "GATEWAY_URL=" + fm.URL(), "GATEWAY_KEY=sk-replicas-test-key", "SANDBOX_AGENT_SERVE_LEASE_TTL=3s"}
 	dir1, dir2 := t.TempDir(), t.TempDir()
 	r1 := startChildServe(t, dir1, env...)
