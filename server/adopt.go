@@ -48,9 +48,9 @@ func (s *Server) attach(ctx context.Context, rec store.Agent) (*agent, error) {
 	if a != nil {
 		return a, nil
 	}
-	a, err := s.adopt(ctx, rec, false)
-	if err != nil || a.remote {
-		return a, err // a remote agent is looked up again next time
+	a, err := s.adopt(ctx, rec)
+	if err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	s.agents[rec.ID] = a
@@ -131,7 +131,7 @@ func (s *Server) borrow(ctx context.Context, rec store.Agent) (*agent, func(), e
 		var a *agent
 		if err == nil {
 			b.done = unlease
-			a, err = s.adopt(ctx, rec, true)
+			a, err = s.adopt(ctx, rec)
 		}
 		if err == nil {
 			s.mu.Lock()
@@ -185,9 +185,9 @@ func (s *Server) giveBack(id string, b *borrowed) {
 }
 
 // adopt makes the agent of rec: its sandbox adopted, or lost with the
-// reason, or remote while another replica runs a turn on it. leased: the
-// caller holds the agent's lease already.
-func (s *Server) adopt(ctx context.Context, rec store.Agent, leased bool) (*agent, error) {
+// reason. No other server drives it meanwhile: the store is exclusive
+// (attach), or the caller holds the agent's lease (borrow).
+func (s *Server) adopt(ctx context.Context, rec store.Agent) (*agent, error) {
 	var req CreateRequest
 	if err := json.Unmarshal(rec.Request, &req); err != nil {
 		return nil, fmt.Errorf("agent %s: stored request: %w", rec.ID, err)
@@ -200,20 +200,6 @@ func (s *Server) adopt(ctx context.Context, rec store.Agent, leased bool) (*agen
 		a := s.newAgent(rec.ID, rec.Tenant, req, rec.Created, nil, nil, lastSeq)
 		a.lost = rec.Reason
 		return a, nil
-	}
-	if !leased {
-		// Taking the sandbox's boundary while another replica runs a turn
-		// through it would break that turn: wait for its lease.
-		release, err := s.takeLease(ctx, rec.ID)
-		if errors.Is(err, store.ErrLeaseHeld) {
-			a := s.newAgent(rec.ID, rec.Tenant, req, rec.Created, nil, nil, lastSeq)
-			a.remote = true
-			return a, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		defer release()
 	}
 	session, err := s.interruptTurns(ctx, rec, lastSeq)
 	if err != nil {
@@ -365,7 +351,6 @@ func (s *Server) Recover(ctx context.Context) (adopted, lost int, err error) {
 			switch {
 			case err != nil:
 				errs = append(errs, err)
-			case a.remote: // another replica's turn runs on it
 			case a.ag == nil:
 				lost++
 			default:

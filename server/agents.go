@@ -26,11 +26,8 @@ type agent struct {
 	created time.Time
 	req     CreateRequest // as stored: env values left out
 
-	ag   *sandboxagent.Agent // nil when lost or remote
-	lost string              // why the sandbox is gone
-	// remote: another replica runs a turn on it (its lease); this server
-	// reads its record and events but does not take its sandbox.
-	remote    bool
+	ag        *sandboxagent.Agent // nil when lost, or not borrowed here (shared store)
+	lost      string              // why the sandbox is gone
 	stop      func()
 	j         *journal
 	unobserve func()
@@ -378,9 +375,6 @@ func (s *Server) admit(ctx context.Context, tenant string) error {
 func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*agent, store.Agent) {
 	id := r.PathValue("id")
 	rec, err := s.st.GetAgent(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) {
-		s.forget(id)
-	}
 	if errors.Is(err, store.ErrNotFound) || err == nil && !who(r).owns(rec.Tenant) {
 		writeError(w, notFound("no agent %q", id))
 		return nil, store.Agent{}
@@ -399,17 +393,6 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*agent, store.A
 		return nil, store.Agent{}
 	}
 	return a, rec
-}
-
-// forget lets go of an agent attached here that another replica deleted.
-func (s *Server) forget(id string) {
-	s.mu.Lock()
-	a := s.agents[id]
-	delete(s.agents, id)
-	s.mu.Unlock()
-	if a != nil {
-		go func() { _ = a.detach() }()
-	}
 }
 
 func (s *Server) listAgents(w http.ResponseWriter, r *http.Request) {

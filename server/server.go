@@ -239,11 +239,7 @@ func (s *Server) need(ctx context.Context, a *agent, rec store.Agent) (*agent, f
 		}
 		a, done = b, giveBack
 	}
-	switch {
-	case a.remote:
-		done()
-		return nil, nil, remoteBusy(a.id)
-	case a.ag == nil:
+	if a.ag == nil {
 		done()
 		return nil, nil, lostErr(a)
 	}

@@ -327,32 +327,6 @@ func (s *Server) freeTurnSlot(tenant string) {
 // holding it.
 const defaultLeaseTTL = 30 * time.Second
 
-// takeLease takes the agent's lease in the store, once. On an exclusive
-// store (one server only) a lease another holder left is a dead
-// predecessor's and is broken.
-func (s *Server) takeLease(ctx context.Context, id string) (func(), error) {
-	l, err := s.st.AcquireLease(ctx, id, s.holder, s.opts.LeaseTTL)
-	if errors.Is(err, store.ErrLeaseHeld) && s.opts.Exclusive && l.Holder != s.holder {
-		if err := s.st.ReleaseLease(ctx, id, l.Holder); err != nil {
-			return nil, fmt.Errorf("break a dead server's lease: %w", err)
-		}
-		_, err = s.st.AcquireLease(ctx, id, s.holder, s.opts.LeaseTTL)
-	}
-	if err != nil {
-		if errors.Is(err, store.ErrLeaseHeld) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("agent %s: lease: %w", id, err)
-	}
-	return func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.st.ReleaseLease(rctx, id, s.holder); err != nil {
-			s.log.Warn("release lease", "agent", id, "err", err)
-		}
-	}, nil
-}
-
 // remoteBusy is the answer for an agent whose turn another replica runs.
 func remoteBusy(id string) error {
 	return &apiError{status: http.StatusConflict, kind: KindBusy, msg: "a turn is running on agent " + id + " through another server", retryAfter: 1}
@@ -364,9 +338,18 @@ func remoteBusy(id string) error {
 // and another adopted the sandbox) calls lost: the holder must stop.
 func (s *Server) lease(ctx context.Context, id string, lost func()) (func(), error) {
 	ttl := s.opts.LeaseTTL
-	release, err := s.takeLease(ctx, id)
-	if err != nil {
-		return nil, err
+	if _, err := s.st.AcquireLease(ctx, id, s.holder, ttl); err != nil {
+		if errors.Is(err, store.ErrLeaseHeld) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("agent %s: lease: %w", id, err)
+	}
+	release := func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.st.ReleaseLease(rctx, id, s.holder); err != nil {
+			s.log.Warn("release lease", "agent", id, "err", err)
+		}
 	}
 	done := make(chan struct{})
 	var once sync.Once
