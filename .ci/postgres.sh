@@ -73,6 +73,9 @@ CONF
       sql -c "CREATE ROLE $role LOGIN CREATEDB PASSWORD '$(cat "$state/password")'"
       sql -c "CREATE DATABASE $role OWNER $role"
     fi
+    # The tests drop their databases WITH (FORCE): that terminates what is
+    # still connected, an autovacuum worker included, which needs this.
+    sql -c "GRANT pg_signal_backend TO $role" >/dev/null
     "$bin/pg_isready" -q -h 127.0.0.1 -p "$port" || { log "postgres does not answer on 127.0.0.1:$port"; exit 1; }
     log "postgres $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (state $state)"
     dsn

@@ -51,9 +51,15 @@ func freshDB(t testing.TB) string {
 		t.Fatalf("%s: %v", dsnEnv, err)
 	}
 	t.Cleanup(func() {
-		if err := admin("DROP DATABASE " + name + " WITH (FORCE)"); err != nil {
-			t.Errorf("drop the test database: %v", err)
+		// A backend still closing can make one attempt fail.
+		var err error
+		for try := 0; try < 5; try++ {
+			if err = admin("DROP DATABASE " + name + " WITH (FORCE)"); err == nil {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
+		t.Errorf("drop the test database: %v", err)
 	})
 	// A few connections per pool: the tests run in parallel.
 	return withParams(t, dsn, map[string]string{"dbname": name, "pool_max_conns": "4"})
