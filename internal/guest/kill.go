@@ -48,9 +48,23 @@ func KillBomb(ctx context.Context, run Run, pidsLimit int64, behindInit bool) (b
 	// the bomb every exec takes seconds, and the scan that follows a kill
 	// is one the kill needs anyway.
 	groups := func(kill ...string) (map[int]int, error) {
-		out, _, err := run(append([]string{"/bin/sh", "-c", ProcessScan, "sandbox-agent-scan"}, kill...)...)
-		if err != nil {
-			return nil, err
+		var out string
+		for {
+			o, code, err := run(append([]string{"/bin/sh", "-c", ProcessScan, "sandbox-agent-scan"}, kill...)...)
+			if err != nil {
+				return nil, err
+			}
+			// The scan prints "self" first; without it the engine could
+			// not start the exec at all (Docker's runc reports "error
+			// executing setns process" with exit 126 when the bomb holds
+			// the pid its setns child needs). That is no empty sandbox:
+			// try again until one starts.
+			if out = o; Value(out, "self") >= 0 {
+				break
+			}
+			if err := sleep(ctx, 200*time.Millisecond); err != nil {
+				return nil, fmt.Errorf("process scan never started (last exit %d): %w", code, err)
+			}
 		}
 		current, refused, killed = Value(out, "current"), Value(out, "refused"), Value(out, "kill")
 		g := Groups(out)
