@@ -5,17 +5,21 @@ package sandboxagent
 // over (Adopt) and goes on with the next turn.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/audit"
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
+	"github.com/sandbox-agent/sandbox-agent/internal/bounded"
+	"github.com/sandbox-agent/sandbox-agent/internal/guest"
 )
 
 // stateVersion is the format of AgentState (its Version).
@@ -234,18 +238,48 @@ func adoptSandbox(ctx context.Context, rt Runtime, opts SandboxOptions, st Agent
 	if host != nil {
 		host.UsePorts(map[string]int{boundary.ServiceModel: st.ModelPort, boundary.ServiceEgress: st.EgressPort})
 	}
-	err = s.relay(ctx)
-	if err == nil {
-		// A CLI the dead host left running (its long-lived process, or a
-		// turn cut short) would share the session with the next turn.
-		err = s.killTagged(turnTagVar, s.id, s.user)
+	listeners, err := s.settle(ctx)
+	switch {
+	case err != nil:
+	case mounts && host != nil && host.Relayed(listeners):
+		s.useProxies()
+	default: // the relay died, or the tunnel (no bind mounts) with its host
+		err = s.relay(ctx)
 	}
 	if err != nil {
 		s.detach()
 		return fail(err)
 	}
-	s.seen, _ = s.ResourceEvents(ctx) // earlier OOM kills are not the next command's
 	return s, nil
+}
+
+// maxSettleOutput bounds what the settle exec may print (a listener line
+// per socket the sandbox opened, among them).
+const maxSettleOutput = 1 << 20
+
+// settle is the one exec of an adoption, as the sandbox's user (execs are
+// what an adoption costs): it stops what the dead host left running of
+// its turns (a CLI process would share the session with the next turn),
+// reads the cgroup counters (earlier OOM kills are not the next
+// command's) and returns the loopback listeners, port → uid (whether the
+// dead host's relay still serves).
+func (s *Sandbox) settle(ctx context.Context) (map[int]int, error) {
+	out := &bounded.Buffer{Max: maxSettleOutput}
+	errb := &bounded.Buffer{Max: 4 << 10}
+	code, err := s.rt.Exec(ctx, s.id, RuntimeExec{
+		Cmd: []string{"/bin/sh", "-c", guest.AdoptSettle, "sandbox-agent-settle",
+			guest.ExecKill, s.id, strconv.Itoa(int(killGrace / (10 * time.Millisecond))), turnTagVar, guest.Counters},
+		User: s.user, Stdout: out, Stderr: errb,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stop the dead host's turns: %w", err)
+	}
+	if code != 0 {
+		return nil, fmt.Errorf("stop the dead host's turns: kill script exited %d: %s", code, bytes.TrimSpace(errb.Bytes()))
+	}
+	c := guest.ParseCounters(out.Bytes())
+	s.seen = ResourceEvents{OOMKills: c.OOMKills, PidsLimit: c.PidsLimit}
+	return guest.Listeners(out.Bytes()), nil
 }
 
 // detach stops serving the proxies of an adoption that failed, leaving

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
+	"github.com/sandbox-agent/sandbox-agent/internal/guest"
 )
 
 // adoptRuntime is a fake engine for adoption: forward.pl answers with the
@@ -24,8 +25,10 @@ import (
 // faithful engine would, changed by mod, or fails with err.
 type adoptRuntime struct {
 	*fakeRuntime
-	mod func(*ContainerState)
-	err error
+	mod     func(*ContainerState)
+	err     error
+	settled string // what the adoption's settle exec prints (listeners)
+	settles int
 }
 
 func (r *adoptRuntime) Inspect(ctx context.Context, id string) (ContainerState, error) {
@@ -42,7 +45,13 @@ func (r *adoptRuntime) Inspect(ctx context.Context, id string) (ContainerState, 
 func newAdoptRuntime(out func(prompt string) (string, string, int)) *adoptRuntime {
 	f := cliRuntime(out)
 	inner := f.exec
+	r := &adoptRuntime{fakeRuntime: f}
 	f.exec = func(ctx context.Context, req RuntimeExec) (int, error) {
+		if len(req.Cmd) > 3 && req.Cmd[3] == "sandbox-agent-settle" {
+			r.settles++
+			io.WriteString(req.Stdout, "oom 0\npids 0\n"+r.settled)
+			return 0, nil
+		}
 		if req.Cmd[0] != "perl" {
 			return inner(ctx, req)
 		}
@@ -61,7 +70,7 @@ func newAdoptRuntime(out func(prompt string) (string, string, int)) *adoptRuntim
 		st.ID, st.Name, st.Image, st.Status = "cid", spec.Name, spec.Image, StatusRunning
 		return st
 	}
-	return &adoptRuntime{fakeRuntime: f}
+	return r
 }
 
 // viaSocket posts to the model proxy through the socket in dir with the
@@ -154,7 +163,7 @@ func TestAdoptContinuesTheAgent(t *testing.T) {
 	for _, x := range rt.execs {
 		cmd := strings.Join(x.Cmd, " ")
 		relay = relay || x.Cmd[0] == "perl" && strings.HasSuffix(cmd, "model.sock=4242")
-		kill = kill || strings.Contains(cmd, "sandbox-agent-kill cid") && strings.HasSuffix(cmd, " "+turnTagVar)
+		kill = kill || len(x.Cmd) == 9 && x.Cmd[3] == "sandbox-agent-settle" && x.Cmd[4] == guest.ExecKill && x.Cmd[5] == "cid" && x.Cmd[7] == turnTagVar
 		if strings.Contains(cmd, "fake.json") {
 			t.Errorf("Setup ran again: %s", cmd)
 		}
@@ -333,4 +342,63 @@ func TestGCKeepsOwnedSandboxes(t *testing.T) {
 	if err := (&agentOptions{owner: "bad owner!"}).check(); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("owner with a blank: %v", err)
 	}
+}
+
+// The relay the dead host started outlives it: when root still listens on
+// the state's port, the adoption runs one exec (the settle) and no relay;
+// a port free, or held by the sandbox's user, gets the relay, which
+// judges it.
+func TestAdoptRelay(t *testing.T) {
+	for _, tc := range []struct {
+		name, listeners string
+		relay           bool
+	}{
+		{"alive", "listen 1092 0\nlisten 0016 1000\n", false}, // 4242 = 0x1092
+		{"dead", "listen 0016 0\n", true},
+		{"squatted", "listen 1092 1000\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := newAdoptRuntime(func(prompt string) (string, string, int) {
+				return `{"session":"s1"}` + "\n" + `{"text":"ok"}` + "\n", "", 0
+			})
+			cfg := DefaultConfig()
+			cfg.AuditRoot = filepath.Join(t.TempDir(), "audit")
+			drv := func() *routedDriver {
+				return &routedDriver{fakeDriver: fakeDriver{key: "sk-k"}, upstream: "http://127.0.0.1:9/v1"}
+			}
+			a, err := Start(context.Background(), rt, drv(), WithConfig(cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := a.State()
+			t.Cleanup(func() { os.RemoveAll(st.SocketDir) })
+			a.sb.host.Release()
+			rt.execs, rt.settled = nil, tc.listeners
+			b, err := Adopt(context.Background(), rt, drv(), st, WithConfig(cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			relay := false
+			for _, x := range rt.execs {
+				relay = relay || x.Cmd[0] == "perl"
+			}
+			if relay != tc.relay || rt.settles != 1 || len(rt.execs) != 1+btoi(tc.relay) {
+				t.Errorf("relay ran %v (want %v), settles %d, execs %d", relay, tc.relay, rt.settles, len(rt.execs))
+			}
+			if got := b.State(); got.ModelPort != 4242 || got.ModelBaseURL != st.ModelBaseURL {
+				t.Errorf("adopted state: port %d, base %s", got.ModelPort, got.ModelBaseURL)
+			}
+			if got := viaSocket(t, st.SocketDir, st.ModelToken); got == http.StatusUnauthorized {
+				t.Errorf("the state's token through the reopened socket: %d", got)
+			}
+		})
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -97,9 +97,9 @@ func TestRunReportsLimits(t *testing.T) {
 				case len(req.Cmd) > 2 && req.Cmd[2] == guest.ProcessScan:
 					io.WriteString(req.Stdout, "1 (docker-init) S 0 1 1\n9 (bash) S 1 9 1\n40 (node) S 0 40 40\n")
 					if killedGroup == "" && !cur.bombGone { // the bomb, until killed
-						io.WriteString(req.Stdout, "current 97\n30 (sh) R 0 30 30\n31 (sh) R 1 30 30\n")
+						io.WriteString(req.Stdout, "self 77\ncurrent 97\n30 (sh) R 0 30 30\n31 (sh) R 1 30 30\n")
 					} else {
-						io.WriteString(req.Stdout, "current 3\n")
+						io.WriteString(req.Stdout, "self 78\ncurrent 3\n")
 					}
 					return 0, nil
 				case req.Cmd[0] == "kill":

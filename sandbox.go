@@ -285,10 +285,16 @@ func (s *Sandbox) relay(ctx context.Context) error {
 	if err := relay(ctx, exec); err != nil {
 		return err
 	}
+	s.useProxies()
+	return nil
+}
+
+// useProxies points the sandbox's commands at the egress proxy, once its
+// port is known.
+func (s *Sandbox) useProxies() {
 	if s.host.Serves(boundary.ServiceEgress) {
 		s.env = boundary.ProxyEnv(s.host.URL(boundary.ServiceEgress))
 	}
-	return nil
 }
 
 // mountSockets mounts the socket folder dir read-only at SocketDir, the

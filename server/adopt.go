@@ -155,6 +155,33 @@ func (s *Server) borrow(ctx context.Context, rec store.Agent) (*agent, func(), e
 	return b.a, done, nil
 }
 
+// reap settles an agent of a shared store whose record says a turn runs
+// while no replica holds its lease: the replica driving it died. Borrowing
+// it adopts it — the turn is recorded interrupted, its CLI stopped — and
+// lets it go. A live turn (its lease held, here or on another replica) is
+// left alone; so is a failure (the engine down a moment): the next read
+// tries again. It returns the record as it is now.
+func (s *Server) reap(ctx context.Context, rec store.Agent) store.Agent {
+	if s.opts.Exclusive || rec.Status != statusBusy {
+		return rec
+	}
+	s.mu.Lock()
+	_, here := s.borrows[rec.ID]
+	s.mu.Unlock()
+	if here {
+		return rec
+	}
+	_, done, err := s.borrow(ctx, rec)
+	if err != nil {
+		return rec
+	}
+	done()
+	if now, err := s.st.GetAgent(ctx, rec.ID); err == nil {
+		return now
+	}
+	return rec
+}
+
 func (s *Server) giveBack(id string, b *borrowed) {
 	s.mu.Lock()
 	b.n--

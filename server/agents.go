@@ -385,6 +385,9 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*agent, store.A
 	}
 	if !s.opts.Exclusive {
 		// Shared: reading needs no sandbox; withAgent borrows it.
+		if r.Method == http.MethodGet {
+			rec = s.reap(r.Context(), rec)
+		}
 		return s.peek(rec), rec
 	}
 	a, err := s.attach(r.Context(), rec)

@@ -607,6 +607,7 @@ func (s *Server) tail(ctx context.Context, a *agent, after int64, fn func(messag
 	}
 	poll := time.NewTicker(tailPoll)
 	defer poll.Stop()
+	progress := time.Now() // of the store's messages
 	ping := time.NewTicker(pingEvery)
 	defer ping.Stop()
 	gone := a.gone.Done()
@@ -650,9 +651,19 @@ func (s *Server) tail(ctx context.Context, a *agent, after int64, fn func(messag
 			if errors.Is(err, store.ErrNotFound) {
 				return notFound("agent %q was deleted", a.id)
 			}
+			if err == nil && last <= cursor && ch == nil && time.Since(progress) >= s.opts.LeaseTTL {
+				// Nothing new for a lease's time from another replica:
+				// it may have died mid-turn (reap records the turn's
+				// end, which the next poll reads).
+				progress = time.Now()
+				if rec, err := s.st.GetAgent(ctx, a.id); err == nil {
+					s.reap(ctx, rec)
+				}
+			}
 			if err != nil || last <= cursor {
 				continue // a store that failed a moment is read again next time
 			}
+			progress = time.Now()
 			if more, err := readStore(); !more || err != nil {
 				return err
 			}

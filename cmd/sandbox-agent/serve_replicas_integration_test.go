@@ -128,10 +128,37 @@ func TestServeReplicas(t *testing.T) {
 	})
 	resp, out = r2.do(t, http.MethodPost, path+"/turns", map[string]any{"prompt": "too early"})
 	wantError(t, "a turn on replica 2 while replica 1 runs one", resp, out, http.StatusConflict, "busy")
-	// Replica 1 dies holding the lease; after it expires replica 2 drives
-	// the agent on, and turn 4 is recorded as interrupted.
+	// A client on replica 2 waits for turn 4's end (JSON: the request
+	// returns when it ends).
+	followed := make(chan turnOf, 1)
+	go func() {
+		var t4 turnOf
+		req, _ := http.NewRequest(http.MethodGet, r2.base+path+"/turns/4", nil)
+		req.Header.Set("Authorization", "Bearer "+r2.token)
+		if resp, err := r2.client.Do(req); err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&t4)
+			resp.Body.Close()
+		}
+		followed <- t4
+	}()
+	// Replica 1 dies holding the lease; once it expires, replica 2 records
+	// turn 4 as interrupted without being asked to drive the agent (the
+	// follower's wait ends, a read shows the agent idle), and drives the
+	// agent on.
 	r1.kill()
 	killed := time.Now()
+	select {
+	case t4 := <-followed:
+		if t4.Kind != "interrupted" {
+			t.Errorf("the follower of turn 4 got %+v, want it interrupted", t4)
+		}
+		t.Logf("turn 4's follower on replica 2 saw it interrupted %v after replica 1's SIGKILL", time.Since(killed).Round(100*time.Millisecond))
+	case <-time.After(time.Minute):
+		t.Fatalf("the follower of turn 4 on replica 2 still waits a minute after its replica died\n%s", r2.stderr.String())
+	}
+	if resp, out := r2.do(t, http.MethodGet, path, nil); resp.StatusCode != 200 || !bytes.Contains(out, []byte(`"status":"idle"`)) {
+		t.Errorf("the agent after its turn was settled: %d %s", resp.StatusCode, out)
+	}
 	var t5 turnOf
 	waitFor(t, time.Minute, "replica 2 to drive the agent after the lease expired", func() bool {
 		resp, out := r2.do(t, http.MethodPost, path+"/turns", map[string]any{"prompt": "and now?"})

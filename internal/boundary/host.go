@@ -296,6 +296,24 @@ func (h *Host) Relay(ctx context.Context, exec Exec) error {
 	return nil
 }
 
+// Relayed takes the ports UsePorts named as relayed, without running
+// Relay, when listeners (port → uid, the sandbox's 127.0.0.1 listeners)
+// shows each held by root: the relay the dead host started outlives it
+// (the sandbox's user cannot make a listener of root's). Otherwise it
+// changes nothing and Relay must run (and judges squatters).
+func (h *Host) Relayed(listeners map[int]int) bool {
+	for _, n := range h.names {
+		p := h.want[n]
+		if uid, ok := listeners[p]; p <= 0 || !ok || uid != 0 {
+			return false
+		}
+	}
+	for _, n := range h.names {
+		h.ports[n] = h.want[n]
+	}
+	return true
+}
+
 // URL is how the sandbox reaches a service, once Relay or StartTunnel
 // returned.
 func (h *Host) URL(name string) string {

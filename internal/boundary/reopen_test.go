@@ -274,3 +274,40 @@ func TestRelaySamePorts(t *testing.T) {
 		t.Errorf("the restarted relay: %q", got)
 	}
 }
+
+// Relayed believes a live relay only when root listens on every port the
+// CLI knows; anything less leaves the ports unset for Relay to judge.
+func TestRelayed(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		want      map[string]int
+		listeners map[int]int
+		ok        bool
+	}{
+		{"root holds both", map[string]int{ServiceModel: 4000, ServiceEgress: 4001}, map[int]int{4000: 0, 4001: 0, 22: 1000}, true},
+		{"one port free", map[string]int{ServiceModel: 4000, ServiceEgress: 4001}, map[int]int{4000: 0}, false},
+		{"the user squats", map[string]int{ServiceModel: 4000, ServiceEgress: 4001}, map[int]int{4000: 0, 4001: 1000}, false},
+		{"no port known", map[string]int{}, map[int]int{4000: 0}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := Open(map[string]http.Handler{ServiceModel: answer("m"), ServiceEgress: answer("e")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			h.UsePorts(tc.want)
+			if got := h.Relayed(tc.listeners); got != tc.ok {
+				t.Fatalf("Relayed = %v, want %v", got, tc.ok)
+			}
+			for _, n := range []string{ServiceModel, ServiceEgress} {
+				want := 0
+				if tc.ok {
+					want = tc.want[n]
+				}
+				if h.Port(n) != want {
+					t.Errorf("Port(%s) = %d, want %d", n, h.Port(n), want)
+				}
+			}
+		})
+	}
+}

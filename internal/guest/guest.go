@@ -37,6 +37,13 @@ var ExecKill string
 //go:embed scripts/cgroup-counters.sh
 var Counters string
 
+// AdoptSettle is the one exec of an adoption, run as the sandbox's user:
+// ExecKill ($1) for the dead host's turns ($2-$4), then Counters ($5) and
+// the loopback listeners ("listen PORT UID", see Listeners).
+//
+//go:embed scripts/adopt-settle.sh
+var AdoptSettle string
+
 // ProcessScan prints the pids cgroup's process count ("current N") and
 // every /proc/PID/stat line without forking (see Value, Groups,
 // FirstSession).

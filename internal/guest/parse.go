@@ -103,3 +103,25 @@ func FirstSession(out string) int {
 	}
 	return sid
 }
+
+// Listeners reads AdoptSettle's "listen PORT UID" lines (PORT in hex, as
+// /proc/net/tcp has it): the uid of each port's listener on 127.0.0.1.
+// A port with listeners of several uids keeps one that is not root's.
+func Listeners(out []byte) map[int]int {
+	l := map[int]int{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "listen" {
+			continue
+		}
+		port, err1 := strconv.ParseUint(f[1], 16, 16)
+		uid, err2 := strconv.ParseUint(f[2], 10, 31)
+		if err1 != nil || err2 != nil || port == 0 {
+			continue
+		}
+		if prev, seen := l[int(port)]; !seen || prev == 0 {
+			l[int(port)] = int(uid)
+		}
+	}
+	return l
+}

@@ -48,3 +48,18 @@ func TestParseValue(t *testing.T) {
 		t.Errorf("bad values parsed as %d", v)
 	}
 }
+
+func TestParseListeners(t *testing.T) {
+	out := "oom 0\npids 0\nlisten 1F90 0\nlisten 8AE1 1000\nlisten 0050 0\nlisten 0050 1000\nlisten 0050 0\n" +
+		"listen 0000 0\nlisten ZZ 0\nlisten 10000 0\nlisten 1F91 -1\nlisten 1F92\nnoise listen 1F93 0\n"
+	got := Listeners([]byte(out))
+	want := map[int]int{8080: 0, 35553: 1000, 80: 1000}
+	if len(got) != len(want) {
+		t.Fatalf("Listeners = %v, want %v", got, want)
+	}
+	for p, u := range want {
+		if got[p] != u {
+			t.Errorf("port %d: uid %d, want %d (all: %v)", p, got[p], u, got)
+		}
+	}
+}

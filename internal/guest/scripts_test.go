@@ -20,6 +20,7 @@ func TestScripts(t *testing.T) {
 		"process-scan.sh":     ProcessScan,
 		"kill-group.bash":     KillGroup,
 		"user-ids.sh":         UserIDs,
+		"adopt-settle.sh":     AdoptSettle,
 	}
 	files, err := filepath.Glob("scripts/*")
 	if err != nil {

@@ -1,0 +1,20 @@
+# shellcheck shell=sh
+# Run by /bin/sh as the sandbox's user when a new host adopts the sandbox,
+# in one exec (execs are what an adoption costs): kills what the dead
+# host left running of its turns, with ExecKill ($1; its arguments $2 the
+# tag's value, $3 the grace, $4 the tag's variable), prints the cgroup
+# counters with Counters ($5: "oom N", "pids N") and then every TCP
+# listener on 127.0.0.1 with its uid ("listen PORT UID", PORT in hex, from
+# /proc/net/tcp), so the host sees whether the dead host's relay still
+# serves its ports. Exits with ExecKill's status.
+/bin/sh -c "$1" sandbox-agent-kill "$2" "$3" "$4"
+rc=$?
+/bin/sh -c "$5" sandbox-agent-counters
+# /proc/net/tcp: sl local rem st tx:rx tr:when retrnsmt uid ...
+while read -r _ local _ st _ _ _ uid _; do
+  [ "$st" = 0A ] || continue
+  case $local in
+    0100007F:*) echo "listen ${local#0100007F:} $uid" ;;
+  esac
+done < /proc/net/tcp
+exit "$rc"
