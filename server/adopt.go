@@ -53,9 +53,18 @@ func (s *Server) attach(ctx context.Context, rec store.Agent) (*agent, error) {
 		return nil, err
 	}
 	s.mu.Lock()
-	s.agents[rec.ID] = a
-	delete(s.adopting, rec.ID)
+	closed := s.closed
+	if !closed {
+		s.agents[rec.ID] = a
+		delete(s.adopting, rec.ID)
+	}
 	s.mu.Unlock()
+	if closed { // shut down meanwhile: left for the next server, as the others
+		if a.ag != nil {
+			_ = a.detach()
+		}
+		return nil, &apiError{status: 503, kind: KindInterrupted, msg: "the server is shutting down", retryAfter: 5}
+	}
 	return a, nil
 }
 
@@ -228,8 +237,7 @@ func (s *Server) adopt(ctx context.Context, rec store.Agent) (*agent, error) {
 		a.lost = rec.Reason
 		return a, nil
 	}
-	session, err := s.interruptTurns(ctx, rec, lastSeq)
-	if err != nil {
+	if rec, err = s.settleTurns(ctx, rec); err != nil {
 		return nil, err
 	}
 	if lastSeq, err = s.st.LastSeq(ctx, rec.ID); err != nil {
@@ -241,7 +249,7 @@ func (s *Server) adopt(ctx context.Context, rec store.Agent) (*agent, error) {
 		err = &sandboxagent.SandboxLostError{ID: rec.SandboxID, Name: rec.SandboxName, Reason: "this server cannot adopt sandboxes (no Adopter)"}
 	} else {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), adoptTimeout)
-		ag, stop, err = s.opts.Adopt(actx, req, patchState(rec.Adopt, rec.Turns, session))
+		ag, stop, err = s.opts.Adopt(actx, req, rec.Adopt)
 		cancel()
 	}
 	if err != nil {
@@ -265,6 +273,34 @@ func (s *Server) adopt(ctx context.Context, rec store.Agent) (*agent, error) {
 	}
 	s.log.Info("agent adopted", "id", a.id, "container", ag.Container().Name())
 	return a, nil
+}
+
+// settleTurns records the agent's turns that were running when their
+// server died as interrupted (interruptTurns) and brings its stored
+// sandbox state up to them (patchState): store writes only, no sandbox.
+// It returns the record as stored now.
+func (s *Server) settleTurns(ctx context.Context, rec store.Agent) (store.Agent, error) {
+	lastSeq, err := s.st.LastSeq(ctx, rec.ID)
+	if err != nil {
+		return rec, fmt.Errorf("agent %s: %w", rec.ID, err)
+	}
+	session, last, err := s.interruptTurns(ctx, rec, lastSeq)
+	if err != nil || last == 0 {
+		return rec, err
+	}
+	rec.Turns = max(rec.Turns, last)
+	rec.Adopt = patchState(rec.Adopt, rec.Turns, session)
+	if rec.SessionID == "" {
+		rec.SessionID = session
+	}
+	if rec.Status == statusBusy {
+		rec.Status = statusIdle
+	}
+	rec.Updated = time.Now().UTC()
+	if err := s.st.UpdateAgent(ctx, rec); err != nil {
+		return rec, fmt.Errorf("agent %s: %w", rec.ID, err)
+	}
+	return rec, nil
 }
 
 // patchState brings the saved state up to what the store saw after it
@@ -292,11 +328,12 @@ const adoptTimeout = 2 * time.Minute
 
 // interruptTurns records the agent's turns that were running when their
 // server died as interrupted, with the events stored so far and a
-// turn_end message. It returns the session those events named, if any.
-func (s *Server) interruptTurns(ctx context.Context, rec store.Agent, lastSeq int64) (session string, err error) {
+// turn_end message. It returns the session those events named, if any,
+// and the number of the latest turn it interrupted (0: none).
+func (s *Server) interruptTurns(ctx context.Context, rec store.Agent, lastSeq int64) (session string, last int, err error) {
 	turns, err := s.st.ListTurns(ctx, rec.ID)
 	if err != nil {
-		return "", fmt.Errorf("agent %s: turns: %w", rec.ID, err)
+		return "", 0, fmt.Errorf("agent %s: turns: %w", rec.ID, err)
 	}
 	for _, t := range turns {
 		if t.Status != turnRunning {
@@ -310,7 +347,7 @@ func (s *Server) interruptTurns(ctx context.Context, rec store.Agent, lastSeq in
 		res.Error, res.Kind = "the server stopped while the turn ran", KindInterrupted
 		evs, err := s.st.Events(ctx, rec.ID, t.N, 0, journalTurnEvents+2)
 		if err != nil {
-			return "", fmt.Errorf("agent %s: events: %w", rec.ID, err)
+			return "", 0, fmt.Errorf("agent %s: events: %w", rec.ID, err)
 		}
 		res.EventCount = 0
 		for _, e := range evs {
@@ -330,61 +367,101 @@ func (s *Server) interruptTurns(ctx context.Context, rec store.Agent, lastSeq in
 		}
 		data, err := json.Marshal(res)
 		if err != nil {
-			return "", err
+			return "", 0, err
 		}
 		lastSeq++
 		if err := s.st.AppendEvents(ctx, []store.Event{{AgentID: rec.ID, Seq: lastSeq, Turn: t.N, Kind: "turn_end", Data: data, Time: time.Now().UTC()}}); err != nil {
-			return "", fmt.Errorf("agent %s: interrupt turn %d: %w", rec.ID, t.N, err)
+			return "", 0, fmt.Errorf("agent %s: interrupt turn %d: %w", rec.ID, t.N, err)
 		}
 		t.Status, t.Result, t.Ended = turnInterrupted, data, time.Now().UTC()
 		if err := s.st.PutTurn(ctx, t); err != nil {
-			return "", fmt.Errorf("agent %s: interrupt turn %d: %w", rec.ID, t.N, err)
+			return "", 0, fmt.Errorf("agent %s: interrupt turn %d: %w", rec.ID, t.N, err)
 		}
 		s.log.Warn("turn interrupted by a server stop", "agent", rec.ID, "turn", t.N)
+		last = max(last, t.N)
 	}
-	return session, nil
+	return session, last, nil
 }
 
-// recoverWidth bounds the adoptions Recover runs at once: each is a few
-// execs in its sandbox; on 2 cores 32 at once was slower than 8 (the
+// recoverWidth bounds the adoptions Recover runs at once: each is an
+// exec in its sandbox; on 2 cores 32 at once was slower than 8 (the
 // engine is the bottleneck: BenchmarkServeReadopt).
 const recoverWidth = 8
 
-// Recover adopts every agent of the store, recoverWidth at a time, before
-// the server takes requests: it reports how many it adopted and how many
-// are lost. An agent it could not reach for another reason (the engine
-// down) is tried again when a request names it.
-func (s *Server) Recover(ctx context.Context) (adopted, lost int, err error) {
+// Recovery is how Recover's adoptions went.
+type Recovery struct {
+	Adopted, Lost int
+	// Err joins the adoptions that failed for another reason (the engine
+	// down): each agent is tried again when a request needs it.
+	Err  error
+	Took time.Duration
+}
+
+// Recover takes over the agents an earlier server left in an exclusive
+// store. First, before it returns, it records their turns that were
+// running as interrupted (the store only). Then it adopts their sandboxes
+// in the background, recoverWidth at a time, and sends how that went on
+// the channel it returned: meanwhile reads of an agent not yet adopted
+// answer from the store, and a request that needs its sandbox adopts it
+// at once (or waits for the adoption under way). On a shared store it
+// does nothing: agents are borrowed when a request needs one.
+func (s *Server) Recover(ctx context.Context) (<-chan Recovery, error) {
+	done := make(chan Recovery, 1)
 	if !s.opts.Exclusive {
-		return 0, 0, nil // shared: agents are borrowed when a request needs one
+		done <- Recovery{}
+		return done, nil
 	}
+	t0 := time.Now()
 	recs, err := s.st.ListAgents(ctx, "")
 	if err != nil {
-		return 0, 0, fmt.Errorf("recover: %w", err)
+		return nil, fmt.Errorf("recover: %w", err)
 	}
-	var mu sync.Mutex
-	var errs []error
-	sem := make(chan struct{}, recoverWidth)
-	var wg sync.WaitGroup
-	for _, rec := range recs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			a, err := s.attach(ctx, rec)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				errs = append(errs, err)
-			case a.ag == nil:
-				lost++
-			default:
-				adopted++
-			}
-		}()
+	for i, rec := range recs {
+		if rec.Status == statusLost {
+			continue
+		}
+		if recs[i], err = s.settleTurns(ctx, rec); err != nil {
+			return nil, fmt.Errorf("recover: %w", err)
+		}
 	}
-	wg.Wait()
-	return adopted, lost, errors.Join(errs...)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("recover: %w", sandboxagent.ErrClosed)
+	}
+	s.recovering = true
+	s.recovery.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.recovery.Done()
+		var r Recovery
+		var mu sync.Mutex
+		var errs []error
+		sem := make(chan struct{}, recoverWidth)
+		var wg sync.WaitGroup
+		for _, rec := range recs {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				a, err := s.attach(ctx, rec)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					errs = append(errs, err)
+				case a.ag == nil:
+					r.Lost++
+				default:
+					r.Adopted++
+				}
+			})
+		}
+		wg.Wait()
+		s.mu.Lock()
+		s.recovering = false
+		s.mu.Unlock()
+		r.Err, r.Took = errors.Join(errs...), time.Since(t0)
+		done <- r
+	}()
+	return done, nil
 }

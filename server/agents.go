@@ -390,6 +390,15 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*agent, store.A
 		}
 		return s.peek(rec), rec
 	}
+	if r.Method == http.MethodGet {
+		s.mu.Lock()
+		a, wait := s.agents[rec.ID], s.recovering
+		s.mu.Unlock()
+		if a == nil && wait {
+			// Recover has not adopted it yet: reads need no sandbox.
+			return s.peek(rec), rec
+		}
+	}
 	a, err := s.attach(r.Context(), rec)
 	if err != nil {
 		writeError(w, err)

@@ -118,6 +118,8 @@ type Server struct {
 	startingBy map[string]int         // per tenant
 	turnsBy    map[string]int         // running turns per tenant
 	closed     bool
+	recovering bool           // Recover's adoptions run: reads use the store
+	recovery   sync.WaitGroup // Recover's adoptions
 
 	sessions *inspectorSessions
 }
@@ -232,6 +234,13 @@ func (s *Server) withAgent(h agentHandler) http.HandlerFunc {
 // agent is a 410; on a shared store the sandbox is borrowed until done.
 func (s *Server) need(ctx context.Context, a *agent, rec store.Agent) (*agent, func(), error) {
 	done := func() {}
+	if s.opts.Exclusive && a.ag == nil && a.lost == "" { // a read's agent, during Recover
+		att, err := s.attach(ctx, rec)
+		if err != nil {
+			return nil, nil, err
+		}
+		a = att
+	}
 	if !s.opts.Exclusive && a.lost == "" {
 		b, giveBack, err := s.borrow(ctx, rec)
 		if err != nil {
@@ -374,6 +383,7 @@ func (s *Server) stopAll(ctx context.Context, remove bool) error {
 	s.agents = map[string]*agent{}
 	s.mu.Unlock()
 	var wg sync.WaitGroup
+	wg.Go(s.recovery.Wait) // an adoption under way lets go of its agent (attach)
 	errs := make([]error, len(all))
 	for i, a := range all {
 		wg.Add(1)

@@ -115,8 +115,11 @@ func (s *Server) setSession(w http.ResponseWriter, r *http.Request, a *agent, _ 
 // (the folder of the agent's latest turn in that session) as one JSON
 // object, line by line: {"session_id", "audit_dir", "events": [...],
 // "skipped": N}.
-func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
+func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request, a *agent, rec store.Agent) {
 	sid := sessionID(a, r)
+	if sid == "" && a.lost == "" {
+		sid = rec.SessionID // the sandbox not here (borrowed elsewhere, or not adopted yet)
+	}
 	var dir string
 	turns, err := s.st.ListTurns(r.Context(), a.id)
 	if err != nil {

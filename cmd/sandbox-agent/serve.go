@@ -112,12 +112,20 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	// The agents of an earlier run on this state, before any request.
-	if adopted, lost, err := srv.Recover(ctx); err != nil {
-		log.Warn("recover agents", "adopted", adopted, "lost", lost, "err", err)
-	} else if adopted+lost > 0 {
-		log.Info("recovered agents", "adopted", adopted, "lost", lost, "state", stateName)
+	// The agents of an earlier run on this state: their interrupted turns
+	// recorded before any request, their sandboxes adopted meanwhile.
+	recovered, err := srv.Recover(ctx)
+	if err != nil {
+		return a.fail(fmt.Errorf("serve: %w", err))
 	}
+	go func() {
+		r := <-recovered
+		if r.Err != nil {
+			log.Warn("recover agents", "adopted", r.Adopted, "lost", r.Lost, "err", r.Err)
+		} else if r.Adopted+r.Lost > 0 {
+			log.Info("recovered agents", "adopted", r.Adopted, "lost", r.Lost, "state", stateName, "took", r.Took.Round(time.Millisecond))
+		}
+	}()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return a.fail(fmt.Errorf("serve: %w", err))

@@ -124,11 +124,13 @@ func benchServeTurn(b *testing.B, statePath string) {
 
 // BenchmarkServeReadopt: SANDBOX_AGENT_SERVE_SCALE_N agents (default 50)
 // are created through a serve on a SQLite state, each runs a turn, the
-// serve is SIGKILLed, and a new serve starts on the same state. The metric
-// is the time from the new serve's start until every agent answers a GET
-// as idle (adopted) — and then each runs one more turn, which must work
-// (any failure fails the benchmark). SANDBOX_AGENT_SCALE_DRIVER (default
-// codex) picks the driver.
+// serve is SIGKILLed, and a new serve starts on the same state. The
+// metrics, from the new serve's start: answer-s, until every agent
+// answers a GET as idle (the store answers while its sandbox is being
+// adopted), and readopt-s, until the serve logged every sandbox adopted.
+// Then each agent runs one more turn, which must work (any failure fails
+// the benchmark). SANDBOX_AGENT_SCALE_DRIVER (default codex) picks the
+// driver.
 func BenchmarkServeReadopt(b *testing.B) {
 	n, err := strconv.Atoi(envOr("SANDBOX_AGENT_SERVE_SCALE_N", "50"))
 	if err != nil || n < 1 {
@@ -178,6 +180,14 @@ func BenchmarkServeReadopt(b *testing.B) {
 				b.Fatalf("agent %s after the restart: %v %v %.300s\n%s", id, err, resp, out, s.stderr.String())
 			}
 		}
+		answer := time.Since(t0)
+		done := fmt.Sprintf(`msg="recovered agents" adopted=%d lost=0`, n)
+		for !strings.Contains(s.stderr.String(), done) {
+			if time.Since(t0) > 5*time.Minute {
+				b.Fatalf("no %s in 5 min:\n%s", done, s.stderr.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		readopt := time.Since(t0)
 		for _, id := range ids {
 			wg.Add(1)
@@ -197,6 +207,7 @@ func BenchmarkServeReadopt(b *testing.B) {
 		}
 		s.kill()
 		b.ReportMetric(float64(n), "agents")
+		b.ReportMetric(answer.Seconds(), "answer-s")
 		b.ReportMetric(readopt.Seconds(), "readopt-s")
 		b.ReportMetric(0, "failures")
 	}

@@ -8,6 +8,7 @@ package main
 // out while it runs, and frees the agent after its replica is killed.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -128,18 +129,31 @@ func TestServeReplicas(t *testing.T) {
 	})
 	resp, out = r2.do(t, http.MethodPost, path+"/turns", map[string]any{"prompt": "too early"})
 	wantError(t, "a turn on replica 2 while replica 1 runs one", resp, out, http.StatusConflict, "busy")
-	// A client on replica 2 waits for turn 4's end (JSON: the request
-	// returns when it ends).
+	// A client on replica 2 follows turn 4's event stream to its result.
 	followed := make(chan turnOf, 1)
 	go func() {
 		var t4 turnOf
+		defer func() { followed <- t4 }()
 		req, _ := http.NewRequest(http.MethodGet, r2.base+path+"/turns/4", nil)
 		req.Header.Set("Authorization", "Bearer "+r2.token)
-		if resp, err := r2.client.Do(req); err == nil {
-			_ = json.NewDecoder(resp.Body).Decode(&t4)
-			resp.Body.Close()
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := r2.client.Do(req)
+		if err != nil {
+			return
 		}
-		followed <- t4
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		result := false
+		for sc.Scan() {
+			line := sc.Text()
+			if line == "event: result" {
+				result = true
+			} else if data, ok := strings.CutPrefix(line, "data: "); ok && result {
+				_ = json.Unmarshal([]byte(data), &t4)
+				return
+			}
+		}
 	}()
 	// Replica 1 dies holding the lease; once it expires, replica 2 records
 	// turn 4 as interrupted without being asked to drive the agent (the
