@@ -522,9 +522,14 @@ const apiDocPreamble = "# HTTP API (`sandbox-agent serve`)\n" +
 	"\n" +
 	"The server keeps its agents, turns and events in its state (`--state`: a SQLite file by\n" +
 	"default, Postgres for several replicas). After a restart, even a SIGKILL, the agents are\n" +
-	"there: their sandboxes adopted, a turn that was running recorded as `interrupted` with the\n" +
-	"events stored so far, and the next turn continuing the CLI's session. An agent whose sandbox\n" +
-	"is gone has status `lost` and a `reason`; the routes that need its sandbox answer 410.\n" +
+	"there: a turn that was running recorded as `interrupted` with the events stored so far (before\n" +
+	"the server listens), their sandboxes adopted, and the next turn continuing the CLI's session.\n" +
+	"The adoptions run once the server listens: meanwhile the reads (`GET` of an agent, its turns,\n" +
+	"its events) answer from the state, and a call that needs the sandbox (a turn, exec, files,\n" +
+	"sessions, DELETE) adopts it first or waits for the adoption under way. An agent whose sandbox\n" +
+	"is gone has status `lost` and a `reason`; the routes that need its sandbox answer 410. With\n" +
+	"several replicas, a turn whose replica died is recorded as `interrupted` once its lease\n" +
+	"expired, by the first replica that reads the agent or follows that turn.\n" +
 	"\n" +
 	"Every stored message of a stream has an SSE `id` (an agent's messages are numbered from 1\n" +
 	"without gaps). A client that lost a stream sends the last id it got as `Last-Event-ID`:\n" +

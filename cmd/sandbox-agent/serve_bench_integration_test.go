@@ -127,7 +127,9 @@ func benchServeTurn(b *testing.B, statePath string) {
 // serve is SIGKILLed, and a new serve starts on the same state. The
 // metrics, from the new serve's start: answer-s, until every agent
 // answers a GET as idle (the store answers while its sandbox is being
-// adopted), and readopt-s, until the serve logged every sandbox adopted.
+// adopted), readopt-s, until the serve logged every sandbox adopted, and
+// its ratio to exec-floor-s, one exec of true in each sandbox through the
+// same serve, 8 at a time as Recover adopts.
 // Then each agent runs one more turn, which must work (any failure fails
 // the benchmark). SANDBOX_AGENT_SCALE_DRIVER (default codex) picks the
 // driver.
@@ -189,6 +191,24 @@ func BenchmarkServeReadopt(b *testing.B) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		readopt := time.Since(t0)
+		// The floor, measured now on the same sandboxes: one exec of
+		// `true` in each through this serve, as many at once as Recover
+		// adopts (an adoption is one exec and an inspect).
+		t1 := time.Now()
+		sem := make(chan struct{}, 8)
+		for _, id := range ids {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if resp, out, err := s.try(http.MethodPost, "/v1/agents/"+id+"/exec", map[string]any{"cmd": []string{"true"}}); err != nil || resp.StatusCode != 200 {
+					fail("exec in %s: %v %v %.200s", id, err, resp, out)
+				}
+			}()
+		}
+		wg.Wait()
+		floor := time.Since(t1)
 		for _, id := range ids {
 			wg.Add(1)
 			go func() {
@@ -209,6 +229,8 @@ func BenchmarkServeReadopt(b *testing.B) {
 		b.ReportMetric(float64(n), "agents")
 		b.ReportMetric(answer.Seconds(), "answer-s")
 		b.ReportMetric(readopt.Seconds(), "readopt-s")
+		b.ReportMetric(floor.Seconds(), "exec-floor-s")
+		b.ReportMetric(readopt.Seconds()/floor.Seconds(), "readopt/floor")
 		b.ReportMetric(0, "failures")
 	}
 }
