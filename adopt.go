@@ -261,9 +261,11 @@ const maxSettleOutput = 1 << 20
 // what an adoption costs): it stops what the dead host left running of
 // its turns (a CLI process would share the session with the next turn),
 // reads the cgroup counters (earlier OOM kills are not the next
-// command's) and returns the loopback listeners, port → uid (whether the
-// dead host's relay still serves).
+// command's) and returns the TCP listeners, port → uid (whether the dead
+// host's relay still serves).
 func (s *Sandbox) settle(ctx context.Context) (map[int]int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	out := &bounded.Buffer{Max: maxSettleOutput}
 	errb := &bounded.Buffer{Max: 4 << 10}
 	code, err := s.rt.Exec(ctx, s.id, RuntimeExec{

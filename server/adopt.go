@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -140,7 +141,12 @@ func (s *Server) borrow(ctx context.Context, rec store.Agent) (*agent, func(), e
 		var a *agent
 		if err == nil {
 			b.done = unlease
-			a, err = s.adopt(ctx, rec)
+			// The record as it is under the lease: another replica's turn
+			// may have ended since it was read.
+			var now store.Agent
+			if now, err = s.st.GetAgent(ctx, rec.ID); err == nil {
+				a, err = s.adopt(ctx, now)
+			}
 		}
 		if err == nil {
 			s.mu.Lock()
@@ -165,30 +171,53 @@ func (s *Server) borrow(ctx context.Context, rec store.Agent) (*agent, func(), e
 }
 
 // reap settles an agent of a shared store whose record says a turn runs
-// while no replica holds its lease: the replica driving it died. Borrowing
-// it adopts it — the turn is recorded interrupted, its CLI stopped — and
-// lets it go. A live turn (its lease held, here or on another replica) is
-// left alone; so is a failure (the engine down a moment): the next read
-// tries again. It returns the record as it is now.
+// while no replica holds its lease: the replica driving it died. Under the
+// lease it records the turn as interrupted (settleTurns). A live turn (its
+// lease held, here or on another replica) is left alone, and not asked
+// again for half a lease; so is a failure: the next read tries again. It
+// returns the record as it is now.
 func (s *Server) reap(ctx context.Context, rec store.Agent) store.Agent {
 	if s.opts.Exclusive || rec.Status != statusBusy {
 		return rec
 	}
 	s.mu.Lock()
 	_, here := s.borrows[rec.ID]
+	held := time.Now().Before(s.leaseHeld[rec.ID])
+	if !held {
+		delete(s.leaseHeld, rec.ID)
+	}
 	s.mu.Unlock()
-	if here {
+	if here || held {
 		return rec
 	}
-	_, done, err := s.borrow(ctx, rec)
-	if err != nil {
+	// A holder name of its own: a borrow here meanwhile gets a 409 rather
+	// than sharing (and losing) the lease.
+	holder := s.holder + "/reap"
+	if _, err := s.st.AcquireLease(ctx, rec.ID, holder, s.opts.LeaseTTL); err != nil {
+		if errors.Is(err, store.ErrLeaseHeld) { // a live turn: look again in a while
+			s.mu.Lock()
+			s.leaseHeld[rec.ID] = time.Now().Add(s.opts.LeaseTTL / 2)
+			s.mu.Unlock()
+		}
 		return rec
 	}
-	done()
-	if now, err := s.st.GetAgent(ctx, rec.ID); err == nil {
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = s.st.ReleaseLease(rctx, rec.ID, holder)
+	}()
+	now, err := s.st.GetAgent(ctx, rec.ID) // the turn may have ended meanwhile
+	if err != nil || now.Status != statusBusy {
 		return now
 	}
-	return rec
+	// The store only: the next borrow's adoption stops the dead
+	// replica's CLI in the sandbox.
+	settled, err := s.settleTurns(ctx, now)
+	if err != nil {
+		s.log.Warn("settle a dead replica's turn", "agent", rec.ID, "err", err)
+		return now
+	}
+	return settled
 }
 
 func (s *Server) giveBack(id string, b *borrowed) {
@@ -280,16 +309,26 @@ func (s *Server) adopt(ctx context.Context, rec store.Agent) (*agent, error) {
 // sandbox state up to them (patchState): store writes only, no sandbox.
 // It returns the record as stored now.
 func (s *Server) settleTurns(ctx context.Context, rec store.Agent) (store.Agent, error) {
+	// Not cut short by the request that asked: a turn_end appended
+	// without its turn's row would be appended again next time.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
 	lastSeq, err := s.st.LastSeq(ctx, rec.ID)
 	if err != nil {
 		return rec, fmt.Errorf("agent %s: %w", rec.ID, err)
 	}
 	session, last, err := s.interruptTurns(ctx, rec, lastSeq)
-	if err != nil || last == 0 {
+	if err != nil {
 		return rec, err
 	}
-	rec.Turns = max(rec.Turns, last)
-	rec.Adopt = patchState(rec.Adopt, rec.Turns, session)
+	// The state is saved after a turn, the turn's row as it ends: a
+	// server that died between the two left the state a turn behind.
+	turns := max(rec.Turns, last)
+	patched := patchState(rec.Adopt, turns, session)
+	if last == 0 && rec.Status != statusBusy && bytes.Equal(patched, rec.Adopt) {
+		return rec, nil
+	}
+	rec.Turns, rec.Adopt = turns, patched
 	if rec.SessionID == "" {
 		rec.SessionID = session
 	}
@@ -322,6 +361,9 @@ func patchState(state json.RawMessage, turns int, session string) json.RawMessag
 	}
 	return out
 }
+
+// settleTimeout bounds the store writes that settle a dead server's turns.
+const settleTimeout = 30 * time.Second
 
 // adoptTimeout bounds one adoption (an inspect, the proxies, a tunnel).
 const adoptTimeout = 2 * time.Minute
@@ -421,7 +463,8 @@ func (s *Server) Recover(ctx context.Context) (<-chan Recovery, error) {
 			continue
 		}
 		if recs[i], err = s.settleTurns(ctx, rec); err != nil {
-			return nil, fmt.Errorf("recover: %w", err)
+			// Settled again when it is adopted.
+			s.log.Warn("recover: settle the turns", "agent", rec.ID, "err", err)
 		}
 	}
 	s.mu.Lock()
@@ -429,7 +472,6 @@ func (s *Server) Recover(ctx context.Context) (<-chan Recovery, error) {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("recover: %w", sandboxagent.ErrClosed)
 	}
-	s.recovering = true
 	s.recovery.Add(1)
 	s.mu.Unlock()
 	go func() {
@@ -457,9 +499,6 @@ func (s *Server) Recover(ctx context.Context) (<-chan Recovery, error) {
 			})
 		}
 		wg.Wait()
-		s.mu.Lock()
-		s.recovering = false
-		s.mu.Unlock()
 		r.Err, r.Took = errors.Join(errs...), time.Since(t0)
 		done <- r
 	}()

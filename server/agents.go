@@ -392,10 +392,11 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*agent, store.A
 	}
 	if r.Method == http.MethodGet {
 		s.mu.Lock()
-		a, wait := s.agents[rec.ID], s.recovering
+		a := s.agents[rec.ID]
 		s.mu.Unlock()
-		if a == nil && wait {
-			// Recover has not adopted it yet: reads need no sandbox.
+		if a == nil {
+			// Not adopted yet (Recover's under way, or it failed and a
+			// call that needs the sandbox tries again): reads need none.
 			return s.peek(rec), rec
 		}
 	}

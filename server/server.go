@@ -118,8 +118,8 @@ type Server struct {
 	startingBy map[string]int         // per tenant
 	turnsBy    map[string]int         // running turns per tenant
 	closed     bool
-	recovering bool           // Recover's adoptions run: reads use the store
-	recovery   sync.WaitGroup // Recover's adoptions
+	leaseHeld  map[string]time.Time // shared store: reap asks again after
+	recovery   sync.WaitGroup       // Recover's adoptions
 
 	sessions *inspectorSessions
 }
@@ -160,7 +160,7 @@ func New(opts Options) (*Server, error) {
 		agents:   map[string]*agent{},
 		sessions: &inspectorSessions{byID: map[string]time.Time{}},
 		st:       opts.Store, holder: opts.Instance + "/" + newID()[3:],
-		adopting: map[string]*sync.Mutex{}, borrows: map[string]*borrowed{}, startingBy: map[string]int{}, turnsBy: map[string]int{},
+		adopting: map[string]*sync.Mutex{}, borrows: map[string]*borrowed{}, leaseHeld: map[string]time.Time{}, startingBy: map[string]int{}, turnsBy: map[string]int{},
 	}
 	s.mux = http.NewServeMux()
 	for _, r := range s.routes() {

@@ -297,7 +297,7 @@ func (h *Host) Relay(ctx context.Context, exec Exec) error {
 }
 
 // Relayed takes the ports UsePorts named as relayed, without running
-// Relay, when listeners (port → uid, the sandbox's 127.0.0.1 listeners)
+// Relay, when listeners (port → uid, of the sandbox's TCP listeners on any address)
 // shows each held by root: the relay the dead host started outlives it
 // (the sandbox's user cannot make a listener of root's). Otherwise it
 // changes nothing and Relay must run (and judges squatters).

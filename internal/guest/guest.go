@@ -38,8 +38,8 @@ var ExecKill string
 var Counters string
 
 // AdoptSettle is the one exec of an adoption, run as the sandbox's user:
-// ExecKill ($1) for the dead host's turns ($2-$4), then Counters ($5) and
-// the loopback listeners ("listen PORT UID", see Listeners).
+// Counters ($5), every TCP listener ("listen PORT UID", see Listeners),
+// then ExecKill ($1) for the dead host's turns ($2-$4).
 //
 //go:embed scripts/adopt-settle.sh
 var AdoptSettle string

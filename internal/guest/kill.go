@@ -54,12 +54,12 @@ func KillBomb(ctx context.Context, run Run, pidsLimit int64, behindInit bool) (b
 			if err != nil {
 				return nil, err
 			}
-			// The scan prints "self" first; without it the engine could
-			// not start the exec at all (Docker's runc reports "error
-			// executing setns process" with exit 126 when the bomb holds
+			// The scan prints "self" first; without it, and with exit
+			// 126, the engine could not start the exec at all (Docker's
+			// runc: "error executing setns process", when the bomb holds
 			// the pid its setns child needs). That is no empty sandbox:
 			// try again until one starts.
-			if out = o; Value(out, "self") >= 0 {
+			if out = o; Value(out, "self") >= 0 || code != 126 {
 				break
 			}
 			if err := sleep(ctx, 200*time.Millisecond); err != nil {

@@ -105,8 +105,9 @@ func FirstSession(out string) int {
 }
 
 // Listeners reads AdoptSettle's "listen PORT UID" lines (PORT in hex, as
-// /proc/net/tcp has it): the uid of each port's listener on 127.0.0.1.
-// A port with listeners of several uids keeps one that is not root's.
+// /proc/net/tcp has it): the uid of each port's listener, on any address.
+// A port with listeners of several uids keeps one that is not root's: the
+// sandbox's user can add lines of its own to the output, never remove one.
 func Listeners(out []byte) map[int]int {
 	l := map[int]int{}
 	for _, line := range strings.Split(string(out), "\n") {

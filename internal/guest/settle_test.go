@@ -10,7 +10,8 @@ import (
 )
 
 // AdoptSettle, run here by /bin/sh, kills the tagged processes (and no
-// other) and lists a real listener on 127.0.0.1 with its uid.
+// other) and lists real listeners with their uid: on 127.0.0.1 and on
+// IPv6's any address (a squatter could listen there too).
 func TestAdoptSettle(t *testing.T) {
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -18,6 +19,13 @@ func TestAdoptSettle(t *testing.T) {
 	}
 	defer l.Close()
 	port := l.Addr().(*net.TCPAddr).Port
+	ports := []int{port}
+	if l6, err := net.Listen("tcp6", "[::]:0"); err == nil {
+		defer l6.Close()
+		ports = append(ports, l6.Addr().(*net.TCPAddr).Port)
+	} else {
+		t.Logf("no IPv6 here: %v", err)
+	}
 	start := func(tag string) *exec.Cmd {
 		c := exec.Command("sleep", "60")
 		c.Env = append(os.Environ(), "SANDBOX_AGENT_TURN="+tag)
@@ -42,7 +50,9 @@ func TestAdoptSettle(t *testing.T) {
 	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Errorf("the process of another tag is gone: %v", err)
 	}
-	if uid, ok := Listeners(out)[port]; !ok || uid != os.Getuid() {
-		t.Errorf("listener on %d: uid %d (listed %v), want %d; output:\n%s", port, uid, ok, os.Getuid(), out)
+	for _, port := range ports {
+		if uid, ok := Listeners(out)[port]; !ok || uid != os.Getuid() {
+			t.Errorf("listener on %d: uid %d (listed %v), want %d; output:\n%s", port, uid, ok, os.Getuid(), out)
+		}
 	}
 }
