@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -270,7 +269,7 @@ func (s *Sandbox) settle(ctx context.Context) (map[int]int, error) {
 	errb := &bounded.Buffer{Max: 4 << 10}
 	code, err := s.rt.Exec(ctx, s.id, RuntimeExec{
 		Cmd: []string{"/bin/sh", "-c", guest.AdoptSettle, "sandbox-agent-settle",
-			guest.ExecKill, s.id, strconv.Itoa(int(killGrace / (10 * time.Millisecond))), turnTagVar, guest.Counters},
+			guest.ExecKill, s.id, killGraceTicks(), turnTagVar, guest.Counters},
 		User: s.user, Stdout: out, Stderr: errb,
 	})
 	if err != nil {

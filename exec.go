@@ -165,7 +165,7 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 		cause = ctx.Err()
 	}
 
-	killErr := s.killTree(tag, user)
+	killErr := s.killTree(tag, user, false)
 	if killErr != nil {
 		// The script itself needs forks; a tree that exhausted the pids
 		// limit leaves it none. Kill the bomb, then the rest of the tree.
@@ -174,7 +174,7 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 		// pids to fork with again, and the script gets its second try
 		// all the same.
 		if _, err := s.killBomb(user); err == nil {
-			killErr = s.killTree(tag, user)
+			killErr = s.killTree(tag, user, true)
 		}
 	}
 	// The stream ends once every holder of its pipes is dead; give it a
@@ -201,26 +201,37 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 
 // killTree kills every process of one exec, as the same user (reading
 // another user's /proc/PID/environ needs privileges the sandbox lacks).
-func (s *Sandbox) killTree(tag, user string) error { return s.killTagged(execTagVar, tag, user) }
-
-// killTagged kills every process whose environment has name=value.
-func (s *Sandbox) killTagged(name, value, user string) error {
+// patient tries again, for up to 30 s, while the engine cannot start the
+// script at all (exit 126: runc found no pid for its setns child): after
+// a fork bomb is killed, its processes hold the limit until reaped.
+func (s *Sandbox) killTree(tag, user string, patient bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out bytes.Buffer
-	code, err := s.rt.Exec(ctx, s.id, RuntimeExec{
-		Cmd:    []string{"/bin/sh", "-c", guest.ExecKill, "sandbox-agent-kill", value, strconv.Itoa(int(killGrace / (10 * time.Millisecond))), name},
-		User:   user,
-		Stdout: &out, Stderr: &out,
-	})
-	if err != nil {
-		return err
+	for {
+		var out bytes.Buffer
+		code, err := s.rt.Exec(ctx, s.id, RuntimeExec{
+			Cmd:    []string{"/bin/sh", "-c", guest.ExecKill, "sandbox-agent-kill", tag, killGraceTicks(), execTagVar},
+			User:   user,
+			Stdout: &out, Stderr: &out,
+		})
+		switch {
+		case err != nil:
+			return err
+		case code == 0:
+			return nil
+		case code != 126 || !patient:
+			return fmt.Errorf("kill script exited %d: %s", code, bytes.TrimSpace(out.Bytes()))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kill script never started (exit %d: %s): %w", code, bytes.TrimSpace(out.Bytes()), ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	if code != 0 {
-		return fmt.Errorf("kill script exited %d: %s", code, bytes.TrimSpace(out.Bytes()))
-	}
-	return nil
 }
+
+// killGraceTicks is ExecKill's grace argument: killGrace in 10 ms ticks.
+func killGraceTicks() string { return strconv.Itoa(int(killGrace / (10 * time.Millisecond))) }
 
 // Exec runs argv with the defaults of Run (exec timeout category, output
 // captured).

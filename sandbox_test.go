@@ -267,6 +267,52 @@ func TestExecTimeoutKillsTaggedTree(t *testing.T) {
 	}
 }
 
+// After a fork bomb the engine may fail to start the kill script at all
+// (exit 126) until the bomb's processes are reaped: the second try waits
+// for one that starts instead of reporting survivors.
+func TestExecTimeoutKillRetriesUnstartedScript(t *testing.T) {
+	f := &fakeRuntime{}
+	release := make(chan struct{})
+	var mu sync.Mutex
+	kills := 0
+	f.exec = func(ctx context.Context, req RuntimeExec) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case req.Cmd[0] == "/bin/sh" && len(req.Cmd) == 3: // the limit counters: none hit
+			return 0, nil
+		case len(req.Cmd) > 3 && req.Cmd[3] == "sandbox-agent-scan": // no bomb to find
+			io.WriteString(req.Stdout, "self 9\ncurrent 2\nrefused 0\n")
+			return 0, nil
+		case len(req.Cmd) > 3 && req.Cmd[3] == "sandbox-agent-kill":
+			if kills++; kills <= 3 {
+				io.WriteString(req.Stdout, "OCI runtime exec failed: error executing setns process")
+				return 126, nil
+			}
+			close(release)
+			return 0, nil
+		}
+		mu.Unlock()
+		defer mu.Lock()
+		select {
+		case <-release:
+			return 137, nil
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		}
+	}
+	sb, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img", PidsLimit: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sb.Run(context.Background(), ExecRequest{Cmd: []string{"sleep", "100"}, Timeout: 50 * time.Millisecond})
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil || !res.TimedOut || kills != 4 {
+		t.Fatalf("err %v, res %+v, kill attempts %d; want no error after 4 attempts", err, res, kills)
+	}
+}
+
 func TestExecValidation(t *testing.T) {
 	f := &fakeRuntime{exec: func(context.Context, RuntimeExec) (int, error) { return 0, nil }}
 	sb, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img"})
