@@ -178,7 +178,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 		Privileged:     spec.Privileged,
 		CapDrop:        capDrop,
 		CapAdd:         capAdd,
-		SecurityOpt:    securityOpt(spec.NoNewPrivileges),
+		SecurityOpt:    securityOpt(spec.NoNewPrivileges, spec.Seccomp),
 		ReadonlyRootfs: spec.ReadonlyRootfs,
 		Init:           &init,
 		NetworkMode:    container.NetworkMode(spec.NetworkMode),
@@ -259,6 +259,7 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (sandboxagent.Containe
 		st.CapDrop = h.CapDrop
 		st.CapAdd = h.CapAdd
 		st.NoNewPrivileges = noNewPrivileges(h.SecurityOpt)
+		st.Seccomp = seccompOf(h.SecurityOpt)
 		st.ReadonlyRootfs = h.ReadonlyRootfs
 		st.Init = h.Init != nil && *h.Init
 		if h.PidsLimit != nil {
@@ -513,11 +514,25 @@ func status(word string) sandboxagent.Status {
 }
 
 // securityOpt is the engine's spelling of no-new-privileges.
-func securityOpt(nnp bool) []string {
-	if !nnp {
-		return nil
+func securityOpt(nnp bool, seccomp []byte) []string {
+	var opts []string
+	if nnp {
+		opts = append(opts, "no-new-privileges:true")
 	}
-	return []string{"no-new-privileges:true"}
+	if len(seccomp) > 0 { // the profile's text, as the docker CLI sends a file's
+		opts = append(opts, "seccomp="+string(seccomp))
+	}
+	return opts
+}
+
+// seccompOf reads the profile back: its digest, "" when none was given.
+func seccompOf(opts []string) string {
+	for _, o := range opts {
+		if p, ok := strings.CutPrefix(o, "seccomp="); ok && p != "unconfined" {
+			return sandboxagent.SeccompDigest([]byte(p))
+		}
+	}
+	return ""
 }
 
 // noNewPrivileges reads it back (Podman echoes it without ":true").
