@@ -181,6 +181,9 @@ type RuntimeFeatures struct {
 	// Inspect reports that, and a sandbox asking another fails the
 	// hardening check.
 	PidsLimit bool
+	// Seccomp: ContainerSpec.Seccomp is applied and Inspect reports it.
+	// Without it the engine's (or the node's) default profile applies.
+	Seccomp bool
 }
 
 // FeaturesOf returns what rt honours: a Runtime that lacks some features
@@ -192,7 +195,7 @@ func FeaturesOf(rt Runtime) RuntimeFeatures {
 	if f, ok := rt.(interface{ Features() RuntimeFeatures }); ok {
 		return f.Features()
 	}
-	return RuntimeFeatures{ExecUser: true, BindMounts: true, CopyAsRoot: true, AutoRemove: true, PidsLimit: true}
+	return RuntimeFeatures{ExecUser: true, BindMounts: true, CopyAsRoot: true, AutoRemove: true, PidsLimit: true, Seccomp: true}
 }
 
 // ImageSource makes a missing image present in the engine (pull, build).

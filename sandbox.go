@@ -226,6 +226,9 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	if err != nil {
 		return nil, err
 	}
+	if !FeaturesOf(rt).Seccomp {
+		spec.Seccomp = nil // the node's RuntimeDefault (docs/kubernetes.md)
+	}
 	host, err := openBoundary(opts, boundary.Open)
 	if err != nil {
 		return nil, err
