@@ -386,3 +386,18 @@ func TestExecKillFindsTheTag(t *testing.T) {
 		t.Errorf("exec-kill.sh does not look for %s", execTagVar)
 	}
 }
+
+// A profile's digest ignores the JSON's whitespace (the docker CLI and an
+// engine may compact it), not its content.
+func TestSeccompDigest(t *testing.T) {
+	a := SeccompDigest([]byte("{\n\t\"defaultAction\": \"SCMP_ACT_ERRNO\"\n}\n"))
+	if b := SeccompDigest([]byte(`{"defaultAction":"SCMP_ACT_ERRNO"}`)); a != b || !strings.HasPrefix(a, "sha256:") {
+		t.Errorf("digests %s and %s of one profile", a, b)
+	}
+	if c := SeccompDigest([]byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`)); c == a {
+		t.Error("two profiles, one digest")
+	}
+	if SeccompDigest(nil) != "" {
+		t.Error("no profile has a digest")
+	}
+}

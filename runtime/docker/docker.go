@@ -173,12 +173,20 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 	}
 	init := spec.Init
 	pids := spec.PidsLimit
+	secOpt := securityOpt(spec.NoNewPrivileges, spec.Seccomp)
+	if _, ok := r.podman(); ok && len(spec.Seccomp) > 0 {
+		file, err := seccompFile(spec.Seccomp)
+		if err != nil {
+			return "", fmt.Errorf("create container: %w", err)
+		}
+		secOpt = append(securityOpt(spec.NoNewPrivileges, nil), "seccomp="+file)
+	}
 	hc := &container.HostConfig{
 		AutoRemove:     spec.AutoRemove,
 		Privileged:     spec.Privileged,
 		CapDrop:        capDrop,
 		CapAdd:         capAdd,
-		SecurityOpt:    securityOpt(spec.NoNewPrivileges, spec.Seccomp),
+		SecurityOpt:    secOpt,
 		ReadonlyRootfs: spec.ReadonlyRootfs,
 		Init:           &init,
 		NetworkMode:    container.NetworkMode(spec.NetworkMode),
@@ -526,14 +534,33 @@ func securityOpt(nnp bool, seccomp []byte) []string {
 }
 
 // seccompOf reads the profile back: its digest, "" when none was given.
+// Docker keeps the profile's text; Podman the path of the file it read
+// (seccompFile's), whose content is the digest's.
 func seccompOf(opts []string) string {
 	for _, o := range opts {
-		if p, ok := strings.CutPrefix(o, "seccomp="); ok && p != "unconfined" {
+		p, ok := strings.CutPrefix(o, "seccomp=")
+		if !ok || p == "unconfined" {
+			continue
+		}
+		if !strings.HasPrefix(p, "/") {
 			return sandboxagent.SeccompDigest([]byte(p))
 		}
+		f, err := os.Open(p)
+		if err != nil {
+			return "unreadable " + p
+		}
+		data, err := io.ReadAll(io.LimitReader(f, maxSeccompFile))
+		f.Close()
+		if err != nil {
+			return "unreadable " + p
+		}
+		return sandboxagent.SeccompDigest(data)
 	}
 	return ""
 }
+
+// maxSeccompFile bounds a profile file Inspect reads back.
+const maxSeccompFile = 1 << 20
 
 // noNewPrivileges reads it back (Podman echoes it without ":true").
 func noNewPrivileges(opts []string) bool {
