@@ -212,6 +212,9 @@ func adoptSandbox(ctx context.Context, rt Runtime, opts SandboxOptions, st Agent
 	if err != nil {
 		return nil, err
 	}
+	if !FeaturesOf(rt).Seccomp {
+		spec.Seccomp = nil
+	}
 	mounts := FeaturesOf(rt).BindMounts
 	if mounts && st.SocketDir != "" {
 		mountSockets(&spec, st.SocketDir)

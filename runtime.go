@@ -1,7 +1,11 @@
 package sandboxagent
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"io"
 	"io/fs"
 	"time"
@@ -64,14 +68,16 @@ type ContainerSpec struct {
 	NoNewPrivileges bool
 	ReadonlyRootfs  bool
 	Init            bool
-	PidsLimit       int64
-	MemoryBytes     int64
-	MemorySwap      int64
-	NanoCPUs        int64
-	NetworkMode     string
-	Tmpfs           map[string]string
-	Runtime         string // OCI runtime, e.g. "runsc"; empty = engine default
-	ExtraHosts      []string
+	// Seccomp is the seccomp profile's JSON (nil: the engine's default).
+	Seccomp     []byte
+	PidsLimit   int64
+	MemoryBytes int64
+	MemorySwap  int64
+	NanoCPUs    int64
+	NetworkMode string
+	Tmpfs       map[string]string
+	Runtime     string // OCI runtime, e.g. "runsc"; empty = engine default
+	ExtraHosts  []string
 	// Mounts are host directories bind-mounted into the container. The
 	// library mounts only its own socket folder, read-only.
 	Mounts []Mount
@@ -128,13 +134,16 @@ type ContainerState struct {
 	NoNewPrivileges bool
 	ReadonlyRootfs  bool
 	Init            bool
-	PidsLimit       int64
-	MemoryBytes     int64
-	MemorySwap      int64
-	NanoCPUs        int64
-	NetworkMode     string
-	User            string
-	Mounts          []Mount // bind mounts as the engine recorded them
+	// Seccomp names the profile the engine recorded: SeccompDigest of its
+	// JSON, "" when none was given (the engine's default).
+	Seccomp     string
+	PidsLimit   int64
+	MemoryBytes int64
+	MemorySwap  int64
+	NanoCPUs    int64
+	NetworkMode string
+	User        string
+	Mounts      []Mount // bind mounts as the engine recorded them
 }
 
 // RuntimeExec is one command for Runtime.Exec.
@@ -172,6 +181,9 @@ type RuntimeFeatures struct {
 	// Inspect reports that, and a sandbox asking another fails the
 	// hardening check.
 	PidsLimit bool
+	// Seccomp: ContainerSpec.Seccomp is applied and Inspect reports it.
+	// Without it the engine's (or the node's) default profile applies.
+	Seccomp bool
 }
 
 // FeaturesOf returns what rt honours: a Runtime that lacks some features
@@ -183,7 +195,7 @@ func FeaturesOf(rt Runtime) RuntimeFeatures {
 	if f, ok := rt.(interface{ Features() RuntimeFeatures }); ok {
 		return f.Features()
 	}
-	return RuntimeFeatures{ExecUser: true, BindMounts: true, CopyAsRoot: true, AutoRemove: true, PidsLimit: true}
+	return RuntimeFeatures{ExecUser: true, BindMounts: true, CopyAsRoot: true, AutoRemove: true, PidsLimit: true, Seccomp: true}
 }
 
 // ImageSource makes a missing image present in the engine (pull, build).
@@ -199,4 +211,20 @@ type ImageSource interface {
 // NewSandbox calls it before creating the container.
 type ImageChecker interface {
 	CheckImage(ctx context.Context, ref string) error
+}
+
+// SeccompDigest names a seccomp profile by the SHA-256 of its compacted
+// JSON ("sha256:HEX"; "" for none), as a Runtime reports what the engine
+// recorded: engines keep the JSON, not always with the same whitespace.
+func SeccompDigest(profile []byte) string {
+	if len(profile) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, profile) != nil {
+		b.Reset()
+		b.Write(profile)
+	}
+	sum := sha256.Sum256(b.Bytes())
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

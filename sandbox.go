@@ -21,6 +21,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
 	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
 	"github.com/sandbox-agent/sandbox-agent/safetar"
+	"github.com/sandbox-agent/sandbox-agent/seccomp"
 )
 
 // Labels every sandbox container carries. gc finds leftovers by them.
@@ -119,6 +120,11 @@ type SandboxOptions struct {
 	Privileged         bool
 	AllowNewPrivileges bool
 	NoInit             bool
+	// EngineSeccomp runs the sandbox under the engine's default seccomp
+	// profile instead of sandbox-agent's (package seccomp), which refuses
+	// more: io_uring, userfaultfd, bpf, perf_event_open, the keyring,
+	// AF_VSOCK sockets.
+	EngineSeccomp bool
 
 	// TrustCACert is a host PEM bundle installed into the sandbox before
 	// it starts, with NODE_EXTRA_CA_CERTS and SSL_CERT_FILE pointing at it
@@ -219,6 +225,9 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	spec, err := containerSpec(opts, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if !FeaturesOf(rt).Seccomp {
+		spec.Seccomp = nil // the node's RuntimeDefault (docs/kubernetes.md)
 	}
 	host, err := openBoundary(opts, boundary.Open)
 	if err != nil {
@@ -445,6 +454,10 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 			network = "bridge"
 		}
 	}
+	var profile []byte
+	if !opts.EngineSeccomp && !opts.Privileged { // privileged: no filter at all
+		profile = seccomp.Profile()
+	}
 	var files []File
 	if opts.TrustCACert != "" {
 		pem, err := os.ReadFile(opts.TrustCACert)
@@ -469,6 +482,7 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 		Files:           files,
 		ReadonlyRootfs:  opts.ReadonlyRootfs,
 		Init:            !opts.NoInit,
+		Seccomp:         profile,
 		PidsLimit:       pids,
 		MemoryBytes:     mem,
 		MemorySwap:      mem,
@@ -491,10 +505,12 @@ func checkHardening(want ContainerSpec, got ContainerState) error {
 	}
 	setting, w, g, ok := hardening.Diff(hardening.Settings{
 		Privileged: want.Privileged, ReadonlyRootfs: want.ReadonlyRootfs, Init: want.Init, NoNewPrivileges: want.NoNewPrivileges,
+		Seccomp:     SeccompDigest(want.Seccomp),
 		MemoryBytes: want.MemoryBytes, MemorySwap: want.MemorySwap, NanoCPUs: want.NanoCPUs, PidsLimit: want.PidsLimit,
 		NetworkMode: want.NetworkMode, CapDrop: want.CapDrop, CapAdd: want.CapAdd, Mounts: mounts(want.Mounts),
 	}, hardening.Settings{
 		Privileged: got.Privileged, ReadonlyRootfs: got.ReadonlyRootfs, Init: got.Init, NoNewPrivileges: got.NoNewPrivileges,
+		Seccomp:     got.Seccomp,
 		MemoryBytes: got.MemoryBytes, MemorySwap: got.MemorySwap, NanoCPUs: got.NanoCPUs, PidsLimit: got.PidsLimit,
 		NetworkMode: got.NetworkMode, CapDrop: got.CapDrop, CapAdd: got.CapAdd, Mounts: mounts(got.Mounts),
 	})

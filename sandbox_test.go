@@ -1,6 +1,7 @@
 package sandboxagent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
 	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
+	"github.com/sandbox-agent/sandbox-agent/seccomp"
 )
 
 // fakeRuntime records calls; exec behaviour is scripted per test.
@@ -78,7 +80,7 @@ func recorded(s ContainerSpec) ContainerState {
 	return ContainerState{
 		Running: true, Privileged: s.Privileged, CapDrop: s.CapDrop, CapAdd: s.CapAdd, NoNewPrivileges: s.NoNewPrivileges,
 		ReadonlyRootfs: s.ReadonlyRootfs, Init: s.Init, PidsLimit: s.PidsLimit, MemoryBytes: s.MemoryBytes,
-		MemorySwap: s.MemorySwap, NanoCPUs: s.NanoCPUs, NetworkMode: s.NetworkMode, Labels: s.Labels, Mounts: s.Mounts,
+		MemorySwap: s.MemorySwap, NanoCPUs: s.NanoCPUs, NetworkMode: s.NetworkMode, Labels: s.Labels, Mounts: s.Mounts, Seccomp: SeccompDigest(s.Seccomp),
 	}
 }
 
@@ -97,6 +99,14 @@ func TestContainerSpecDefaultsAreHardened(t *testing.T) {
 	}
 	if !spec.NoNewPrivileges || len(spec.Files) != 0 {
 		t.Errorf("no-new-privileges %v, files %v", spec.NoNewPrivileges, spec.Files)
+	}
+	if !bytes.Equal(spec.Seccomp, seccomp.Profile()) {
+		t.Errorf("seccomp profile: %.80s…, want sandbox-agent's", spec.Seccomp)
+	}
+	for _, o := range []SandboxOptions{{Image: "img", EngineSeccomp: true}, {Image: "img", Privileged: true}} {
+		if spec, err := containerSpec(o, DefaultConfig()); err != nil || spec.Seccomp != nil {
+			t.Errorf("%+v: seccomp %.40s… %v, want the engine's", o, spec.Seccomp, err)
+		}
 	}
 	if _, err := strconv.ParseInt(spec.Labels[LabelCreated], 10, 64); err != nil {
 		t.Errorf("created label %q is not Unix seconds", spec.Labels[LabelCreated])
@@ -190,6 +200,8 @@ func TestNewSandboxRejectsSettingThatDidNotStick(t *testing.T) {
 		{"cpus", func(s *ContainerState) { s.NanoCPUs = 0 }, "nano_cpus"},
 		{"init", func(s *ContainerState) { s.Init = false }, "init"},
 		{"network", func(s *ContainerState) { s.NetworkMode = "bridge" }, "network_mode"},
+		{"seccomp dropped", func(s *ContainerState) { s.Seccomp = "" }, "seccomp"},
+		{"seccomp other", func(s *ContainerState) { s.Seccomp = SeccompDigest([]byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`)) }, "seccomp"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -418,5 +430,20 @@ func TestNewSandboxProvidesMissingImage(t *testing.T) {
 func TestExecKillFindsTheTag(t *testing.T) {
 	if !strings.Contains(guest.ExecKill, `tag="${3:-`+execTagVar+`}=$1"`) {
 		t.Errorf("exec-kill.sh does not look for %s", execTagVar)
+	}
+}
+
+// A profile's digest ignores the JSON's whitespace (the docker CLI and an
+// engine may compact it), not its content.
+func TestSeccompDigest(t *testing.T) {
+	a := SeccompDigest([]byte("{\n\t\"defaultAction\": \"SCMP_ACT_ERRNO\"\n}\n"))
+	if b := SeccompDigest([]byte(`{"defaultAction":"SCMP_ACT_ERRNO"}`)); a != b || !strings.HasPrefix(a, "sha256:") {
+		t.Errorf("digests %s and %s of one profile", a, b)
+	}
+	if c := SeccompDigest([]byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`)); c == a {
+		t.Error("two profiles, one digest")
+	}
+	if SeccompDigest(nil) != "" {
+		t.Error("no profile has a digest")
 	}
 }

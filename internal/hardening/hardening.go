@@ -15,6 +15,7 @@ type Settings struct {
 	Privileged, ReadonlyRootfs, Init, NoNewPrivileges bool
 	MemoryBytes, MemorySwap, NanoCPUs, PidsLimit      int64
 	NetworkMode                                       string
+	Seccomp                                           string // the profile's digest ("": the engine's default)
 	CapDrop, CapAdd                                   []string
 	Mounts                                            []Mount // bind mounts
 }
@@ -54,6 +55,9 @@ func Diff(want, got Settings) (setting, w, g string, ok bool) {
 		checks = append(checks, check{"pids_limit", strconv.FormatInt(want.PidsLimit, 10) + " or less", strconv.FormatInt(got.PidsLimit, 10)})
 	}
 	checks = append(checks, check{"no_new_privileges", strconv.FormatBool(want.NoNewPrivileges), strconv.FormatBool(got.NoNewPrivileges)})
+	if want.Seccomp != "" {
+		checks = append(checks, check{"seccomp", want.Seccomp, got.Seccomp})
+	}
 	// A bind mount that lost its read-only flag would let the sandbox
 	// write into a host folder.
 	for _, m := range want.Mounts {

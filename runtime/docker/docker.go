@@ -173,12 +173,20 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 	}
 	init := spec.Init
 	pids := spec.PidsLimit
+	secOpt := securityOpt(spec.NoNewPrivileges, spec.Seccomp)
+	if _, ok := r.podman(); ok && len(spec.Seccomp) > 0 {
+		file, err := seccompFile(spec.Seccomp)
+		if err != nil {
+			return "", fmt.Errorf("create container: %w", err)
+		}
+		secOpt = append(securityOpt(spec.NoNewPrivileges, nil), "seccomp="+file)
+	}
 	hc := &container.HostConfig{
 		AutoRemove:     spec.AutoRemove,
 		Privileged:     spec.Privileged,
 		CapDrop:        capDrop,
 		CapAdd:         capAdd,
-		SecurityOpt:    securityOpt(spec.NoNewPrivileges),
+		SecurityOpt:    secOpt,
 		ReadonlyRootfs: spec.ReadonlyRootfs,
 		Init:           &init,
 		NetworkMode:    container.NetworkMode(spec.NetworkMode),
@@ -259,6 +267,7 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (sandboxagent.Containe
 		st.CapDrop = h.CapDrop
 		st.CapAdd = h.CapAdd
 		st.NoNewPrivileges = noNewPrivileges(h.SecurityOpt)
+		st.Seccomp = seccompOf(h.SecurityOpt)
 		st.ReadonlyRootfs = h.ReadonlyRootfs
 		st.Init = h.Init != nil && *h.Init
 		if h.PidsLimit != nil {
@@ -513,12 +522,45 @@ func status(word string) sandboxagent.Status {
 }
 
 // securityOpt is the engine's spelling of no-new-privileges.
-func securityOpt(nnp bool) []string {
-	if !nnp {
-		return nil
+func securityOpt(nnp bool, seccomp []byte) []string {
+	var opts []string
+	if nnp {
+		opts = append(opts, "no-new-privileges:true")
 	}
-	return []string{"no-new-privileges:true"}
+	if len(seccomp) > 0 { // the profile's text, as the docker CLI sends a file's
+		opts = append(opts, "seccomp="+string(seccomp))
+	}
+	return opts
 }
+
+// seccompOf reads the profile back: its digest, "" when none was given.
+// Docker keeps the profile's text; Podman the path of the file it read
+// (seccompFile's), whose content is the digest's.
+func seccompOf(opts []string) string {
+	for _, o := range opts {
+		p, ok := strings.CutPrefix(o, "seccomp=")
+		if !ok || p == "unconfined" {
+			continue
+		}
+		if !strings.HasPrefix(p, "/") {
+			return sandboxagent.SeccompDigest([]byte(p))
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return "unreadable " + p
+		}
+		data, err := io.ReadAll(io.LimitReader(f, maxSeccompFile))
+		f.Close()
+		if err != nil {
+			return "unreadable " + p
+		}
+		return sandboxagent.SeccompDigest(data)
+	}
+	return ""
+}
+
+// maxSeccompFile bounds a profile file Inspect reads back.
+const maxSeccompFile = 1 << 20
 
 // noNewPrivileges reads it back (Podman echoes it without ":true").
 func noNewPrivileges(opts []string) bool {

@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -288,4 +291,44 @@ func (r *Runtime) podmanExtraHosts(ctx context.Context, hosts []string) error {
 	return fmt.Errorf("%w: extra host %q: Podman %s does not resolve host-gateway (Podman 5 does); "+
 		"use host.containers.internal, which Podman adds to /etc/hosts itself, or host networking",
 		sandboxagent.ErrInvalidArgument, hosts[i], version)
+}
+
+// seccompFile is the path of a file holding profile, for Podman: its compat
+// API reads "seccomp=" as a file on the engine's host, not as the profile's
+// text as Docker does (the engine runs on this host: the sandboxes'
+// sockets are bind-mounted from it too). The file is named by the
+// profile's digest in this user's cache folder and written once.
+func seccompFile(profile []byte) (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("seccomp profile file: %w", err)
+	}
+	dir := filepath.Join(cache, "sandbox-agent", "seccomp")
+	name := filepath.Join(dir, strings.ReplaceAll(sandboxagent.SeccompDigest(profile), ":", "-")+".json")
+	if old, err := os.ReadFile(name); err == nil && bytes.Equal(old, profile) {
+		return name, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("seccomp profile file: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".profile-*")
+	if err != nil {
+		return "", fmt.Errorf("seccomp profile file: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(profile); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("seccomp profile file: %w", err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("seccomp profile file: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("seccomp profile file: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), name); err != nil {
+		return "", fmt.Errorf("seccomp profile file: %w", err)
+	}
+	return name, nil
 }

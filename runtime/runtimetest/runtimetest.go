@@ -126,6 +126,7 @@ func Run(t *testing.T, b Backend) {
 		{"keepalive", s.keepalive},
 		{"gc", s.gc},
 		{"hardening", s.hardening},
+		{"seccomp", s.seccomp},
 	} {
 		t.Run(sub.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,92 @@
+package seccomp
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"slices"
+	"testing"
+
+	moby "github.com/moby/profiles/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+var update = flag.Bool("update", false, "rewrite sandbox-agent.json from the profiles module")
+
+// generate is the profile: Moby's default without Denied.
+func generate(t *testing.T) []byte {
+	t.Helper()
+	p := moby.DefaultProfile()
+	kept := p.Syscalls[:0]
+	for _, sc := range p.Syscalls {
+		sc.Names = slices.DeleteFunc(slices.Clone(sc.Names), func(n string) bool { return slices.Contains(Denied, n) })
+		if len(sc.Names) > 0 {
+			kept = append(kept, sc)
+		}
+	}
+	p.Syscalls = kept
+	out, err := json.MarshalIndent(p, "", "\t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(out, '\n')
+}
+
+// The file is what the profiles module and Denied make.
+func TestProfile(t *testing.T) {
+	want := generate(t)
+	if *update {
+		if err := os.WriteFile("sandbox-agent.json", want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if !bytes.Equal(Profile(), want) {
+		t.Fatal("sandbox-agent.json is not what the profiles module and Denied make: go test ./seccomp -update")
+	}
+}
+
+// What the profile says, read back as an engine reads it: EPERM by
+// default, no rule allows a denied call, and socket is allowed only by
+// its domain, never for a denied domain.
+func TestProfileDenies(t *testing.T) {
+	var p moby.Seccomp
+	if err := json.Unmarshal(Profile(), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.DefaultAction != specs.ActErrno || p.DefaultErrnoRet == nil || *p.DefaultErrnoRet != 1 {
+		t.Errorf("default action %s (errno %v), want SCMP_ACT_ERRNO with EPERM", p.DefaultAction, p.DefaultErrnoRet)
+	}
+	allowed := map[string]bool{}
+	for _, sc := range p.Syscalls {
+		if sc.Action != specs.ActAllow {
+			continue
+		}
+		for _, n := range sc.Names {
+			allowed[n] = true
+			if slices.Contains(Denied, n) {
+				t.Errorf("%s is allowed (%+v)", n, sc)
+			}
+			if n != "socket" {
+				continue
+			}
+			if len(sc.Args) != 1 || sc.Args[0].Index != 0 {
+				t.Errorf("socket allowed without a domain condition: %+v", sc.Args)
+				continue
+			}
+			a := sc.Args[0]
+			for _, d := range DeniedDomains {
+				if a.Op == specs.OpEqualTo && a.Value == d || a.Op == specs.OpLessThan && d < a.Value {
+					t.Errorf("socket allowed for domain %d by %+v", d, a)
+				}
+			}
+		}
+	}
+	// A positive control: what every agent's work needs is allowed.
+	for _, n := range []string{"read", "write", "openat", "execve", "clone", "socket", "connect", "mmap", "futex", "epoll_wait"} {
+		if !allowed[n] {
+			t.Errorf("%s is not allowed", n)
+		}
+	}
+}
