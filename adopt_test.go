@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -279,6 +280,24 @@ func TestAdoptRefuses(t *testing.T) {
 	var he *HardeningError
 	if err := adopt(&adoptRuntime{fakeRuntime: rt.fakeRuntime, mod: func(s *ContainerState) { s.Privileged = true }}, st); !errors.As(err, &he) || he.Setting != "privileged" {
 		t.Errorf("privileged: %v", err)
+	}
+	// A sandbox of an older sandbox-agent: its own profile, named by the
+	// label set at its creation, adopts; the engine's default or a profile
+	// the label does not name is refused.
+	older := SeccompDigest([]byte(`{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[]}`))
+	if err := adopt(&adoptRuntime{fakeRuntime: rt.fakeRuntime, mod: func(s *ContainerState) {
+		s.Seccomp, s.Labels = older, maps.Clone(s.Labels)
+		s.Labels[LabelSeccomp] = older
+	}}, st); err != nil {
+		t.Errorf("an older profile of ours: %v", err)
+	}
+	for name, mod := range map[string]func(*ContainerState){
+		"no profile":      func(s *ContainerState) { s.Seccomp = "" },
+		"profile unnamed": func(s *ContainerState) { s.Seccomp = older },
+	} {
+		if err := adopt(&adoptRuntime{fakeRuntime: rt.fakeRuntime, mod: mod}, st); !errors.As(err, &he) || he.Setting != "seccomp" {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 	if err := adopt(rt, st, WithResources(8<<30, 0)); !errors.As(err, &he) || he.Setting != "memory" {
 		t.Errorf("other memory asked: %v", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+	"github.com/sandbox-agent/sandbox-agent/seccomp"
 )
 
 // connectVia is a bash program that sends a CONNECT for $1 to the egress
@@ -201,5 +202,53 @@ func TestIntegrationAgentEgressEvents(t *testing.T) {
 				t.Errorf("egress.jsonl: %v %s", err, data)
 			}
 		})
+	}
+}
+
+// Under sandbox-agent's seccomp profile (the default) an agent image's
+// ordinary tools work: git, python (threads, asyncio, a subprocess), node
+// (fs promises, a worker thread, a child process). npm's positive control
+// is TestIntegrationEgressAllowHostNPM; the CLIs' are the smoke runs.
+func TestIntegrationSeccompOrdinaryWork(t *testing.T) {
+	t.Parallel()
+	rt := testenv.Runtime(t)
+	img, err := catalog.Resolve("pi", "", testenv.Config().ImageName, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{Image: img})
+	ctx := ctxT(t)
+	if st, err := sb.Inspect(ctx); err != nil || st.Seccomp != sandboxagent.SeccompDigest(seccomp.Profile()) {
+		t.Fatalf("seccomp %q %v, want sandbox-agent's profile", st.Seccomp, err)
+	}
+	for _, tc := range []struct {
+		name string
+		cmd  string
+		want string
+	}{
+		{"git", `cd /tmp && git init -q r && cd r && echo hi > f && git add f && git -c user.name=a -c user.email=a@b commit -qm m && git log --format=%s`, "m"},
+		{"python", `python3 -c '
+import asyncio, threading, subprocess
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+async def main():
+    p = await asyncio.create_subprocess_exec("echo", "py", stdout=subprocess.PIPE)
+    out, _ = await p.communicate()
+    print(out.decode().strip())
+asyncio.run(main())'`, "py"},
+		{"node", `node -e '
+const { Worker } = require("worker_threads");
+const fs = require("fs/promises");
+const cp = require("child_process");
+(async () => {
+  await fs.writeFile("/tmp/n", "node");
+  const w = new Worker("require(\"worker_threads\").parentPort.postMessage(1)", { eval: true });
+  await new Promise(r => w.on("message", r));
+  console.log(cp.execFileSync("cat", ["/tmp/n"]).toString());
+})()'`, "node"},
+	} {
+		res, err := sb.Run(ctx, sandboxagent.ExecRequest{Cmd: []string{"sh", "-c", tc.cmd}, Timeout: time.Minute})
+		if err != nil || res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout)) != tc.want {
+			t.Errorf("%s: exit %d %v: %q %s", tc.name, res.ExitCode, err, res.Stdout, res.Stderr)
+		}
 	}
 }

@@ -56,6 +56,11 @@ type Config struct {
 	// AllowHosts are reachable through the egress proxy (SandboxOptions).
 	AllowHosts []string
 
+	// OCIRuntime is the OCI runtime of sandboxes that name none (""
+	// = the engine's default, runc): "runsc" for gVisor on Docker and
+	// Podman, a RuntimeClass name on Kubernetes. See docs/security.md.
+	OCIRuntime string
+
 	// PerTurn starts the agent CLI afresh for every turn even when its
 	// driver has a long-lived mode (LongLived), which agents use by default.
 	PerTurn bool

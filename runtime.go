@@ -136,7 +136,10 @@ type ContainerState struct {
 	Init            bool
 	// Seccomp names the profile the engine recorded: SeccompDigest of its
 	// JSON, "" when none was given (the engine's default).
-	Seccomp     string
+	Seccomp string
+	// Runtime is the OCI runtime the engine recorded (a RuntimeClass on
+	// Kubernetes; "" or the engine's default name when none was asked).
+	Runtime     string
 	PidsLimit   int64
 	MemoryBytes int64
 	MemorySwap  int64

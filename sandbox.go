@@ -36,6 +36,10 @@ const (
 	// LabelOwner is the stable identity of the server owning the sandbox
 	// (WithOwner): GC keeps it running whatever became of LabelPID.
 	LabelOwner = "sandbox-agent.owner"
+	// LabelSeccomp is the digest of the seccomp profile the sandbox was
+	// created with (SeccompDigest): adoption accepts a profile of another
+	// version of sandbox-agent by it.
+	LabelSeccomp = "sandbox-agent.seccomp"
 	// labelSockets names the sandbox's socket folder (its base name), so
 	// gc can remove it when the owner died.
 	labelSockets = "sandbox-agent.sockets"
@@ -110,7 +114,8 @@ type SandboxOptions struct {
 	// scratch space).
 	ReadonlyRootfs bool
 	Tmpfs          map[string]string
-	// OCIRuntime selects another OCI runtime, e.g. "runsc" (gVisor).
+	// OCIRuntime selects another OCI runtime, e.g. "runsc" (gVisor);
+	// "" is Config.OCIRuntime.
 	OCIRuntime string
 	// Images makes the image present when the engine lacks it (pull or
 	// build, by policy); nil: a missing image is ErrImageNotFound. It runs
@@ -226,8 +231,11 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	if err != nil {
 		return nil, err
 	}
-	if !FeaturesOf(rt).Seccomp {
+	switch {
+	case !FeaturesOf(rt).Seccomp:
 		spec.Seccomp = nil // the node's RuntimeDefault (docs/kubernetes.md)
+	case spec.Seccomp != nil:
+		spec.Labels[LabelSeccomp] = SeccompDigest(spec.Seccomp)
 	}
 	host, err := openBoundary(opts, boundary.Open)
 	if err != nil {
@@ -454,6 +462,13 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 			network = "bridge"
 		}
 	}
+	ociRuntime := opts.OCIRuntime
+	if ociRuntime == "" {
+		ociRuntime = cfg.OCIRuntime
+	}
+	if err := CheckOCIRuntime(ociRuntime); err != nil {
+		return ContainerSpec{}, err
+	}
 	var profile []byte
 	if !opts.EngineSeccomp && !opts.Privileged { // privileged: no filter at all
 		profile = seccomp.Profile()
@@ -489,9 +504,27 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 		NanoCPUs:        int64(cpus * 1e9),
 		NetworkMode:     network,
 		Tmpfs:           opts.Tmpfs,
-		Runtime:         opts.OCIRuntime,
+		Runtime:         ociRuntime,
 		ExtraHosts:      opts.ExtraHosts,
 	}, nil
+}
+
+// CheckOCIRuntime checks an OCI runtime's name ("" is the engine's
+// default): a word the engine looks up among the runtimes it was given
+// (Docker's "runtimes", a Kubernetes RuntimeClass), never a path.
+func CheckOCIRuntime(name string) error {
+	if name == "" {
+		return nil
+	}
+	ok := len(name) <= 63
+	for i, c := range name {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		ok = ok && (alnum || i > 0 && (c == '-' || c == '_' || c == '.'))
+	}
+	if !ok {
+		return fmt.Errorf("%w: OCI runtime %q: want a runtime's name (letters, digits, - _ .), like runsc", ErrInvalidArgument, name)
+	}
+	return nil
 }
 
 // checkHardening compares what the engine recorded with what was asked
@@ -503,14 +536,21 @@ func checkHardening(want ContainerSpec, got ContainerState) error {
 		}
 		return out
 	}
+	seccomp := SeccompDigest(want.Seccomp)
+	if seccomp != "" && got.Seccomp != "" && got.Seccomp == got.Labels[LabelSeccomp] {
+		// Our profile as another version of sandbox-agent made it (the
+		// label is the host's, set at creation): an upgraded host adopts
+		// its sandboxes. At creation the label is this profile's.
+		seccomp = got.Seccomp
+	}
 	setting, w, g, ok := hardening.Diff(hardening.Settings{
 		Privileged: want.Privileged, ReadonlyRootfs: want.ReadonlyRootfs, Init: want.Init, NoNewPrivileges: want.NoNewPrivileges,
-		Seccomp:     SeccompDigest(want.Seccomp),
+		Seccomp: seccomp, OCIRuntime: want.Runtime,
 		MemoryBytes: want.MemoryBytes, MemorySwap: want.MemorySwap, NanoCPUs: want.NanoCPUs, PidsLimit: want.PidsLimit,
 		NetworkMode: want.NetworkMode, CapDrop: want.CapDrop, CapAdd: want.CapAdd, Mounts: mounts(want.Mounts),
 	}, hardening.Settings{
 		Privileged: got.Privileged, ReadonlyRootfs: got.ReadonlyRootfs, Init: got.Init, NoNewPrivileges: got.NoNewPrivileges,
-		Seccomp:     got.Seccomp,
+		Seccomp: got.Seccomp, OCIRuntime: got.Runtime,
 		MemoryBytes: got.MemoryBytes, MemorySwap: got.MemorySwap, NanoCPUs: got.NanoCPUs, PidsLimit: got.PidsLimit,
 		NetworkMode: got.NetworkMode, CapDrop: got.CapDrop, CapAdd: got.CapAdd, Mounts: mounts(got.Mounts),
 	})

@@ -81,6 +81,7 @@ func recorded(s ContainerSpec) ContainerState {
 		Running: true, Privileged: s.Privileged, CapDrop: s.CapDrop, CapAdd: s.CapAdd, NoNewPrivileges: s.NoNewPrivileges,
 		ReadonlyRootfs: s.ReadonlyRootfs, Init: s.Init, PidsLimit: s.PidsLimit, MemoryBytes: s.MemoryBytes,
 		MemorySwap: s.MemorySwap, NanoCPUs: s.NanoCPUs, NetworkMode: s.NetworkMode, Labels: s.Labels, Mounts: s.Mounts, Seccomp: SeccompDigest(s.Seccomp),
+		Runtime: s.Runtime,
 	}
 }
 
@@ -228,6 +229,44 @@ func TestNewSandboxRejectsSettingThatDidNotStick(t *testing.T) {
 	}}
 	if _, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img"}); err != nil {
 		t.Fatalf("CAP_ spelling: %v", err)
+	}
+}
+
+// The OCI runtime comes from the options, else the config; the engine
+// must report it back; a name that is no runtime's is refused.
+func TestOCIRuntime(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.OCIRuntime = "runsc"
+	for _, tc := range []struct {
+		opts SandboxOptions
+		cfg  Config
+		want string
+	}{
+		{SandboxOptions{Image: "img"}, DefaultConfig(), ""},
+		{SandboxOptions{Image: "img"}, cfg, "runsc"},
+		{SandboxOptions{Image: "img", OCIRuntime: "kata"}, cfg, "kata"},
+	} {
+		spec, err := containerSpec(tc.opts, tc.cfg)
+		if err != nil || spec.Runtime != tc.want {
+			t.Errorf("%+v with config %q: runtime %q %v, want %q", tc.opts, tc.cfg.OCIRuntime, spec.Runtime, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"-x", "../runsc", "run sc", "/usr/bin/runsc", strings.Repeat("a", 64)} {
+		if _, err := containerSpec(SandboxOptions{Image: "img", OCIRuntime: bad}, DefaultConfig()); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%q: %v, want ErrInvalidArgument", bad, err)
+		}
+	}
+	f := &fakeRuntime{inspect: func(spec ContainerSpec) ContainerState {
+		st := recorded(spec)
+		st.Runtime = "runc"
+		return st
+	}}
+	var he *HardeningError
+	if _, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img", OCIRuntime: "runsc"}); !errors.As(err, &he) || he.Setting != "oci_runtime" {
+		t.Errorf("engine ran runc for runsc: %v", err)
+	}
+	if _, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img"}); err != nil {
+		t.Errorf("no runtime asked, the engine's default recorded: %v", err)
 	}
 }
 

@@ -69,6 +69,10 @@ var keys = []configfile.Key[sandboxagent.Config]{
 		return err
 	}},
 	configfile.List("allow_hosts", "SANDBOX_AGENT_ALLOW_HOSTS", func(c *sandboxagent.Config) *[]string { return &c.AllowHosts }, sandboxagent.CheckAllowHosts),
+	{Name: "oci_runtime", Env: "SANDBOX_AGENT_OCI_RUNTIME", Apply: func(c *sandboxagent.Config, raw string) error {
+		c.OCIRuntime = strings.TrimSpace(raw)
+		return sandboxagent.CheckOCIRuntime(c.OCIRuntime)
+	}},
 	configfile.Bool("per_turn", "SANDBOX_AGENT_PER_TURN", func(c *sandboxagent.Config) *bool { return &c.PerTurn }),
 	configfile.Bool("audit", "SANDBOX_AGENT_AUDIT", func(c *sandboxagent.Config) *bool { return &c.AuditEnabled }),
 	configfile.String("audit_root", "SANDBOX_AGENT_AUDIT_ROOT", func(c *sandboxagent.Config) *string { return &c.AuditRoot }),

@@ -53,6 +53,11 @@ type CreateRequest struct {
 	Keepalive float64 `json:"keepalive,omitempty"`
 	Memory    string  `json:"memory,omitempty"`
 	Pids      int64   `json:"pids,omitempty"`
+	// OCIRuntime is the sandbox's OCI runtime (runsc: gVisor; a
+	// RuntimeClass on Kubernetes). When the server has one configured
+	// (oci_runtime), only that one may be named: a request cannot loosen
+	// the operator's isolation.
+	OCIRuntime string `json:"oci_runtime,omitempty"`
 }
 
 // Starter starts the agent req describes. stop, never nil on success,

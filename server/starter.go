@@ -118,6 +118,16 @@ func requestOptions(base *sandboxagent.Config, req CreateRequest) ([]sandboxagen
 	if req.Pids < 0 {
 		return nil, fmt.Errorf("%w: pids %d: want a positive number", sandboxagent.ErrInvalidArgument, req.Pids)
 	}
+	switch {
+	case req.OCIRuntime == "" || req.OCIRuntime == cfg.OCIRuntime:
+	case cfg.OCIRuntime != "":
+		return nil, fmt.Errorf("%w: oci_runtime %q: this server runs every sandbox under %q", sandboxagent.ErrInvalidArgument, req.OCIRuntime, cfg.OCIRuntime)
+	default:
+		if err := sandboxagent.CheckOCIRuntime(req.OCIRuntime); err != nil {
+			return nil, err
+		}
+		cfg.OCIRuntime = req.OCIRuntime
+	}
 	return []sandboxagent.AgentOption{
 		sandboxagent.WithConfig(cfg),
 		sandboxagent.WithModel(req.Model),

@@ -112,6 +112,9 @@ func (a *app) agentConfig(f *agentFlags) sandboxagent.Config {
 	if f.keepalive > 0 {
 		cfg.Keepalive = f.keepalive
 	}
+	if f.ociRT != "" {
+		cfg.OCIRuntime = f.ociRT
+	}
 	return cfg
 }
 

@@ -55,6 +55,7 @@ type sandboxFlags struct {
 	keepalive time.Duration
 	memory    string
 	pids      int64
+	ociRT     string
 	env       multiFlag
 	uploads   multiFlag
 	downloads multiFlag
@@ -68,6 +69,7 @@ func (f *sandboxFlags) register(fs *flag.FlagSet, defaultImage string) {
 	fs.DurationVar(&f.keepalive, "keepalive", 0, "idle time after which a left-behind sandbox removes itself (default from config, 1h)")
 	fs.StringVar(&f.memory, "memory", "", "memory limit of the sandbox, e.g. 512m or 2g (default 4g; swap is never added)")
 	fs.Int64Var(&f.pids, "pids", 0, "process limit of the sandbox (default 1024)")
+	fs.StringVar(&f.ociRT, "oci-runtime", "", "OCI runtime of the sandbox, e.g. runsc for gVisor (a RuntimeClass on Kubernetes; default from config key oci_runtime, else the engine's)")
 	fs.Var(&f.env, "env", "KEY=VALUE in the sandbox (repeatable)")
 	fs.Var(&f.uploads, "upload", "HOST:CTR copy a host file or directory in before running (repeatable)")
 	fs.Var(&f.downloads, "download", "CTR:HOST copy a container file or directory out afterwards (repeatable)")
@@ -96,6 +98,10 @@ func (f *sandboxFlags) options(cfg sandboxagent.Config) (sandboxagent.SandboxOpt
 	if f.pids < 0 {
 		return opts, nil, nil, fmt.Errorf("--pids %d: want a positive number", f.pids)
 	}
+	if err := sandboxagent.CheckOCIRuntime(f.ociRT); err != nil {
+		return opts, nil, nil, fmt.Errorf("--oci-runtime: %w", err)
+	}
+	opts.OCIRuntime = f.ociRT
 	opts.PidsLimit = f.pids
 	for _, kv := range f.env {
 		k, v, ok := strings.Cut(kv, "=")

@@ -54,6 +54,7 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
 	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM)")
 	insecure := fs.Bool("allow-insecure-http", false, "allow listening beyond the loopback without TLS")
+	ociRT := fs.String("oci-runtime", "", "OCI runtime of every sandbox, e.g. runsc for gVisor; create requests may then name no other (default from config key oci_runtime, else the engine's, and a request may name one)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -62,6 +63,12 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	}
 	if fs.NArg() > 0 {
 		return a.fail(fmt.Errorf("serve: unexpected argument %q", fs.Arg(0)))
+	}
+	if err := sandboxagent.CheckOCIRuntime(*ociRT); err != nil {
+		return a.fail(fmt.Errorf("serve: --oci-runtime: %w", err))
+	}
+	if *ociRT != "" {
+		a.cfg.OCIRuntime = *ociRT
 	}
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return a.fail(fmt.Errorf("%w: serve: --tls-cert and --tls-key go together", sandboxagent.ErrInvalidArgument))

@@ -30,6 +30,7 @@ func runSmoke(ctx context.Context, a *app, args []string) int {
 	model := fs.String("model", "", "model for every driver (default: each driver's)")
 	image := fs.String("image", "", "image for every driver (default: each driver's)")
 	egressFlag := fs.String("egress", "", "network policy of every agent: model (default: only the model proxy) or open")
+	ociRT := fs.String("oci-runtime", "", "OCI runtime of every sandbox, e.g. runsc for gVisor (default from config key oci_runtime, else the engine's)")
 	var allow multiFlag
 	fs.Var(&allow, "allow-host", "HOST or *.DOMAIN (optionally :PORT) reachable through the egress proxy (repeatable)")
 	names, err := parseInterspersed(fs, args)
@@ -45,6 +46,12 @@ func runSmoke(ctx context.Context, a *app, args []string) int {
 	}
 	if err := sandboxagent.CheckAllowHosts(allow); err != nil {
 		return a.fail(fmt.Errorf("smoke: --allow-host: %w", err))
+	}
+	if err := sandboxagent.CheckOCIRuntime(*ociRT); err != nil {
+		return a.fail(fmt.Errorf("smoke: --oci-runtime: %w", err))
+	}
+	if *ociRT != "" {
+		a.cfg.OCIRuntime = *ociRT
 	}
 	if egress == sandboxagent.EgressOpen {
 		fmt.Fprintln(a.stderr, "sandbox-agent: warning: egress open: the agents can reach the internet and the host's services")

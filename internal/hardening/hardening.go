@@ -16,6 +16,7 @@ type Settings struct {
 	MemoryBytes, MemorySwap, NanoCPUs, PidsLimit      int64
 	NetworkMode                                       string
 	Seccomp                                           string // the profile's digest ("": the engine's default)
+	OCIRuntime                                        string // "": the engine's default (not checked)
 	CapDrop, CapAdd                                   []string
 	Mounts                                            []Mount // bind mounts
 }
@@ -55,8 +56,15 @@ func Diff(want, got Settings) (setting, w, g string, ok bool) {
 		checks = append(checks, check{"pids_limit", strconv.FormatInt(want.PidsLimit, 10) + " or less", strconv.FormatInt(got.PidsLimit, 10)})
 	}
 	checks = append(checks, check{"no_new_privileges", strconv.FormatBool(want.NoNewPrivileges), strconv.FormatBool(got.NoNewPrivileges)})
+	if want.OCIRuntime != "" {
+		checks = append(checks, check{"oci_runtime", want.OCIRuntime, got.OCIRuntime})
+	}
 	if want.Seccomp != "" {
-		checks = append(checks, check{"seccomp", want.Seccomp, got.Seccomp})
+		g := got.Seccomp
+		if g == "" {
+			g = "the engine's default profile (a sandbox created before sandbox-agent had its own, or by EngineSeccomp)"
+		}
+		checks = append(checks, check{"seccomp", want.Seccomp, g})
 	}
 	// A bind mount that lost its read-only flag would let the sandbox
 	// write into a host folder.

@@ -17,6 +17,7 @@ import (
 	"path"
 	pathpkg "path"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/moby/moby/client"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/exectar"
 )
 
 // Options configures the connection. The zero value uses DOCKER_HOST (and
@@ -53,6 +55,9 @@ type Runtime struct {
 	libpod atomic.Pointer[string]
 	// seen: some response arrived, so libpod is known.
 	seen atomic.Bool
+	// gvisor says, per container id, whether it runs under gVisor's runsc:
+	// its copies go through an exec (copyThroughExec).
+	gvisor sync.Map // id → bool
 }
 
 var _ sandboxagent.Runtime = (*Runtime)(nil)
@@ -224,13 +229,14 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 		// copies into a created container's filesystem).
 		data, err := filesTar(spec.Files)
 		if err == nil {
-			err = r.CopyTo(ctx, res.ID, "/", bytes.NewReader(data))
+			err = r.engineCopyTo(ctx, res.ID, "/", bytes.NewReader(data))
 		}
 		if err != nil {
 			_ = r.Remove(context.WithoutCancel(ctx), res.ID)
 			return "", fmt.Errorf("create container: place files: %w", err)
 		}
 	}
+	r.gvisor.Store(res.ID, r.isGVisor(ctx, spec.Runtime))
 	return res.ID, nil
 }
 
@@ -268,6 +274,7 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (sandboxagent.Containe
 		st.CapAdd = h.CapAdd
 		st.NoNewPrivileges = noNewPrivileges(h.SecurityOpt)
 		st.Seccomp = seccompOf(h.SecurityOpt)
+		st.Runtime = h.Runtime
 		st.ReadonlyRootfs = h.ReadonlyRootfs
 		st.Init = h.Init != nil && *h.Init
 		if h.PidsLimit != nil {
@@ -369,6 +376,15 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandboxagent.RuntimeE
 
 // CopyTo extracts an uncompressed tar into dir inside the container.
 func (r *Runtime) CopyTo(ctx context.Context, id, dir string, tar io.Reader) error {
+	if r.copyThroughExec(ctx, id) {
+		return exectar.CopyTo(ctx, r.userStream(id), "container", dir, tar)
+	}
+	return r.engineCopyTo(ctx, id, dir, tar)
+}
+
+// engineCopyTo copies through the engine's archive API (which also
+// reaches a container not started yet).
+func (r *Runtime) engineCopyTo(ctx context.Context, id, dir string, tar io.Reader) error {
 	_, err := r.cli.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: dir, Content: tar})
 	return classify("copy to container "+dir, err, sandboxagent.ErrPathNotFound)
 }
@@ -378,6 +394,9 @@ func (r *Runtime) CopyTo(ctx context.Context, id, dir string, tar io.Reader) err
 // header (mode bits) decides, and Podman, which resolves the link and sends
 // the target's content, gets the same answer as Docker.
 func (r *Runtime) CopyFrom(ctx context.Context, id, path string) (io.ReadCloser, error) {
+	if r.copyThroughExec(ctx, id) {
+		return exectar.CopyFrom(ctx, r.userStream(id), "container", path)
+	}
 	res, err := r.cli.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: path})
 	if err != nil {
 		if pathVanished(err) {
@@ -390,6 +409,48 @@ func (r *Runtime) CopyFrom(ctx context.Context, id, path string) (io.ReadCloser,
 		return io.NopCloser(symlinkTar(pathpkg.Base(path), res.Stat.LinkTarget, res.Stat.Mtime)), nil
 	}
 	return res.Content, nil
+}
+
+// copyThroughExec says whether id's files must be copied through an exec
+// of tar: under gVisor the engine's copy API reads the container's root
+// folder on the host, which misses what gVisor keeps in its own kernel
+// (its /tmp is a tmpfs there). Decided once per container, from the OCI
+// runtime it runs under and that runtime's binary.
+func (r *Runtime) copyThroughExec(ctx context.Context, id string) bool {
+	if v, ok := r.gvisor.Load(id); ok {
+		return v.(bool)
+	}
+	res, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil || res.Container.HostConfig == nil {
+		return false // the copy reports what is wrong
+	}
+	g := r.isGVisor(ctx, res.Container.HostConfig.Runtime)
+	r.gvisor.Store(id, g)
+	return g
+}
+
+// isGVisor says whether the engine's OCI runtime name runs runsc.
+func (r *Runtime) isGVisor(ctx context.Context, name string) bool {
+	if name == "" || name == "runc" || name == "crun" {
+		return false
+	}
+	si, err := r.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return false
+	}
+	rt, ok := si.Info.Runtimes[name]
+	return ok && pathpkg.Base(rt.Path) == "runsc"
+}
+
+// userStream runs commands in id as the container's user, for exectar:
+// under gVisor an exec as root in a container of another user gets no
+// capabilities (runc gives it the container's), so root could not read
+// the user's 0600 files. Copies then write as that user, as on
+// Kubernetes (the archive's owners apply only when it is root).
+func (r *Runtime) userStream(id string) exectar.Stream {
+	return func(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+		return r.Exec(ctx, id, sandboxagent.RuntimeExec{Cmd: argv, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	}
 }
 
 // symlinkTar is a tar holding one symlink entry.
@@ -414,6 +475,7 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 // returns once it is gone. A container that is already gone (or being
 // auto-removed) is not an error.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
+	r.gvisor.Delete(id)
 	_, err := r.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !isGone(err) {
 		return classify("remove container", err, nil)

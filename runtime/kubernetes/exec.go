@@ -1,14 +1,12 @@
 package kubernetes
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"path"
 	"strings"
 	"sync"
 
@@ -20,6 +18,7 @@ import (
 	utilexec "k8s.io/client-go/util/exec"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/exectar"
 )
 
 // execWrapper gives a Kubernetes exec, which carries only argv, what the
@@ -138,7 +137,7 @@ func (r *Runtime) checkUser(ctx context.Context, id, want string) error {
 	r.usersMu.Unlock()
 	if !ok {
 		var out bytes.Buffer
-		code, err := r.stream(ctx, id, []string{"/bin/sh", "-c", `id -u; id -un 2>/dev/null || echo`}, nil, &limited{w: &out, n: 4096}, io.Discard)
+		code, err := r.stream(ctx, id, []string{"/bin/sh", "-c", `id -u; id -un 2>/dev/null || echo`}, nil, &exectar.Limited{W: &out, N: 4096}, io.Discard)
 		if err != nil {
 			return err
 		}
@@ -158,69 +157,23 @@ func (r *Runtime) checkUser(ctx context.Context, id, want string) error {
 	return fmt.Errorf("exec as user %q in pod %s: %w: Kubernetes exec runs as the pod's user (uid %s); set the sandbox's User instead", want, id, sandboxagent.ErrUnsupportedByRuntime, u.uid)
 }
 
-// exitNoPath is what the copy scripts exit with when the path is missing.
-const exitNoPath = 90
-
-// copyInScript extracts stdin into $1. Whatever happens it reads stdin to
-// the end before it exits: a command that exits while the client still
-// sends (a missing folder, a tar that failed) left client-go's exec
-// stream waiting until the copy's timeout.
-const copyInScript = `if cd -- "$1" 2>/dev/null; then tar -x -f - -p; rc=$?; else rc=90; fi
-cat >/dev/null
-exit "$rc"`
-
 // CopyTo extracts a tar stream into dir with the image's tar, as the
 // pod's user (owners in the archive apply only when that is root).
 func (r *Runtime) CopyTo(ctx context.Context, id, dir string, tr io.Reader) error {
-	var errb bytes.Buffer
-	code, err := r.stream(ctx, id, []string{"/bin/sh", "-c", copyInScript, "sandbox-agent-copy", dir}, tr, io.Discard, &limited{w: &errb, n: 4096})
-	switch {
-	case err != nil:
-		return fmt.Errorf("copy to pod %s: %w", dir, err)
-	case code == exitNoPath:
-		return fmt.Errorf("copy to pod %s: %w", dir, sandboxagent.ErrPathNotFound)
-	case code != 0:
-		return fmt.Errorf("copy to pod %s: tar exited %d: %s", dir, code, strings.TrimSpace(errb.String()))
-	}
-	return nil
+	return exectar.CopyTo(ctx, r.streamer(id), "pod", dir, tr)
 }
 
 // CopyFrom streams a tar of path (a symlink as itself, never followed),
 // made by the image's tar. A missing path is ErrPathNotFound before any
 // byte is returned; a failure later ends the stream with an error.
 func (r *Runtime) CopyFrom(ctx context.Context, id, p string) (io.ReadCloser, error) {
-	dir, base := path.Split(path.Clean(p))
-	if dir == "" {
-		dir = "."
+	return exectar.CopyFrom(ctx, r.streamer(id), "pod", p)
+}
+
+func (r *Runtime) streamer(id string) exectar.Stream {
+	return func(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+		return r.stream(ctx, id, argv, stdin, stdout, stderr)
 	}
-	if base == "" || base == "/" {
-		base, dir = ".", "/"
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	pr, pw := io.Pipe()
-	go func() {
-		var errb bytes.Buffer
-		code, err := r.stream(ctx, id, []string{"/bin/sh", "-c",
-			`cd -- "$1" 2>/dev/null || exit 90; { [ -e "$2" ] || [ -L "$2" ]; } || exit 90; exec tar -c -f - --numeric-owner -- "$2"`,
-			"sandbox-agent-copy", dir, base}, nil, pw, &limited{w: &errb, n: 4096})
-		switch {
-		case err != nil:
-			pw.CloseWithError(fmt.Errorf("copy from pod %s: %w", p, err))
-		case code == exitNoPath:
-			pw.CloseWithError(fmt.Errorf("copy from pod %s: %w", p, sandboxagent.ErrPathNotFound))
-		case code != 0:
-			pw.CloseWithError(fmt.Errorf("copy from pod %s: tar exited %d: %s", p, code, strings.TrimSpace(errb.String())))
-		default:
-			pw.Close()
-		}
-	}()
-	br := bufio.NewReaderSize(pr, 64<<10)
-	if _, err := br.Peek(1); err != nil && err != io.EOF {
-		cancel()
-		pr.Close()
-		return nil, err
-	}
-	return &readCloser{Reader: br, close: func() error { cancel(); return pr.Close() }}, nil
 }
 
 // writeGate is the lock of one exec's output writers, closed when the
@@ -250,27 +203,4 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 		return 0, io.ErrClosedPipe
 	}
 	return l.w.Write(p)
-}
-
-type readCloser struct {
-	io.Reader
-	close func() error
-}
-
-func (r *readCloser) Close() error { return r.close() }
-
-// limited keeps the first n bytes (a diagnostic of a hostile command must
-// not grow the host's memory).
-type limited struct {
-	w io.Writer
-	n int
-}
-
-func (l *limited) Write(p []byte) (int, error) {
-	if l.n > 0 {
-		k := min(len(p), l.n)
-		l.w.Write(p[:k])
-		l.n -= k
-	}
-	return len(p), nil
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/exectar"
 )
 
 // policyName is the namespace's NetworkPolicy isolating every pod under
@@ -128,7 +129,7 @@ func (r *Runtime) checkIsolation(ctx context.Context, pod *corev1.Pod) error {
 	var out, errb bytes.Buffer
 	code, err := r.Exec(ctx, pod.Name, sandboxagent.RuntimeExec{
 		Cmd:    []string{"perl", "-MIO::Socket::INET", "-e", probeScript, target, "10250", strconv.FormatFloat(probeTimeout.Seconds(), 'f', 1, 64)},
-		Stdout: &limited{w: &out, n: 256}, Stderr: &limited{w: &errb, n: 4096},
+		Stdout: &exectar.Limited{W: &out, N: 256}, Stderr: &exectar.Limited{W: &errb, N: 4096},
 	})
 	if err != nil {
 		return fmt.Errorf("kubernetes: probe the network policy: %w", err)

@@ -433,6 +433,9 @@ func stateOf(pod *corev1.Pod) sandboxagent.ContainerState {
 	}
 	st.Image = c.Image
 	st.Init = pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace
+	if pod.Spec.RuntimeClassName != nil {
+		st.Runtime = *pod.Spec.RuntimeClassName
+	}
 	if sc := c.SecurityContext; sc != nil {
 		st.Privileged = sc.Privileged != nil && *sc.Privileged
 		st.NoNewPrivileges = sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation
