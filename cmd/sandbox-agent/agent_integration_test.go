@@ -109,12 +109,29 @@ func TestIntegrationCLIAgentSmoke(t *testing.T) {
 	checkAgentSmoke(t, info.Name, cliEnv())
 }
 
+// The smoke for pi and claude with every sandbox under gVisor (runsc on
+// Docker, .ci/gvisor.sh): the CLIs, the relay to the model proxy through
+// the bind-mounted sockets, the files in and out (through exec), the
+// sessions' dump and load.
+func TestIntegrationCLIAgentSmokeGVisor(t *testing.T) {
+	runsc := testenv.GVisor(t)
+	checkSmoke(t, "docker+"+runsc, cliEnv(), []string{"pi", "claude"}, "--oci-runtime", runsc)
+}
+
 // checkAgentSmoke runs smoke for agentDriver with env (and extra flags)
 // on the engine called engine.
 func checkAgentSmoke(t *testing.T, engine string, env map[string]string, extra ...string) {
 	t.Helper()
+	checkSmoke(t, engine, env, []string{agentDriver}, extra...)
+}
+
+// checkSmoke runs smoke for the drivers with env (and extra flags) on the
+// engine called engine.
+func checkSmoke(t *testing.T, engine string, env map[string]string, drivers []string, extra ...string) {
+	t.Helper()
 	env["SANDBOX_AGENT_TIMEOUT_ASK"] = "4m"
-	code, stdout, stderr := runCLI(t, env, append([]string{"smoke", agentDriver, "--fake-model", "--json"}, extra...)...)
+	args := append(append([]string{"smoke"}, drivers...), "--fake-model", "--json")
+	code, stdout, stderr := runCLI(t, env, append(args, extra...)...)
 	var results []smoke.StepResult
 	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
 		if line == "" {
@@ -133,8 +150,8 @@ func checkAgentSmoke(t *testing.T, engine string, env map[string]string, extra .
 			t.Errorf("%s/%s on %s: %s", r.Driver, r.Step, engine, r.Detail)
 		}
 	}
-	if len(results) != len(smoke.Steps) {
-		t.Errorf("%d step results, want %d (stderr %s)", len(results), len(smoke.Steps), stderr)
+	if len(results) != len(drivers)*len(smoke.Steps) {
+		t.Errorf("%d step results, want %d (stderr %s)", len(results), len(drivers)*len(smoke.Steps), stderr)
 	}
 	if (code != exitOK) != t.Failed() {
 		t.Errorf("exit %d does not match the step results (stderr %s)", code, stderr)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -128,4 +129,25 @@ func Sandbox(t testing.TB, rt sandboxagent.Runtime, opts sandboxagent.SandboxOpt
 		}
 	})
 	return sb
+}
+
+// GVisor is the name of the engine's OCI runtime running gVisor's runsc
+// (.ci/gvisor.sh registers it as "runsc"). Docker only: the test is
+// skipped on another engine, and fails under CI=true when Docker has none.
+func GVisor(t testing.TB) string {
+	t.Helper()
+	if info := Engine(t); info.Name != "docker" {
+		t.Skipf("gVisor is registered with Docker here (.ci/gvisor.sh), not %s", info.Name)
+	}
+	have, err := Runtime(t).OCIRuntimes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, bin := range have {
+		if filepath.Base(bin) == "runsc" {
+			return name
+		}
+	}
+	prereq.Missing(t, "no gVisor runtime registered with Docker (bash .ci/gvisor.sh): have %v", have)
+	return ""
 }

@@ -12,10 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path"
 	pathpkg "path"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -222,6 +224,13 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 		if cerrdefs.IsNotFound(err) {
 			return "", fmt.Errorf("create container: %w: %s: %w", sandboxagent.ErrImageNotFound, spec.Image, err)
 		}
+		if spec.Runtime != "" && strings.Contains(strings.ToLower(err.Error()), "runtime") {
+			if have, ierr := r.OCIRuntimes(ctx); ierr == nil && have[spec.Runtime] == "" {
+				names := slices.Sorted(maps.Keys(have))
+				return "", fmt.Errorf("create container: %w: OCI runtime %q is not registered with the engine (it has: %s; for gVisor see .ci/gvisor.sh): %w",
+					sandboxagent.ErrInvalidArgument, spec.Runtime, strings.Join(names, ", "), err)
+			}
+		}
 		return "", classify("create container", err, nil)
 	}
 	if len(spec.Files) > 0 {
@@ -336,6 +345,12 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandboxagent.RuntimeE
 	// the only way to stop waiting.
 	stop := context.AfterFunc(ctx, att.Close)
 	defer stop()
+	var died func() bool
+	if r.underGVisor(ctx, id) {
+		var cancel context.CancelFunc
+		died, cancel = r.execWatch(ctx, id, att.Close)
+		defer cancel()
+	}
 	if req.Stdin != nil {
 		go func() {
 			_, _ = io.Copy(att.Conn, req.Stdin)
@@ -354,6 +369,9 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandboxagent.RuntimeE
 	_, copyErr := stdcopy.StdCopy(stdout, stderr, att.Reader)
 	if ctx.Err() != nil {
 		return -1, ctx.Err()
+	}
+	if died != nil && died() {
+		return -1, fmt.Errorf("exec: %w: the container stopped while the command ran (under gVisor: its kernel was killed, e.g. at the memory limit)", sandboxagent.ErrContainerNotFound)
 	}
 	if copyErr != nil && !errors.Is(copyErr, io.EOF) {
 		return -1, fmt.Errorf("exec stream: %w", copyErr)
@@ -374,9 +392,40 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandboxagent.RuntimeE
 	}
 }
 
+// execWatch checks every second that container id still runs, and calls
+// hangUp when it does not: runsc never ends an exec whose sandbox died
+// (seen when the memory limit killed gVisor's kernel: the exec's stream
+// stayed open, the container exited 137). died reports whether it hung
+// up; cancel ends the watch.
+func (r *Runtime) execWatch(ctx context.Context, id string, hangUp func()) (died func() bool, cancel context.CancelFunc) {
+	ctx, cancel = context.WithCancel(ctx)
+	var gone atomic.Bool
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			res, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+			if ctx.Err() != nil {
+				return
+			}
+			if cerrdefs.IsNotFound(err) || err == nil && (res.Container.State == nil || !res.Container.State.Running) {
+				gone.Store(true)
+				hangUp()
+				return
+			}
+		}
+	}()
+	return gone.Load, cancel
+}
+
 // CopyTo extracts an uncompressed tar into dir inside the container.
 func (r *Runtime) CopyTo(ctx context.Context, id, dir string, tar io.Reader) error {
-	if r.copyThroughExec(ctx, id) {
+	if r.underGVisor(ctx, id) {
 		return exectar.CopyTo(ctx, r.userStream(id), "container", dir, tar)
 	}
 	return r.engineCopyTo(ctx, id, dir, tar)
@@ -394,7 +443,7 @@ func (r *Runtime) engineCopyTo(ctx context.Context, id, dir string, tar io.Reade
 // header (mode bits) decides, and Podman, which resolves the link and sends
 // the target's content, gets the same answer as Docker.
 func (r *Runtime) CopyFrom(ctx context.Context, id, path string) (io.ReadCloser, error) {
-	if r.copyThroughExec(ctx, id) {
+	if r.underGVisor(ctx, id) {
 		return exectar.CopyFrom(ctx, r.userStream(id), "container", path)
 	}
 	res, err := r.cli.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: path})
@@ -411,12 +460,13 @@ func (r *Runtime) CopyFrom(ctx context.Context, id, path string) (io.ReadCloser,
 	return res.Content, nil
 }
 
-// copyThroughExec says whether id's files must be copied through an exec
-// of tar: under gVisor the engine's copy API reads the container's root
-// folder on the host, which misses what gVisor keeps in its own kernel
-// (its /tmp is a tmpfs there). Decided once per container, from the OCI
-// runtime it runs under and that runtime's binary.
-func (r *Runtime) copyThroughExec(ctx context.Context, id string) bool {
+// underGVisor says whether id runs under gVisor's runsc, decided once per
+// container from its OCI runtime and that runtime's binary. Its files are
+// copied through an exec of tar (the engine's copy API reads the
+// container's root folder on the host, which misses what gVisor keeps in
+// its own kernel: its /tmp is a tmpfs there), and its execs are watched
+// (execWatch).
+func (r *Runtime) underGVisor(ctx context.Context, id string) bool {
 	if v, ok := r.gvisor.Load(id); ok {
 		return v.(bool)
 	}
@@ -429,17 +479,30 @@ func (r *Runtime) copyThroughExec(ctx context.Context, id string) bool {
 	return g
 }
 
+// OCIRuntimes are the OCI runtimes the engine was given: name → binary
+// (the engine's default, runc, among them).
+func (r *Runtime) OCIRuntimes(ctx context.Context) (map[string]string, error) {
+	si, err := r.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return nil, classify("engine info", err, nil)
+	}
+	out := map[string]string{}
+	for name, rt := range si.Info.Runtimes {
+		out[name] = rt.Path
+		if out[name] == "" {
+			out[name] = name
+		}
+	}
+	return out, nil
+}
+
 // isGVisor says whether the engine's OCI runtime name runs runsc.
 func (r *Runtime) isGVisor(ctx context.Context, name string) bool {
 	if name == "" || name == "runc" || name == "crun" {
 		return false
 	}
-	si, err := r.cli.Info(ctx, client.InfoOptions{})
-	if err != nil {
-		return false
-	}
-	rt, ok := si.Info.Runtimes[name]
-	return ok && pathpkg.Base(rt.Path) == "runsc"
+	have, err := r.OCIRuntimes(ctx)
+	return err == nil && pathpkg.Base(have[name]) == "runsc"
 }
 
 // userStream runs commands in id as the container's user, for exectar:
