@@ -57,8 +57,9 @@ type Config struct {
 	AllowHosts []string
 
 	// OCIRuntime is the OCI runtime of sandboxes that name none (""
-	// = the engine's default, runc): "runsc" for gVisor on Docker and
-	// Podman, a RuntimeClass name on Kubernetes. See docs/security.md.
+	// = the engine's default, runc): "runsc" for gVisor on Docker, a
+	// RuntimeClass name on Kubernetes (Podman: not offered). See
+	// docs/security.md.
 	OCIRuntime string
 
 	// PerTurn starts the agent CLI afresh for every turn even when its

@@ -19,42 +19,53 @@ cd "$(dirname "$0")/.."
 # shellcheck source=.ci/lib.sh
 . .ci/lib.sh
 
+args='["--platform=ptrace","--network=none","--host-uds=open"]'
+# What the engine lists for "runsc" when it is registered as this script does.
+want() { printf '{"path":"%s","runtimeArgs":%s}' "$1" "$args"; }
+current() { docker info --format '{{json (index .Runtimes "runsc")}}' 2>/dev/null || true; }
+
+if runsc=$(command -v runsc) && [ "$(current)" = "$(want "$runsc")" ]; then
+  log "runsc registered: $(current)"
+  exit 0
+fi
 if [ "$(id -u)" != 0 ]; then
-  echo "gvisor.sh: needs root (apt-get, /etc/docker/daemon.json)" >&2
+  echo "gvisor.sh: needs root to install runsc and register it in /etc/docker/daemon.json" >&2
   exit 1
 fi
-need_pkgs runsc:runsc
+need_pkgs runsc:runsc python3:python3
 runsc=$(command -v runsc)
 log "gVisor: $("$runsc" --version | head -1)"
 
 conf=/etc/docker/daemon.json
 mkdir -p "$(dirname "$conf")"
-# Merge into whatever the file holds: other keys are the operator's.
-python3 - "$conf" "$runsc" <<'PY'
+# Merge into whatever the file holds: other keys are the operator's; a
+# "runsc" entry of theirs that differs is replaced, and said so.
+python3 - "$conf" "$(want "$runsc")" <<'PY'
 import json, os, sys
-conf, runsc = sys.argv[1], sys.argv[2]
-try:
+conf, want = sys.argv[1], json.loads(sys.argv[2])
+data = {}
+if os.path.exists(conf) and os.path.getsize(conf) > 0:
     with open(conf) as f:
         data = json.load(f)
-except FileNotFoundError:
-    data = {}
-want = {"path": runsc, "runtimeArgs": ["--platform=ptrace", "--network=none", "--host-uds=open"]}
-if data.get("runtimes", {}).get("runsc") != want:
+old = data.get("runtimes", {}).get("runsc")
+if old != want:
+    if old is not None:
+        print("gvisor.sh: replacing the runsc runtime in %s: %s" % (conf, json.dumps(old)), file=sys.stderr)
     data.setdefault("runtimes", {})["runsc"] = want
     tmp = conf + ".tmp"
     with open(tmp, "w") as f:
         json.dump(data, f, indent=2)
         f.write("\n")
     os.replace(tmp, conf)
-    print("changed")
 PY
 
-# Reload (or find) it: dockerd reads the runtimes again on SIGHUP.
-registered() { docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; }
-if ! registered || [ "$(docker info --format '{{json (index .Runtimes "runsc")}}')" != "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runtimes"]["runsc"]; print(json.dumps(r, separators=(",", ":")))' "$conf")" ]; then
-  pid=$(pidof dockerd) || { echo "gvisor.sh: no dockerd running" >&2; exit 1; }
-  kill -HUP "$pid"
-  for _ in $(seq 1 20); do registered && break; sleep 0.5; done
+# dockerd reads its runtimes again on SIGHUP (running containers are not
+# touched). Its pid: the pid file it writes, else the one dockerd here.
+pid=$(cat /var/run/docker.pid 2>/dev/null || pidof -s dockerd || true)
+if [ -z "$pid" ] || ! kill -HUP "$pid" 2>/dev/null; then
+  echo "gvisor.sh: no dockerd to reload here (an engine in another namespace?): reload it to load $conf" >&2
+  exit 1
 fi
-registered || { echo "gvisor.sh: dockerd does not list runsc after a reload" >&2; exit 1; }
-log "runsc registered: $(docker info --format '{{json (index .Runtimes "runsc")}}')"
+for _ in $(seq 1 20); do [ "$(current)" = "$(want "$runsc")" ] && break; sleep 0.5; done
+[ "$(current)" = "$(want "$runsc")" ] || { echo "gvisor.sh: dockerd lists runsc as $(current) after a reload, want $(want "$runsc")" >&2; exit 1; }
+log "runsc registered: $(current)"

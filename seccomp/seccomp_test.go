@@ -77,7 +77,7 @@ func TestProfileDenies(t *testing.T) {
 			}
 			a := sc.Args[0]
 			for _, d := range DeniedDomains {
-				if a.Op == specs.OpEqualTo && a.Value == d || a.Op == specs.OpLessThan && d < a.Value {
+				if matches(a, d) {
 					t.Errorf("socket allowed for domain %d by %+v", d, a)
 				}
 			}
@@ -87,6 +87,46 @@ func TestProfileDenies(t *testing.T) {
 	for _, n := range []string{"read", "write", "openat", "execve", "clone", "socket", "connect", "mmap", "futex", "epoll_wait"} {
 		if !allowed[n] {
 			t.Errorf("%s is not allowed", n)
+		}
+	}
+}
+
+// matches says whether a rule's condition on one argument lets value
+// through (every comparison the profile format has).
+func matches(a specs.LinuxSeccompArg, value uint64) bool {
+	switch a.Op {
+	case specs.OpEqualTo:
+		return value == a.Value
+	case specs.OpNotEqual:
+		return value != a.Value
+	case specs.OpLessThan:
+		return value < a.Value
+	case specs.OpLessEqual:
+		return value <= a.Value
+	case specs.OpGreaterThan:
+		return value > a.Value
+	case specs.OpGreaterEqual:
+		return value >= a.Value
+	case specs.OpMaskedEqual:
+		return value&a.Value == a.ValueTwo
+	}
+	return true // an operator unknown here: assume the worst
+}
+
+func TestMatches(t *testing.T) {
+	for _, tc := range []struct {
+		arg   specs.LinuxSeccompArg
+		value uint64
+		want  bool
+	}{
+		{specs.LinuxSeccompArg{Op: specs.OpEqualTo, Value: 40}, 40, true},
+		{specs.LinuxSeccompArg{Op: specs.OpNotEqual, Value: 16}, 40, true},
+		{specs.LinuxSeccompArg{Op: specs.OpLessThan, Value: 40}, 40, false},
+		{specs.LinuxSeccompArg{Op: specs.OpGreaterEqual, Value: 41}, 40, false},
+		{specs.LinuxSeccompArg{Op: specs.OpMaskedEqual, Value: 0xff, ValueTwo: 40}, 40, true},
+	} {
+		if got := matches(tc.arg, tc.value); got != tc.want {
+			t.Errorf("%+v on %d: %v, want %v", tc.arg, tc.value, got, tc.want)
 		}
 	}
 }

@@ -54,9 +54,9 @@ type CreateRequest struct {
 	Memory    string  `json:"memory,omitempty"`
 	Pids      int64   `json:"pids,omitempty"`
 	// OCIRuntime is the sandbox's OCI runtime (runsc: gVisor; a
-	// RuntimeClass on Kubernetes). When the server has one configured
-	// (oci_runtime), only that one may be named: a request cannot loosen
-	// the operator's isolation.
+	// RuntimeClass on Kubernetes): the server's own (oci_runtime), or one
+	// of those its operator lets requests choose (serve_oci_runtimes), so
+	// a request cannot loosen the operator's isolation.
 	OCIRuntime string `json:"oci_runtime,omitempty"`
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	units "github.com/docker/go-units"
 
@@ -26,6 +27,11 @@ type StarterOptions struct {
 	// Options are added after the request's: an image source, a logger,
 	// an egress observer (WithSandbox), ...
 	Options []sandboxagent.AgentOption
+	// OCIRuntimes are the OCI runtimes (RuntimeClasses on Kubernetes) a
+	// request's oci_runtime may name beside Config.OCIRuntime, which is
+	// every sandbox's otherwise: none by default, so a tenant cannot swap
+	// the runtime an operator chose (on the engine, the cluster or here).
+	OCIRuntimes []string
 }
 
 // NewStarter returns the Starter that sandbox-agent serve uses: the
@@ -37,7 +43,7 @@ func NewStarter(o StarterOptions) Starter {
 		if o.Runtime == nil || o.Driver == nil {
 			return nil, nil, fmt.Errorf("server: NewStarter: Runtime and Driver are required")
 		}
-		opts, err := requestOptions(o.Config, req)
+		opts, err := requestOptions(o.Config, o.OCIRuntimes, req)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -66,7 +72,7 @@ func NewAdopter(o StarterOptions) Adopter {
 		if err := json.Unmarshal(state, &st); err != nil {
 			return nil, nil, fmt.Errorf("%w: stored agent state: %w", sandboxagent.ErrInvalidArgument, err)
 		}
-		opts, err := requestOptions(o.Config, req)
+		opts, err := requestOptions(o.Config, o.OCIRuntimes, req)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -84,7 +90,7 @@ func NewAdopter(o StarterOptions) Adopter {
 }
 
 // requestOptions are the agent options a CreateRequest asks for.
-func requestOptions(base *sandboxagent.Config, req CreateRequest) ([]sandboxagent.AgentOption, error) {
+func requestOptions(base *sandboxagent.Config, ociRuntimes []string, req CreateRequest) ([]sandboxagent.AgentOption, error) {
 	var cfg sandboxagent.Config
 	if base != nil {
 		cfg = *base
@@ -120,12 +126,9 @@ func requestOptions(base *sandboxagent.Config, req CreateRequest) ([]sandboxagen
 	}
 	switch {
 	case req.OCIRuntime == "" || req.OCIRuntime == cfg.OCIRuntime:
-	case cfg.OCIRuntime != "":
-		return nil, fmt.Errorf("%w: oci_runtime %q: this server runs every sandbox under %q", sandboxagent.ErrInvalidArgument, req.OCIRuntime, cfg.OCIRuntime)
+	case !slices.Contains(ociRuntimes, req.OCIRuntime):
+		return nil, fmt.Errorf("%w: oci_runtime %q: this server lets a request choose none but %q (serve_oci_runtimes)", sandboxagent.ErrInvalidArgument, req.OCIRuntime, ociRuntimes)
 	default:
-		if err := sandboxagent.CheckOCIRuntime(req.OCIRuntime); err != nil {
-			return nil, err
-		}
 		cfg.OCIRuntime = req.OCIRuntime
 	}
 	return []sandboxagent.AgentOption{

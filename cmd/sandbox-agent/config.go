@@ -46,6 +46,9 @@ type settings struct {
 	serveTenantMaxTurns  int
 	// serveLeaseTTL: how long a turn's lease outlives a dead replica.
 	serveLeaseTTL time.Duration
+	// serveOCIRuntimes: the OCI runtimes a create request may choose
+	// beside the server's own (oci_runtime).
+	serveOCIRuntimes []string
 }
 
 func defaultSettings() settings {
@@ -84,6 +87,14 @@ var settingsKeys = []configfile.Key[settings]{
 	configfile.Int("serve_tenant_max_agents", 0, func(s *settings, n int64) { s.serveTenantMaxAgents = int(n) }),
 	configfile.Int("serve_tenant_max_turns", 0, func(s *settings, n int64) { s.serveTenantMaxTurns = int(n) }),
 	configfile.Duration("serve_lease_ttl", func(s *settings) *time.Duration { return &s.serveLeaseTTL }),
+	configfile.List("serve_oci_runtimes", "SANDBOX_AGENT_SERVE_OCI_RUNTIMES", func(s *settings) *[]string { return &s.serveOCIRuntimes }, func(names []string) error {
+		for _, n := range names {
+			if err := sandboxagent.CheckOCIRuntime(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}),
 }
 
 // loadConfig reads the library's keys and the command line's from the

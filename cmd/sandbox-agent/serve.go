@@ -54,7 +54,7 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
 	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM)")
 	insecure := fs.Bool("allow-insecure-http", false, "allow listening beyond the loopback without TLS")
-	ociRT := fs.String("oci-runtime", "", "OCI runtime of every sandbox, e.g. runsc for gVisor; create requests may then name no other (default from config key oci_runtime, else the engine's, and a request may name one)")
+	ociRT := fs.String("oci-runtime", "", "OCI runtime of every sandbox, e.g. runsc for gVisor (default from config key oci_runtime, else the engine's); a create request may name another only from serve_oci_runtimes")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -301,7 +301,7 @@ func (a *app) serveStarter(ctx context.Context, noAudit bool, auditRoot, instanc
 	}
 	cfg := a.agentConfig(&agentFlags{noAudit: noAudit, auditRoot: auditRoot})
 	return server.StarterOptions{
-		Runtime: rt, Config: &cfg, Options: append(hooks, sandboxagent.WithOwner(instance)),
+		Runtime: rt, Config: &cfg, Options: append(hooks, sandboxagent.WithOwner(instance)), OCIRuntimes: a.cli.serveOCIRuntimes,
 		Driver: func(ctx context.Context, req server.CreateRequest) (sandboxagent.Driver, func(), error) {
 			if !slices.Contains(drivers.Names(), req.Driver) {
 				return nil, nil, fmt.Errorf("%w: driver %q: want one of %s", sandboxagent.ErrInvalidArgument, req.Driver, strings.Join(drivers.Names(), ", "))

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
 	"strings"
 
@@ -21,20 +22,29 @@ import (
 // and returns its exit code.
 type Stream func(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error)
 
-// exitNoPath is what the copy scripts exit with when the path is missing.
-const exitNoPath = 90
+// What the copy scripts exit with when the path is missing, or there but
+// not open to the user the copy runs as.
+const (
+	exitNoPath   = 90
+	exitNoAccess = 91
+)
 
 // copyInScript extracts stdin into $1. Whatever happens it reads stdin to
 // the end before it exits: a command that exits while the client still
 // sends (a missing folder, a tar that failed) left client-go's exec
 // stream waiting until the copy's timeout.
-const copyInScript = `if cd -- "$1" 2>/dev/null; then tar -x -f - -p; rc=$?; else rc=90; fi
+const copyInScript = `if cd -- "$1" 2>/dev/null; then tar -x -f - -p; rc=$?; elif [ -e "$1" ]; then rc=91; else rc=90; fi
 cat >/dev/null
 exit "$rc"`
 
 // copyOutScript writes a tar of $2 (in folder $1) to stdout, a symlink as
-// itself.
-const copyOutScript = `cd -- "$1" 2>/dev/null || exit 90; { [ -e "$2" ] || [ -L "$2" ]; } || exit 90; exec tar -c -f - --numeric-owner -- "$2"`
+// itself. GNU tar's exit 1 ("file changed as we read it": a live folder)
+// still made a whole archive.
+const copyOutScript = `cd -- "$1" 2>/dev/null || { [ -e "$1" ] && exit 91; exit 90; }
+{ [ -e "$2" ] || [ -L "$2" ]; } || exit 90
+tar -c -f - --numeric-owner -- "$2"; rc=$?
+[ "$rc" = 1 ] && exit 0
+exit "$rc"`
 
 // CopyTo extracts a tar stream into dir with the image's tar, as whoever
 // stream runs commands as (owners in the archive apply only for root).
@@ -47,6 +57,8 @@ func CopyTo(ctx context.Context, stream Stream, where, dir string, tr io.Reader)
 		return fmt.Errorf("copy to %s %s: %w", where, dir, err)
 	case code == exitNoPath:
 		return fmt.Errorf("copy to %s %s: %w", where, dir, sandboxagent.ErrPathNotFound)
+	case code == exitNoAccess:
+		return fmt.Errorf("copy to %s %s: %w (the copy runs as the sandbox's user)", where, dir, fs.ErrPermission)
 	case code != 0:
 		return fmt.Errorf("copy to %s %s: tar exited %d: %s", where, dir, code, strings.TrimSpace(errb.String()))
 	}
@@ -74,6 +86,8 @@ func CopyFrom(ctx context.Context, stream Stream, where, p string) (io.ReadClose
 			pw.CloseWithError(fmt.Errorf("copy from %s %s: %w", where, p, err))
 		case code == exitNoPath:
 			pw.CloseWithError(fmt.Errorf("copy from %s %s: %w", where, p, sandboxagent.ErrPathNotFound))
+		case code == exitNoAccess:
+			pw.CloseWithError(fmt.Errorf("copy from %s %s: %w (the copy runs as the sandbox's user)", where, p, fs.ErrPermission))
 		case code != 0:
 			pw.CloseWithError(fmt.Errorf("copy from %s %s: tar exited %d: %s", where, p, code, strings.TrimSpace(errb.String())))
 		default:

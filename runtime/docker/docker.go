@@ -57,9 +57,11 @@ type Runtime struct {
 	libpod atomic.Pointer[string]
 	// seen: some response arrived, so libpod is known.
 	seen atomic.Bool
-	// gvisor says, per container id, whether it runs under gVisor's runsc:
-	// its copies go through an exec (copyThroughExec).
-	gvisor sync.Map // id → bool
+	// gvisor says, per container id, whether it runs under gVisor's runsc
+	// (underGVisor). Bounded: emptied when it reaches maxGVisorCache (an
+	// entry is one inspect to make again).
+	gvisorMu sync.Mutex
+	gvisor   map[string]bool
 }
 
 var _ sandboxagent.Runtime = (*Runtime)(nil)
@@ -178,6 +180,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 	if err != nil {
 		return "", classify("create container", err, nil)
 	}
+	if _, ok := r.podman(); ok && spec.Runtime != "" {
+		// Podman's compat inspect reports every runtime as "oci": the
+		// hardening check could not see which one ran.
+		return "", fmt.Errorf("create container: %w: OCI runtime %q: choosing one per sandbox is not offered on Podman (set its default runtime in containers.conf)", sandboxagent.ErrUnsupportedByRuntime, spec.Runtime)
+	}
 	init := spec.Init
 	pids := spec.PidsLimit
 	secOpt := securityOpt(spec.NoNewPrivileges, spec.Seccomp)
@@ -245,7 +252,6 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 			return "", fmt.Errorf("create container: place files: %w", err)
 		}
 	}
-	r.gvisor.Store(res.ID, r.isGVisor(ctx, spec.Runtime))
 	return res.ID, nil
 }
 
@@ -392,32 +398,26 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandboxagent.RuntimeE
 	}
 }
 
-// execWatch checks every second that container id still runs, and calls
-// hangUp when it does not: runsc never ends an exec whose sandbox died
-// (seen when the memory limit killed gVisor's kernel: the exec's stream
-// stayed open, the container exited 137). died reports whether it hung
-// up; cancel ends the watch.
+// execWatch waits for container id to stop (the engine's wait API: one
+// request, no polling) and calls hangUp when it does: runsc never ends an
+// exec whose sandbox died (seen when the memory limit killed gVisor's
+// kernel: the exec's stream stayed open, the container exited 137). died
+// reports whether it hung up; cancel ends the watch.
 func (r *Runtime) execWatch(ctx context.Context, id string, hangUp func()) (died func() bool, cancel context.CancelFunc) {
 	ctx, cancel = context.WithCancel(ctx)
 	var gone atomic.Bool
 	go func() {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
+		w := r.cli.ContainerWait(ctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+		select {
+		case <-w.Result:
+		case err := <-w.Error:
+			if ctx.Err() != nil || !cerrdefs.IsNotFound(err) {
+				return // the exec ended, or the engine is gone (the exec says so)
 			}
-			res, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-			if ctx.Err() != nil {
-				return
-			}
-			if cerrdefs.IsNotFound(err) || err == nil && (res.Container.State == nil || !res.Container.State.Running) {
-				gone.Store(true)
-				hangUp()
-				return
-			}
+		}
+		if ctx.Err() == nil {
+			gone.Store(true)
+			hangUp()
 		}
 	}()
 	return gone.Load, cancel
@@ -460,24 +460,46 @@ func (r *Runtime) CopyFrom(ctx context.Context, id, path string) (io.ReadCloser,
 	return res.Content, nil
 }
 
-// underGVisor says whether id runs under gVisor's runsc, decided once per
-// container from its OCI runtime and that runtime's binary. Its files are
-// copied through an exec of tar (the engine's copy API reads the
-// container's root folder on the host, which misses what gVisor keeps in
-// its own kernel: its /tmp is a tmpfs there), and its execs are watched
-// (execWatch).
+// underGVisor says whether id runs under gVisor's runsc, from the OCI
+// runtime the engine recorded for it (its default filled in) and that
+// runtime's binary; decided once per container, and not remembered when
+// the engine could not tell. Its files are copied through an exec of tar
+// (the engine's copy API reads the container's root folder on the host,
+// which misses what gVisor keeps in its own kernel: its /tmp is a tmpfs
+// there), and its execs are watched (execWatch).
 func (r *Runtime) underGVisor(ctx context.Context, id string) bool {
-	if v, ok := r.gvisor.Load(id); ok {
-		return v.(bool)
+	r.gvisorMu.Lock()
+	g, ok := r.gvisor[id]
+	r.gvisorMu.Unlock()
+	if ok {
+		return g
 	}
 	res, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil || res.Container.HostConfig == nil {
-		return false // the copy reports what is wrong
+		return false // the call that follows reports what is wrong
 	}
-	g := r.isGVisor(ctx, res.Container.HostConfig.Runtime)
-	r.gvisor.Store(id, g)
+	name := res.Container.HostConfig.Runtime
+	if name == "" || name == "runc" || name == "crun" {
+		g = false
+	} else {
+		have, err := r.OCIRuntimes(ctx)
+		if err != nil {
+			return false
+		}
+		g = pathpkg.Base(have[name]) == "runsc"
+	}
+	r.gvisorMu.Lock()
+	if r.gvisor == nil || len(r.gvisor) >= maxGVisorCache {
+		r.gvisor = map[string]bool{}
+	}
+	r.gvisor[id] = g
+	r.gvisorMu.Unlock()
 	return g
 }
+
+// maxGVisorCache bounds Runtime.gvisor (a long-running server sees many
+// containers it never removes itself: detached, adopted elsewhere).
+const maxGVisorCache = 4096
 
 // OCIRuntimes are the OCI runtimes the engine was given: name → binary
 // (the engine's default, runc, among them).
@@ -494,15 +516,6 @@ func (r *Runtime) OCIRuntimes(ctx context.Context) (map[string]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// isGVisor says whether the engine's OCI runtime name runs runsc.
-func (r *Runtime) isGVisor(ctx context.Context, name string) bool {
-	if name == "" || name == "runc" || name == "crun" {
-		return false
-	}
-	have, err := r.OCIRuntimes(ctx)
-	return err == nil && pathpkg.Base(have[name]) == "runsc"
 }
 
 // userStream runs commands in id as the container's user, for exectar:
@@ -538,7 +551,6 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 // returns once it is gone. A container that is already gone (or being
 // auto-removed) is not an error.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
-	r.gvisor.Delete(id)
 	_, err := r.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !isGone(err) {
 		return classify("remove container", err, nil)
@@ -548,6 +560,9 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 200*time.Millisecond) {
 		_, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 		if cerrdefs.IsNotFound(err) || containerGone(err) {
+			r.gvisorMu.Lock()
+			delete(r.gvisor, id)
+			r.gvisorMu.Unlock()
 			return nil
 		}
 		if err != nil {
@@ -669,6 +684,12 @@ func seccompOf(opts []string) string {
 		}
 		if !strings.HasPrefix(p, "/") {
 			return sandboxagent.SeccompDigest([]byte(p))
+		}
+		// A file seccompFile named by its content's digest: the name is
+		// what the engine loaded at creation, even if the file has since
+		// been deleted from the cache.
+		if hex, ok := strings.CutPrefix(pathpkg.Base(p), "sha256-"); ok && len(hex) == 64+len(".json") && strings.HasSuffix(hex, ".json") {
+			return "sha256:" + strings.TrimSuffix(hex, ".json")
 		}
 		f, err := os.Open(p)
 		if err != nil {

@@ -299,11 +299,10 @@ func (r *Runtime) podmanExtraHosts(ctx context.Context, hosts []string) error {
 // sockets are bind-mounted from it too). The file is named by the
 // profile's digest in this user's cache folder and written once.
 func seccompFile(profile []byte) (string, error) {
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("seccomp profile file: %w", err)
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("sandbox-agent-seccomp-%d", os.Getuid()))
+	if cache, err := os.UserCacheDir(); err == nil { // else a service without HOME
+		dir = filepath.Join(cache, "sandbox-agent", "seccomp")
 	}
-	dir := filepath.Join(cache, "sandbox-agent", "seccomp")
 	name := filepath.Join(dir, strings.ReplaceAll(sandboxagent.SeccompDigest(profile), ":", "-")+".json")
 	if old, err := os.ReadFile(name); err == nil && bytes.Equal(old, profile) {
 		return name, nil

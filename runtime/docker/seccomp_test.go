@@ -42,11 +42,21 @@ func TestSeccompReadBack(t *testing.T) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
-	// A file changed after it was written no longer matches.
-	if err := os.WriteFile(file, []byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`), 0o644); err != nil {
+	// The engine loaded the profile at creation, by a name that is its
+	// digest: a cache emptied since (or a file changed) does not change
+	// what the sandbox runs under.
+	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}
-	if got := seccompOf([]string{"seccomp=" + file}); got == want {
-		t.Error("a changed profile file reads back as ours")
+	if got := seccompOf([]string{"seccomp=" + file}); got != want {
+		t.Errorf("our profile file deleted: %q, want %q from its name", got, want)
+	}
+	// Another file is read (and digested) as it is now.
+	other := filepath.Join(t.TempDir(), "profile.json")
+	if err := os.WriteFile(other, []byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := seccompOf([]string{"seccomp=" + other}); got == want || got != sandboxagent.SeccompDigest([]byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`)) {
+		t.Errorf("another profile file reads back as %q", got)
 	}
 }
