@@ -203,9 +203,24 @@ func TestInspectorBrowser(t *testing.T) {
 	}
 
 	waitFor("the agent idle in the list", 15*time.Second, func(s pageState) bool { return s.AgentStatus == "idle" })
-	do("open turn 1", 30*time.Second, chromedp.Click(chromedp.CSS(`#turns .turn[data-turn="1"]`)))
+	// The lists re-render as they refresh: chromedp's Click (find the
+	// node, then click it) can be handed a node already replaced ("Could
+	// not find node with given id"). Click what the selector matches at
+	// that moment instead.
+	clickNow := func(sel string) chromedp.Action[chromedp.Void] {
+		return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+			js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true })()`, sel)
+			ok, err := chromedp.Evaluate[bool](js)(ctx, tg)
+			if err == nil && !ok {
+				err = fmt.Errorf("nothing on the page matches %s", sel)
+			}
+			return chromedp.Void{}, err
+		}
+	}
+	turn1, session := `#turns .turn[data-turn="1"]`, `#sessions .session`
+	do("open turn 1", 30*time.Second, chromedp.WaitVisible(chromedp.CSS(turn1)), clickNow(turn1))
 	waitFor("turn 1's events", 15*time.Second, func(s pageState) bool { return s.TurnDetail > 0 })
-	do("open the session", 30*time.Second, chromedp.Click(chromedp.CSS(`#sessions .session`)))
+	do("open the session", 30*time.Second, chromedp.WaitVisible(chromedp.CSS(session)), clickNow(session))
 	waitFor("the session's events from the audit trail", 15*time.Second, func(s pageState) bool { return s.SessionEvents > 0 })
 }
 
