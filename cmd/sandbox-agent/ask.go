@@ -118,6 +118,18 @@ func (a *app) agentConfig(f *agentFlags) sandboxagent.Config {
 	return cfg
 }
 
+// useOCIRuntime applies an --oci-runtime flag ("": the config's) to every
+// sandbox the command starts.
+func (a *app) useOCIRuntime(name string) error {
+	if err := sandboxagent.CheckOCIRuntime(name); err != nil {
+		return fmt.Errorf("--oci-runtime: %w", err)
+	}
+	if name != "" {
+		a.cfg.OCIRuntime = name
+	}
+	return nil
+}
+
 // sandboxHooks are the options every agent the command line starts gets
 // beside its own (ask's flags, serve's request): the image source and the
 // egress denials printed on stderr.

@@ -64,11 +64,8 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	if fs.NArg() > 0 {
 		return a.fail(fmt.Errorf("serve: unexpected argument %q", fs.Arg(0)))
 	}
-	if err := sandboxagent.CheckOCIRuntime(*ociRT); err != nil {
-		return a.fail(fmt.Errorf("serve: --oci-runtime: %w", err))
-	}
-	if *ociRT != "" {
-		a.cfg.OCIRuntime = *ociRT
+	if err := a.useOCIRuntime(*ociRT); err != nil {
+		return a.fail(fmt.Errorf("serve: %w", err))
 	}
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return a.fail(fmt.Errorf("%w: serve: --tls-cert and --tls-key go together", sandboxagent.ErrInvalidArgument))

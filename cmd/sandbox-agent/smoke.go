@@ -47,11 +47,8 @@ func runSmoke(ctx context.Context, a *app, args []string) int {
 	if err := sandboxagent.CheckAllowHosts(allow); err != nil {
 		return a.fail(fmt.Errorf("smoke: --allow-host: %w", err))
 	}
-	if err := sandboxagent.CheckOCIRuntime(*ociRT); err != nil {
-		return a.fail(fmt.Errorf("smoke: --oci-runtime: %w", err))
-	}
-	if *ociRT != "" {
-		a.cfg.OCIRuntime = *ociRT
+	if err := a.useOCIRuntime(*ociRT); err != nil {
+		return a.fail(fmt.Errorf("smoke: %w", err))
 	}
 	if egress == sandboxagent.EgressOpen {
 		fmt.Fprintln(a.stderr, "sandbox-agent: warning: egress open: the agents can reach the internet and the host's services")

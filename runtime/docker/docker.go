@@ -290,6 +290,7 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (sandboxagent.Containe
 		st.NoNewPrivileges = noNewPrivileges(h.SecurityOpt)
 		st.Seccomp = seccompOf(h.SecurityOpt)
 		st.Runtime = h.Runtime
+		r.noteGVisor(ctx, id, h.Runtime) // the hardening check's inspect spares the first exec one
 		st.ReadonlyRootfs = h.ReadonlyRootfs
 		st.Init = h.Init != nil && *h.Init
 		if h.PidsLimit != nil {
@@ -478,10 +479,18 @@ func (r *Runtime) underGVisor(ctx context.Context, id string) bool {
 	if err != nil || res.Container.HostConfig == nil {
 		return false // the call that follows reports what is wrong
 	}
-	name := res.Container.HostConfig.Runtime
-	if name == "" || name == "runc" || name == "crun" {
-		g = false
-	} else {
+	return r.noteGVisor(ctx, id, res.Container.HostConfig.Runtime)
+}
+
+// noteGVisor decides and remembers whether id, recorded by the engine as
+// running under the OCI runtime name, runs under runsc (not remembered
+// when the engine cannot list its runtimes).
+func (r *Runtime) noteGVisor(ctx context.Context, id, name string) bool {
+	g := false
+	// Podman records every runtime as "oci" and is offered none (Create):
+	// asking its /info (seconds) would only say so.
+	_, podman := r.podman()
+	if !podman && name != "" && name != "runc" && name != "crun" {
 		have, err := r.OCIRuntimes(ctx)
 		if err != nil {
 			return false
