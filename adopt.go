@@ -7,7 +7,6 @@ package sandboxagent
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -314,8 +313,8 @@ func (a *Agent) resumeAudit(session string) {
 		return
 	}
 	st := &sessionState{created: r.Date, lines: r.Lines}
-	if r.Status != nil && json.Unmarshal(r.Status, &st.status) != nil {
-		st.status = sessionStatus{}
+	if r.Status != nil {
+		st.status = *r.Status
 	}
 	a.sessions[session] = st
 }

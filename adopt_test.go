@@ -17,8 +17,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sandbox-agent/sandbox-agent/audit"
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
+	"github.com/sandbox-agent/sandbox-agent/seccomp"
 )
 
 // adoptRuntime is a fake engine for adoption: forward.pl answers with the
@@ -130,8 +132,8 @@ func TestAdoptContinuesTheAgent(t *testing.T) {
 		st.Egress != EgressModel || st.LongLived || st.Started.IsZero() {
 		t.Fatalf("state %+v", st)
 	}
-	if rt.created[0].Labels[LabelOwner] != "server-1" {
-		t.Errorf("owner label %q", rt.created[0].Labels[LabelOwner])
+	if rt.created[0].Labels[labelOwner] != "server-1" {
+		t.Errorf("owner label %q", rt.created[0].Labels[labelOwner])
 	}
 	b, err := json.Marshal(st)
 	if err != nil {
@@ -205,7 +207,7 @@ func TestAdoptContinuesTheAgent(t *testing.T) {
 	if r2.AuditDir != r1.AuditDir {
 		t.Errorf("audit folder %s, then %s", r1.AuditDir, r2.AuditDir)
 	}
-	var status sessionStatus
+	var status audit.Status
 	data, _ := os.ReadFile(filepath.Join(r2.AuditDir, "status.json"))
 	if err := json.Unmarshal(data, &status); err != nil || len(status.Turns) != 2 || status.Turns[1].Turn != 2 || status.Turns[1].FirstLine != 3 {
 		t.Errorf("status.json %s", data)
@@ -284,10 +286,10 @@ func TestAdoptRefuses(t *testing.T) {
 	// A sandbox of an older sandbox-agent: its own profile, named by the
 	// label set at its creation, adopts; the engine's default or a profile
 	// the label does not name is refused.
-	older := SeccompDigest([]byte(`{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[]}`))
+	older := seccomp.Digest([]byte(`{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[]}`))
 	if err := adopt(&adoptRuntime{fakeRuntime: rt.fakeRuntime, mod: func(s *ContainerState) {
 		s.Seccomp, s.Labels = older, maps.Clone(s.Labels)
-		s.Labels[LabelSeccomp] = older
+		s.Labels[labelSeccomp] = older
 	}}, st); err != nil {
 		t.Errorf("an older profile of ours: %v", err)
 	}
@@ -339,7 +341,7 @@ func TestAdoptRefuses(t *testing.T) {
 // and removes a stopped one; --all removes it.
 func TestGCKeepsOwnedSandboxes(t *testing.T) {
 	host, _ := os.Hostname()
-	labels := map[string]string{LabelManaged: "true", LabelHost: host, LabelPID: "999999999", LabelOwner: "srv-a"}
+	labels := map[string]string{LabelManaged: "true", LabelHost: host, LabelPID: "999999999", labelOwner: "srv-a"}
 	rt := &fakeRuntime{list: []ContainerState{
 		{ID: "run", Running: true, Status: StatusRunning, Labels: labels},
 		{ID: "stopped", Status: StatusExited, Labels: labels},

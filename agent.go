@@ -142,7 +142,7 @@ func WithResources(memoryBytes, pids int64) AgentOption {
 	return func(o *agentOptions) { o.memoryBytes, o.pids = memoryBytes, pids }
 }
 
-// WithOwner labels the sandbox (LabelOwner) as owned by a server's stable
+// WithOwner labels the sandbox (labelOwner) as owned by a server's stable
 // instance identity (a valid label value: up to 63 letters, digits, '-',
 // '_' and '.', starting and ending alphanumeric). GC keeps a running
 // sandbox with an owner, whatever becomes of the process that started
@@ -202,6 +202,29 @@ func applyOptions(opts []AgentOption) (agentOptions, Config) {
 		cfg = o.cfg.withDefaults()
 	}
 	return o, cfg
+}
+
+// SandboxOptionsOf is what opts ask of the sandbox Start makes — its
+// configuration (defaults filled in), resources, environment, and
+// WithSandbox's adjustments; the image, egress and proxies are Start's to
+// decide. A pool checks it (no fixed name, the keepalive).
+func SandboxOptionsOf(opts ...AgentOption) SandboxOptions {
+	o, cfg := applyOptions(opts)
+	return o.sandboxOptions(cfg, "", "", nil)
+}
+
+func (o *agentOptions) sandboxOptions(cfg Config, image string, egress Egress, allow []string) SandboxOptions {
+	s := SandboxOptions{
+		Image: image, Config: cfg, Egress: egress, AllowHosts: allow, Network: o.network, WorkDir: o.workdir,
+		Env: o.env, MemoryBytes: o.memoryBytes, PidsLimit: o.pids,
+	}
+	if o.owner != "" {
+		s.Labels = map[string]string{labelOwner: o.owner}
+	}
+	if o.sandbox != nil {
+		o.sandbox(&s)
+	}
+	return s
 }
 
 // Start starts a sandbox for drv's CLI on rt and installs the CLI's
@@ -274,16 +297,7 @@ func newAgent(drv Driver, o agentOptions, cfg Config, image string, egress Egres
 	if a.log == nil {
 		a.log = slog.Default()
 	}
-	sopts := SandboxOptions{
-		Image: image, Config: cfg, Egress: egress, AllowHosts: allow, Network: o.network, WorkDir: o.workdir,
-		Env: o.env, MemoryBytes: o.memoryBytes, PidsLimit: o.pids,
-	}
-	if o.owner != "" {
-		sopts.Labels = map[string]string{LabelOwner: o.owner}
-	}
-	if o.sandbox != nil {
-		o.sandbox(&sopts)
-	}
+	sopts := o.sandboxOptions(cfg, image, egress, allow)
 	if st.SandboxName != "" {
 		sopts.Name = st.SandboxName
 	}

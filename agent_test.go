@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/audit"
 )
 
 // fakeDriver speaks a toy JSON-lines protocol:
@@ -160,7 +162,7 @@ func TestAgentTurnsEventsAndAudit(t *testing.T) {
 	if got := jsonInts(lines); got != "[1,2,3,0,4,5,6,0]" {
 		t.Errorf("event lines %s", got)
 	}
-	var st sessionStatus
+	var st audit.Status
 	b, _ := os.ReadFile(filepath.Join(dir, "status.json"))
 	if err := json.Unmarshal(b, &st); err != nil || len(st.Turns) != 2 || st.Turns[1].FirstLine != 4 || st.Turns[1].LastLine != 6 || st.Driver != "claude" {
 		t.Errorf("status %s (%v)", b, err)

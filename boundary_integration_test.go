@@ -218,7 +218,7 @@ func TestIntegrationSeccompOrdinaryWork(t *testing.T) {
 	}
 	sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{Image: img})
 	ctx := ctxT(t)
-	if st, err := sb.Inspect(ctx); err != nil || st.Seccomp != sandboxagent.SeccompDigest(seccomp.Profile()) {
+	if st, err := sb.Inspect(ctx); err != nil || st.Seccomp != seccomp.Digest(seccomp.Profile()) {
 		t.Fatalf("seccomp %q %v, want sandbox-agent's profile", st.Seccomp, err)
 	}
 	for _, tc := range []struct {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
+	"github.com/sandbox-agent/sandbox-agent/internal/errdefs"
 )
 
 // Sentinel errors callers branch on with errors.Is.
@@ -17,24 +18,24 @@ var (
 	// auto-removed).
 	ErrContainerNotFound = errors.New("container not found")
 	// ErrPathNotFound: a path asked for inside the container does not exist.
-	ErrPathNotFound = errors.New("path not found in container")
+	ErrPathNotFound = errdefs.PathNotFound
 	// ErrClosed: the sandbox was closed.
 	ErrClosed = errors.New("sandbox closed")
 	// ErrTimeout: an operation ran past its timeout.
 	ErrTimeout = errors.New("timeout")
 	// ErrUnsafeArchive: a download carried something that could escape the
 	// destination (see safetar for the policy).
-	ErrUnsafeArchive = errors.New("unsafe archive")
+	ErrUnsafeArchive = errdefs.UnsafeArchive
 	// ErrOutputLimit: a turn's CLI output passed one of Config.Limits
 	// (lines, events, their bytes, audit bytes); the turn was ended and
 	// what was dropped is recorded in the audit trail.
 	ErrOutputLimit = errors.New("turn output limit")
 	// ErrLimitExceeded: a download or output cap was hit.
-	ErrLimitExceeded = errors.New("limit exceeded")
+	ErrLimitExceeded = errdefs.LimitExceeded
 	// ErrHardening: a hardening setting did not stick on the engine.
 	ErrHardening = errors.New("hardening setting not applied")
 	// ErrInvalidArgument: the caller passed something unusable.
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = errdefs.InvalidArgument
 	// ErrOutOfMemory: the OOM killer killed a process of the sandbox (see
 	// ResourceError).
 	ErrOutOfMemory = errors.New("out of memory")
@@ -42,7 +43,7 @@ var (
 	// ResourceError).
 	ErrPidsLimit = errors.New("process limit reached")
 	// ErrDestinationExists: a download would replace something it must not.
-	ErrDestinationExists = errors.New("destination exists")
+	ErrDestinationExists = errdefs.DestinationExists
 	// ErrNetwork: the sandbox's boundary (the relay to the host's model
 	// and egress proxies) could not be set up.
 	ErrNetwork = boundary.ErrNetwork

@@ -47,9 +47,9 @@ type ExecResult struct {
 	Duration  time.Duration
 }
 
-// ExitCodeTimeout is the exit code reported for a command that timed out,
-// as coreutils timeout does.
-const ExitCodeTimeout = 124
+// exitCodeTimeout is the exit code reported for a command that timed out,
+// as coreutils timeout does (ExecResult.TimedOut says it for sure).
+const exitCodeTimeout = 124
 
 // execTagVar marks every process of one exec (the variable is inherited by
 // all descendants), so a timeout can find and kill the whole tree even
@@ -185,7 +185,7 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 		detach()
 		<-done
 	}
-	res := result(ExitCodeTimeout)
+	res := result(exitCodeTimeout)
 	res.TimedOut = true
 	if killErr != nil {
 		return res, fmt.Errorf("exec %q timed out and its processes could not all be killed: %w", req.Cmd[0], killErr)

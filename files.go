@@ -1,20 +1,16 @@
 package sandboxagent
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
-	"strings"
-	"sync"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
+	"github.com/sandbox-agent/sandbox-agent/internal/transfer"
 	"github.com/sandbox-agent/sandbox-agent/safetar"
 )
 
@@ -30,128 +26,40 @@ type DownloadReport struct {
 	SkippedOmitted int
 }
 
-// cleanContainerPath validates an absolute container path.
-func cleanContainerPath(p string) (string, error) {
-	if p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
-		return "", fmt.Errorf("%w: container path must be absolute: %q", ErrInvalidArgument, p)
-	}
-	p = path.Clean(p)
-	if p == "/" {
-		return "", fmt.Errorf("%w: container path must not be /", ErrInvalidArgument)
-	}
-	return p, nil
-}
-
-func (s *Sandbox) copyCtx(ctx context.Context) (context.Context, context.CancelFunc, error) {
+// copying runs a copy under the copy timeout (Config.Timeouts.Copy).
+func (s *Sandbox) copying(ctx context.Context, copy func(context.Context, transfer.Sandbox) error) error {
 	if s.isClosed() {
-		return nil, nil, ErrClosed
+		return ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeouts.Copy)
-	return ctx, cancel, nil
+	defer cancel()
+	return copy(ctx, files{s})
 }
 
-// copyIn puts a tar whose top entry is base(dst) into dir(dst), creating
-// the parent directory when it is missing.
-func (s *Sandbox) copyIn(ctx context.Context, dst string, body func() io.Reader) error {
-	dir := path.Dir(dst)
-	copyTo := func() error {
-		r := body()
-		err := s.rt.CopyTo(ctx, s.id, dir, r)
-		// A runtime that stopped reading early (the folder was missing)
-		// must not leave the packer blocked on its pipe.
-		if c, ok := r.(io.Closer); ok {
-			c.Close()
-		}
-		return err
-	}
-	err := copyTo()
-	if errors.Is(err, ErrPathNotFound) {
-		res, xerr := s.Run(ctx, ExecRequest{Cmd: []string{"mkdir", "-p", "--", dir}})
-		if xerr != nil {
-			return xerr
-		}
-		if res.ExitCode != 0 {
-			return fmt.Errorf("create %s in sandbox: %s", dir, bytes.TrimSpace(res.Stderr))
-		}
-		err = copyTo()
+// files is the sandbox as package transfer sees it.
+type files struct{ s *Sandbox }
+
+func (f files) CopyTo(ctx context.Context, dir string, r io.Reader) error {
+	return f.s.rt.CopyTo(ctx, f.s.id, dir, r)
+}
+
+func (f files) CopyFrom(ctx context.Context, path string) (io.ReadCloser, error) {
+	return f.s.rt.CopyFrom(ctx, f.s.id, path)
+}
+
+func (f files) Mkdir(ctx context.Context, dir string) error {
+	res, err := f.s.Run(ctx, ExecRequest{Cmd: []string{"mkdir", "-p", "--", dir}})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("create %s in sandbox: %s", dir, bytes.TrimSpace(res.Stderr))
 	}
 	return err
 }
 
-// Upload copies a host file or directory to the container path dst (the
-// path the copy will have, not its parent). Host symlinks are copied as
-// symlinks.
-func (s *Sandbox) Upload(ctx context.Context, src, dst string) error {
-	dst, err := cleanContainerPath(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Lstat(src); err != nil {
-		return fmt.Errorf("%w: upload source: %w", ErrInvalidArgument, err)
-	}
-	ctx, cancel, err := s.copyCtx(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	owner, err := s.fileOwner(ctx)
-	if err != nil {
-		return err
-	}
-	// Packing streams through a pipe, so a large tree is never held in
-	// memory; a retry after mkdir packs again.
-	var mu sync.Mutex
-	var packErr error
-	body := func() io.Reader {
-		pr, pw := io.Pipe()
-		go func() {
-			err := safetar.Pack(ctx, pw, src, path.Base(dst), owner)
-			if err != nil && !errors.Is(err, io.ErrClosedPipe) { // closed: the runtime stopped reading
-				mu.Lock()
-				packErr = err
-				mu.Unlock()
-			}
-			pw.CloseWithError(err)
-		}()
-		return pr
-	}
-	if err := s.copyIn(ctx, dst, body); err != nil {
-		mu.Lock()
-		defer mu.Unlock()
-		if packErr != nil {
-			err = packErr
-		}
-		return fmt.Errorf("upload %s to %s: %w", src, dst, err)
-	}
-	return nil
-}
-
-// WriteFile writes data to a container file (parents created as needed).
-func (s *Sandbox) WriteFile(ctx context.Context, name string, data []byte, mode fs.FileMode) error {
-	name, err := cleanContainerPath(name)
-	if err != nil {
-		return err
-	}
-	ctx, cancel, err := s.copyCtx(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	owner, err := s.fileOwner(ctx)
-	if err != nil {
-		return err
-	}
-	body := func() io.Reader { return safetar.OneFile("", path.Base(name), data, mode, owner) }
-	if err := s.copyIn(ctx, name, body); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	return nil
-}
-
-// fileOwner is the numeric uid and gid of the sandbox's user, looked up
+// Owner is the numeric uid and gid of the sandbox's user, looked up
 // once: engines extract uploads with the archive's ids, and files must
 // belong to the user the CLI runs as so it can rewrite them.
-func (s *Sandbox) fileOwner(ctx context.Context) (safetar.Owner, error) {
+func (f files) Owner(ctx context.Context) (safetar.Owner, error) {
+	s := f.s
 	s.ownerMu.Lock()
 	defer s.ownerMu.Unlock()
 	if s.owner != nil {
@@ -169,45 +77,35 @@ func (s *Sandbox) fileOwner(ctx context.Context) (safetar.Owner, error) {
 	return o, nil
 }
 
+func (s *Sandbox) limits() safetar.Limits {
+	return safetar.Limits{MaxBytes: s.cfg.MaxDownloadBytes, MaxEntries: s.cfg.MaxDownloadEntries, MaxDepth: s.cfg.MaxDownloadDepth}
+}
+
+// Upload copies a host file or directory to the container path dst (the
+// path the copy will have, not its parent). Host symlinks are copied as
+// symlinks. A large tree streams; it is never held in memory.
+func (s *Sandbox) Upload(ctx context.Context, src, dst string) error {
+	return s.copying(ctx, func(ctx context.Context, f transfer.Sandbox) error { return transfer.Upload(ctx, f, src, dst) })
+}
+
+// WriteFile writes data to a container file (parents created as needed).
+func (s *Sandbox) WriteFile(ctx context.Context, name string, data []byte, mode fs.FileMode) error {
+	return s.copying(ctx, func(ctx context.Context, f transfer.Sandbox) error {
+		return transfer.WriteFile(ctx, f, name, data, mode)
+	})
+}
+
 // ReadFile returns the contents of one regular container file, at most
 // max bytes (zero: the download byte cap).
-func (s *Sandbox) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
-	name, err := cleanContainerPath(name)
-	if err != nil {
-		return nil, err
-	}
+func (s *Sandbox) ReadFile(ctx context.Context, name string, max int64) (data []byte, err error) {
 	if max <= 0 {
 		max = s.cfg.MaxDownloadBytes
 	}
-	ctx, cancel, err := s.copyCtx(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer cancel()
-	rc, err := s.rt.CopyFrom(ctx, s.id, name)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	defer rc.Close()
-	tr := tar.NewReader(rc)
-	hdr, err := tr.Next()
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w: %w", name, ErrUnsafeArchive, err)
-	}
-	if hdr.Typeflag != tar.TypeReg {
-		return nil, fmt.Errorf("read %s: %w: not a regular file", name, ErrInvalidArgument)
-	}
-	if hdr.Size > max {
-		return nil, fmt.Errorf("read %s: %w: %d bytes, cap %d", name, ErrLimitExceeded, hdr.Size, max)
-	}
-	data, err := io.ReadAll(io.LimitReader(tr, hdr.Size))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	if int64(len(data)) != hdr.Size {
-		return nil, fmt.Errorf("read %s: %w: truncated archive", name, ErrUnsafeArchive)
-	}
-	return data, nil
+	err = s.copying(ctx, func(ctx context.Context, f transfer.Sandbox) error {
+		data, err = transfer.ReadFile(ctx, f, name, max)
+		return err
+	})
+	return data, err
 }
 
 // Download copies a container file or directory to the host. dst is the
@@ -217,73 +115,14 @@ func (s *Sandbox) ReadFile(ctx context.Context, name string, max int64) ([]byte,
 // fresh staging directory beside the destination and renamed into place,
 // so a failed download leaves nothing behind. An existing regular file at
 // the destination is replaced; an existing directory is not merged into.
-func (s *Sandbox) Download(ctx context.Context, src, dst string) (DownloadReport, error) {
-	src, err := cleanContainerPath(src)
-	if err != nil {
-		return DownloadReport{}, err
-	}
-	if dst == "" {
-		return DownloadReport{}, fmt.Errorf("%w: empty download destination", ErrInvalidArgument)
-	}
-	final := filepath.Clean(dst)
-	if fi, err := os.Stat(final); err == nil && fi.IsDir() {
-		final = filepath.Join(final, path.Base(src))
-	}
-	if fi, err := os.Lstat(final); err == nil && fi.IsDir() {
-		return DownloadReport{}, fmt.Errorf("download %s: %w: %s is a directory", src, ErrDestinationExists, final)
-	}
-	parent := filepath.Dir(final)
-	if fi, err := os.Stat(parent); err != nil || !fi.IsDir() {
-		return DownloadReport{}, fmt.Errorf("%w: download destination's parent %s is not a directory", ErrInvalidArgument, parent)
-	}
-
-	ctx, cancel, err := s.copyCtx(ctx)
-	if err != nil {
-		return DownloadReport{}, err
-	}
-	defer cancel()
-	rc, err := s.rt.CopyFrom(ctx, s.id, src)
-	if err != nil {
-		return DownloadReport{}, fmt.Errorf("download %s: %w", src, err)
-	}
-	defer rc.Close()
-
-	staging, err := os.MkdirTemp(parent, ".sandbox-agent-download-")
-	if err != nil {
-		return DownloadReport{}, fmt.Errorf("download %s: staging: %w", src, err)
-	}
-	defer os.RemoveAll(staging)
-	top := path.Base(src)
-	rep, err := safetar.Extract(ctx, rc, staging, top, safetar.Limits{
-		MaxBytes: s.cfg.MaxDownloadBytes, MaxEntries: s.cfg.MaxDownloadEntries, MaxDepth: s.cfg.MaxDownloadDepth,
+func (s *Sandbox) Download(ctx context.Context, src, dst string) (rep DownloadReport, err error) {
+	err = s.copying(ctx, func(ctx context.Context, f transfer.Sandbox) error {
+		r, err := transfer.Download(ctx, f, src, dst, s.limits())
+		rep = DownloadReport(r)
+		return err
 	})
-	report := DownloadReport{Path: final, Files: rep.Files, Dirs: rep.Dirs, Bytes: rep.Bytes, Skipped: rep.Skipped, SkippedOmitted: rep.SkippedOmitted}
-	if err != nil {
-		return report, fmt.Errorf("download %s: %w", src, archiveErr(err))
-	}
-	if _, err := os.Lstat(filepath.Join(staging, top)); err != nil {
-		return report, fmt.Errorf("download %s: %w: nothing to copy (the source is a symlink or special file; skipped)", src, ErrUnsafeArchive)
-	}
-	if err := os.Rename(filepath.Join(staging, top), final); err != nil {
-		return report, fmt.Errorf("download %s: publish: %w", src, err)
-	}
-	return report, nil
+	return rep, err
 }
-
-// archiveErr adds our sentinels to safetar's rejections.
-func archiveErr(err error) error {
-	switch {
-	case errors.Is(err, safetar.ErrLimit):
-		return fmt.Errorf("%w: %w", ErrLimitExceeded, err)
-	case errors.Is(err, safetar.ErrUnsafe), errors.Is(err, safetar.ErrTruncated):
-		return fmt.Errorf("%w: %w", ErrUnsafeArchive, err)
-	}
-	return err
-}
-
-// uploadTop is the one top-level name an UploadTar archive is re-rooted
-// under while it is checked.
-const uploadTop = "upload"
 
 // UploadTar extracts the tar stream r at the container directory dst
 // (created when missing). The archive is checked on the host first, by
@@ -292,25 +131,12 @@ const uploadTop = "upload"
 // staging directory that is then uploaded: a rejected archive
 // (ErrUnsafeArchive, ErrLimitExceeded) leaves nothing in the sandbox. The
 // report lists the entries left out (links, devices, ...).
-func (s *Sandbox) UploadTar(ctx context.Context, dst string, r io.Reader) (safetar.Report, error) {
-	dst, err := cleanContainerPath(dst)
-	if err != nil {
-		return safetar.Report{}, err
-	}
-	staging, err := os.MkdirTemp("", "sandbox-agent-upload-")
-	if err != nil {
-		return safetar.Report{}, err
-	}
-	defer os.RemoveAll(staging)
-	body := safetar.Reroot(r, uploadTop)
-	rep, err := safetar.Extract(ctx, body, staging, uploadTop, safetar.Limits{
-		MaxBytes: s.cfg.MaxDownloadBytes, MaxEntries: s.cfg.MaxDownloadEntries, MaxDepth: s.cfg.MaxDownloadDepth,
+func (s *Sandbox) UploadTar(ctx context.Context, dst string, r io.Reader) (rep safetar.Report, err error) {
+	err = s.copying(ctx, func(ctx context.Context, f transfer.Sandbox) error {
+		rep, err = transfer.UploadTar(ctx, f, dst, r, s.limits())
+		return err
 	})
-	body.Close() // a rejected stream must not leave its rewriter blocked
-	if err != nil {
-		return rep, fmt.Errorf("upload tar to %s: %w", dst, archiveErr(err))
-	}
-	return rep, s.Upload(ctx, filepath.Join(staging, uploadTop), dst)
+	return rep, err
 }
 
 // DownloadTar copies the container file or directory src out as a tar
@@ -324,10 +150,6 @@ func (s *Sandbox) UploadTar(ctx context.Context, dst string, r io.Reader) (safet
 // A packing failure is the reader's error: the stream is then cut, not
 // short and well-formed.
 func (s *Sandbox) DownloadTar(ctx context.Context, src string) (io.ReadCloser, DownloadReport, error) {
-	src, err := cleanContainerPath(src)
-	if err != nil {
-		return nil, DownloadReport{}, err
-	}
 	staging, err := os.MkdirTemp("", "sandbox-agent-download-")
 	if err != nil {
 		return nil, DownloadReport{}, err
@@ -338,5 +160,5 @@ func (s *Sandbox) DownloadTar(ctx context.Context, src string) (io.ReadCloser, D
 		return nil, rep, err
 	}
 	// The staged tree holds only regular files and directories.
-	return safetar.PackStaged(ctx, rep.Path, path.Base(src), staging), rep, nil
+	return safetar.PackStaged(ctx, rep.Path, filepath.Base(rep.Path), staging), rep, nil
 }

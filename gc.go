@@ -15,7 +15,7 @@ type GCOptions struct {
 	// All removes every sandbox of ours, including ones whose owner is
 	// still running. Without it GC removes sandboxes that stopped, and
 	// running ones whose owner process on this host is gone, unless a
-	// server owns them (LabelOwner): it may be restarting to adopt them.
+	// server owns them (labelOwner): it may be restarting to adopt them.
 	All bool
 	// DryRun reports without removing.
 	DryRun bool
@@ -56,11 +56,11 @@ func GC(ctx context.Context, rt Runtime, opts GCOptions) (GCResult, error) {
 		switch {
 		case opts.All:
 			e.Reason = "--all"
-		case c.Labels[LabelOwner] != "" && c.Running:
-			e.Reason = "owned by server " + c.Labels[LabelOwner]
+		case c.Labels[labelOwner] != "" && c.Running:
+			e.Reason = "owned by server " + c.Labels[labelOwner]
 			res.Kept = append(res.Kept, e)
 			continue
-		case c.Labels[LabelOwner] != "" && c.Status != StatusCreated:
+		case c.Labels[labelOwner] != "" && c.Status != StatusCreated:
 			e.Reason = "not running (" + string(c.Status) + ")"
 		case sameHost && boundary.ProcessAlive(c.Labels[LabelPID]):
 			e.Reason = "owner process " + c.Labels[LabelPID] + " is alive"

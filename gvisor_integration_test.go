@@ -32,7 +32,7 @@ func TestIntegrationGVisor(t *testing.T) {
 	sb := testenv.Sandbox(t, rt, sandboxagent.SandboxOptions{Image: img, OCIRuntime: runsc})
 	ctx := ctxT(t)
 	st, err := sb.Inspect(ctx)
-	if err != nil || st.Runtime != runsc || st.Seccomp != sandboxagent.SeccompDigest(seccomp.Profile()) {
+	if err != nil || st.Runtime != runsc || st.Seccomp != seccomp.Digest(seccomp.Profile()) {
 		t.Fatalf("Inspect: runtime %q seccomp %q %v; want %s and sandbox-agent's profile", st.Runtime, st.Seccomp, err, runsc)
 	}
 	host, err := os.ReadFile("/proc/sys/kernel/osrelease")

@@ -124,7 +124,7 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 		if abortBy == nil {
 			return result(0)
 		}
-		res := result(ExitCodeTimeout)
+		res := result(exitCodeTimeout)
 		res.TimedOut = true
 		return res
 	}
@@ -133,7 +133,7 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 	kill := func() ExecResult {
 		s.Stop()
 		a.srv.Store(nil)
-		res := result(ExitCodeTimeout)
+		res := result(exitCodeTimeout)
 		res.TimedOut = true
 		return res
 	}

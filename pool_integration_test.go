@@ -14,6 +14,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+	"github.com/sandbox-agent/sandbox-agent/pool"
 )
 
 // doneDriver is driver name against a fake model of its own whose empty
@@ -65,7 +66,7 @@ const poolLabel = "sandbox-agent.test-pool"
 func TestIntegrationPool(t *testing.T) {
 	rt := testenv.Runtime(t)
 	drv, opts, mine := poolAgent(t)
-	p, err := sandboxagent.NewPool(rt, drv, 2, opts...)
+	p, err := pool.New(rt, drv, 2, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func BenchmarkAgentStart(b *testing.B) {
 		}
 	})
 	b.Run("pool", func(b *testing.B) {
-		p, err := sandboxagent.NewPool(rt, drv, 1, opts...)
+		p, err := pool.New(rt, drv, 1, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}

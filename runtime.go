@@ -1,11 +1,7 @@
 package sandboxagent
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"io"
 	"io/fs"
 	"time"
@@ -134,7 +130,7 @@ type ContainerState struct {
 	NoNewPrivileges bool
 	ReadonlyRootfs  bool
 	Init            bool
-	// Seccomp names the profile the engine recorded: SeccompDigest of its
+	// Seccomp names the profile the engine recorded: seccomp.Digest of its
 	// JSON, "" when none was given (the engine's default).
 	Seccomp string
 	// Runtime is the OCI runtime the engine recorded (a RuntimeClass on
@@ -204,30 +200,10 @@ func FeaturesOf(rt Runtime) RuntimeFeatures {
 // ImageSource makes a missing image present in the engine (pull, build).
 // NewSandbox calls it when the engine reports the sandbox's image
 // missing, then creates the container again. The images package's
-// Provider is the implementation the command line uses.
+// Provider is the implementation the command line uses. One that also
+// has CheckImage(ctx, ref) error vets an image the engine already has
+// (image_verify strict: its digest must be the released one): NewSandbox
+// calls it before creating the container.
 type ImageSource interface {
 	ProvideImage(ctx context.Context, ref string) error
-}
-
-// ImageChecker is an ImageSource that also vets an image the engine
-// already has (image_verify strict: its digest must be the released one).
-// NewSandbox calls it before creating the container.
-type ImageChecker interface {
-	CheckImage(ctx context.Context, ref string) error
-}
-
-// SeccompDigest names a seccomp profile by the SHA-256 of its compacted
-// JSON ("sha256:HEX"; "" for none), as a Runtime reports what the engine
-// recorded: engines keep the JSON, not always with the same whitespace.
-func SeccompDigest(profile []byte) string {
-	if len(profile) == 0 {
-		return ""
-	}
-	var b bytes.Buffer
-	if json.Compact(&b, profile) != nil {
-		b.Reset()
-		b.Write(profile)
-	}
-	sum := sha256.Sum256(b.Bytes())
-	return "sha256:" + hex.EncodeToString(sum[:])
 }

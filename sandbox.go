@@ -33,13 +33,13 @@ const (
 	LabelMaxLifetime = "sandbox-agent.max-lifetime"
 	LabelHost        = "sandbox-agent.host"
 	LabelPID         = "sandbox-agent.pid"
-	// LabelOwner is the stable identity of the server owning the sandbox
+	// labelOwner is the stable identity of the server owning the sandbox
 	// (WithOwner): GC keeps it running whatever became of LabelPID.
-	LabelOwner = "sandbox-agent.owner"
-	// LabelSeccomp is the digest of the seccomp profile the sandbox was
-	// created with (SeccompDigest): adoption accepts a profile of another
+	labelOwner = "sandbox-agent.owner"
+	// labelSeccomp is the digest of the seccomp profile the sandbox was
+	// created with (seccomp.Digest): adoption accepts a profile of another
 	// version of sandbox-agent by it.
-	LabelSeccomp = "sandbox-agent.seccomp"
+	labelSeccomp = "sandbox-agent.seccomp"
 	// labelSockets names the sandbox's socket folder (its base name), so
 	// gc can remove it when the owner died.
 	labelSockets = "sandbox-agent.sockets"
@@ -235,7 +235,7 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	case !FeaturesOf(rt).Seccomp:
 		spec.Seccomp = nil // the node's RuntimeDefault (docs/kubernetes.md)
 	case spec.Seccomp != nil:
-		spec.Labels[LabelSeccomp] = SeccompDigest(spec.Seccomp)
+		spec.Labels[labelSeccomp] = seccomp.Digest(spec.Seccomp)
 	}
 	host, err := openBoundary(opts, boundary.Open)
 	if err != nil {
@@ -369,13 +369,15 @@ func (s *Sandbox) execTunnel(ctx context.Context, args []string, stdin io.Reader
 }
 
 // createContainer creates the container, vetting its image first (an
-// ImageChecker) and, when the engine lacks the image, having images
+// CheckImage, see ImageSource) and, when the engine lacks the image, having images
 // provide it — outside timeout_start (a build takes minutes) — then
 // creating again under a fresh timeout_start. It returns the context the
 // start goes on with and its cancel (always non-nil).
 func createContainer(ctx, parent context.Context, rt Runtime, spec ContainerSpec, images ImageSource, timeout time.Duration) (string, context.Context, context.CancelFunc, error) {
 	cancel := func() {}
-	if c, ok := images.(ImageChecker); ok {
+	if c, ok := images.(interface {
+		CheckImage(ctx context.Context, ref string) error
+	}); ok {
 		if err := c.CheckImage(ctx, spec.Image); err != nil {
 			return "", ctx, cancel, startErr(ctx, err)
 		}
@@ -466,8 +468,8 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 	if ociRuntime == "" {
 		ociRuntime = cfg.OCIRuntime
 	}
-	if err := CheckOCIRuntime(ociRuntime); err != nil {
-		return ContainerSpec{}, err
+	if err := hardening.CheckOCIRuntime(ociRuntime); err != nil {
+		return ContainerSpec{}, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	var profile []byte
 	if !opts.EngineSeccomp && !opts.Privileged { // privileged: no filter at all
@@ -509,24 +511,6 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 	}, nil
 }
 
-// CheckOCIRuntime checks an OCI runtime's name ("" is the engine's
-// default): a word the engine looks up among the runtimes it was given
-// (Docker's "runtimes", a Kubernetes RuntimeClass), never a path.
-func CheckOCIRuntime(name string) error {
-	if name == "" {
-		return nil
-	}
-	ok := len(name) <= 63
-	for i, c := range name {
-		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-		ok = ok && (alnum || i > 0 && (c == '-' || c == '_' || c == '.'))
-	}
-	if !ok {
-		return fmt.Errorf("%w: OCI runtime %q: want a runtime's name (letters, digits, - _ .), like runsc", ErrInvalidArgument, name)
-	}
-	return nil
-}
-
 // checkHardening compares what the engine recorded with what was asked
 // (see package hardening).
 func checkHardening(want ContainerSpec, got ContainerState) error {
@@ -536,8 +520,8 @@ func checkHardening(want ContainerSpec, got ContainerState) error {
 		}
 		return out
 	}
-	seccomp := SeccompDigest(want.Seccomp)
-	if seccomp != "" && got.Seccomp != "" && got.Seccomp == got.Labels[LabelSeccomp] {
+	seccomp := seccomp.Digest(want.Seccomp)
+	if seccomp != "" && got.Seccomp != "" && got.Seccomp == got.Labels[labelSeccomp] {
 		// Our profile as another version of sandbox-agent made it (the
 		// label is the host's, set at creation): an upgraded host adopts
 		// its sandboxes. At creation the label is this profile's.

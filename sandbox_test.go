@@ -80,7 +80,7 @@ func recorded(s ContainerSpec) ContainerState {
 	return ContainerState{
 		Running: true, Privileged: s.Privileged, CapDrop: s.CapDrop, CapAdd: s.CapAdd, NoNewPrivileges: s.NoNewPrivileges,
 		ReadonlyRootfs: s.ReadonlyRootfs, Init: s.Init, PidsLimit: s.PidsLimit, MemoryBytes: s.MemoryBytes,
-		MemorySwap: s.MemorySwap, NanoCPUs: s.NanoCPUs, NetworkMode: s.NetworkMode, Labels: s.Labels, Mounts: s.Mounts, Seccomp: SeccompDigest(s.Seccomp),
+		MemorySwap: s.MemorySwap, NanoCPUs: s.NanoCPUs, NetworkMode: s.NetworkMode, Labels: s.Labels, Mounts: s.Mounts, Seccomp: seccomp.Digest(s.Seccomp),
 		Runtime: s.Runtime,
 	}
 }
@@ -202,7 +202,7 @@ func TestNewSandboxRejectsSettingThatDidNotStick(t *testing.T) {
 		{"init", func(s *ContainerState) { s.Init = false }, "init"},
 		{"network", func(s *ContainerState) { s.NetworkMode = "bridge" }, "network_mode"},
 		{"seccomp dropped", func(s *ContainerState) { s.Seccomp = "" }, "seccomp"},
-		{"seccomp other", func(s *ContainerState) { s.Seccomp = SeccompDigest([]byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`)) }, "seccomp"},
+		{"seccomp other", func(s *ContainerState) { s.Seccomp = seccomp.Digest([]byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`)) }, "seccomp"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -313,7 +313,7 @@ func TestExecTimeoutKillsTaggedTree(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if !res.TimedOut || res.ExitCode != ExitCodeTimeout || string(res.Stdout) != "partial" || tag == "" {
+	if !res.TimedOut || res.ExitCode != exitCodeTimeout || string(res.Stdout) != "partial" || tag == "" {
 		t.Fatalf("res %+v tag %q", res, tag)
 	}
 }
@@ -475,14 +475,14 @@ func TestExecKillFindsTheTag(t *testing.T) {
 // A profile's digest ignores the JSON's whitespace (the docker CLI and an
 // engine may compact it), not its content.
 func TestSeccompDigest(t *testing.T) {
-	a := SeccompDigest([]byte("{\n\t\"defaultAction\": \"SCMP_ACT_ERRNO\"\n}\n"))
-	if b := SeccompDigest([]byte(`{"defaultAction":"SCMP_ACT_ERRNO"}`)); a != b || !strings.HasPrefix(a, "sha256:") {
+	a := seccomp.Digest([]byte("{\n\t\"defaultAction\": \"SCMP_ACT_ERRNO\"\n}\n"))
+	if b := seccomp.Digest([]byte(`{"defaultAction":"SCMP_ACT_ERRNO"}`)); a != b || !strings.HasPrefix(a, "sha256:") {
 		t.Errorf("digests %s and %s of one profile", a, b)
 	}
-	if c := SeccompDigest([]byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`)); c == a {
+	if c := seccomp.Digest([]byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`)); c == a {
 		t.Error("two profiles, one digest")
 	}
-	if SeccompDigest(nil) != "" {
+	if seccomp.Digest(nil) != "" {
 		t.Error("no profile has a digest")
 	}
 }

@@ -23,35 +23,7 @@ import (
 type sessionState struct {
 	created time.Time
 	lines   int
-	status  sessionStatus
-}
-
-// sessionStatus is status.json.
-type sessionStatus struct {
-	SessionID string       `json:"session_id"`
-	Driver    string       `json:"driver"`
-	Model     string       `json:"model,omitempty"`
-	Image     string       `json:"image"`
-	Container string       `json:"container"`
-	Created   time.Time    `json:"created"`
-	Updated   time.Time    `json:"updated"`
-	Turns     []turnStatus `json:"turns"`
-}
-
-type turnStatus struct {
-	Turn       int       `json:"turn"`
-	Prompt     string    `json:"prompt"`
-	Started    time.Time `json:"started"`
-	DurationMS int64     `json:"duration_ms"`
-	ExitCode   int       `json:"exit_code"`
-	Reply      string    `json:"reply,omitempty"`
-	Error      string    `json:"error,omitempty"`
-	Events     int       `json:"events"`
-	FirstLine  int       `json:"first_line,omitempty"`
-	LastLine   int       `json:"last_line,omitempty"`
-	// Verification is the check of the CLI's events against the model
-	// proxy's record (absent without a model proxy).
-	Verification *trajectory.Verification `json:"verification,omitempty"`
+	status  audit.Status
 }
 
 // maxLineBytes bounds one line of CLI output held in memory; a longer
@@ -434,7 +406,7 @@ func (t *turn) finish(res TurnResult, err error) {
 			a.sessions[t.session] = st
 		}
 		st.lines = t.lines
-		ts := turnStatus{
+		ts := audit.TurnStatus{
 			Turn: t.no, Prompt: t.redact(t.spec.Prompt), Started: t.started.UTC(), DurationMS: res.Duration.Milliseconds(),
 			ExitCode: res.ExitCode, Reply: res.Reply, Events: len(res.Events),
 		}

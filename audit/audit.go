@@ -166,8 +166,8 @@ func DaySize(root string, date time.Time) (int64, error) {
 }
 
 // Status replaces status.json atomically (write, then rename).
-func (l *Log) Status(v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
+func (l *Log) Status(st Status) error {
+	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}

@@ -19,7 +19,7 @@ func TestLogAppendsAndRedacts(t *testing.T) {
 	}
 	l.Raw([]byte(`{"line":1,"key":"` + secret + `"}`))
 	l.Event(map[string]any{"kind": "text", "payload": map[string]string{"text": "about " + secret}})
-	l.Status(map[string]any{"turns": 1, "env": "KEY=" + secret})
+	l.Status(Status{SessionID: "ses_123", Turns: []TurnStatus{{Turn: 1, Prompt: "use KEY=" + secret}}})
 	l.Close()
 	// A second turn appends to the same folder.
 	l, err = Open(root, day, "ses_123", []string{secret})
@@ -27,7 +27,7 @@ func TestLogAppendsAndRedacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Raw([]byte(`{"line":2}`))
-	l.Status(map[string]any{"turns": 2})
+	l.Status(Status{SessionID: "ses_123", Turns: []TurnStatus{{Turn: 1}, {Turn: 2}}})
 	l.Close()
 
 	dir := filepath.Join(root, "20261129", "ses_123")
@@ -39,7 +39,7 @@ func TestLogAppendsAndRedacts(t *testing.T) {
 		t.Errorf("session.jsonl = %q", raw)
 	}
 	status, _ := os.ReadFile(filepath.Join(dir, "status.json"))
-	if !strings.Contains(string(status), `"turns": 2`) {
+	if !strings.Contains(string(status), `"turn": 2`) {
 		t.Errorf("status.json = %s", status)
 	}
 	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
@@ -138,7 +138,7 @@ func TestResume(t *testing.T) {
 		}
 		l.Raw([]byte(`{"a":1}`))
 		l.Raw([]byte(`{"a":2}`))
-		l.Status(map[string]any{"session_id": "s1"})
+		l.Status(Status{SessionID: "s1"})
 		l.Close()
 	}
 	os.MkdirAll(filepath.Join(root, "20261130", "other"), 0o700)
@@ -147,7 +147,7 @@ func TestResume(t *testing.T) {
 	if err != nil || r == nil {
 		t.Fatalf("Resume: %+v %v", r, err)
 	}
-	if r.Dir != Folder(root, day, "s1") || r.Date.Format(DateLayout) != "20261129" || r.Lines != 2 || !strings.Contains(string(r.Status), `"session_id": "s1"`) {
+	if r.Dir != Folder(root, day, "s1") || r.Date.Format(DateLayout) != "20261129" || r.Lines != 2 || r.Status == nil || r.Status.SessionID != "s1" {
 		t.Errorf("Resume: %+v", r)
 	}
 	if r, _ := Resume(root, "s1", 4); r == nil || r.Status != nil {

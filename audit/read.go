@@ -98,8 +98,9 @@ type Resumed struct {
 	Date time.Time // its date folder's day, midnight local time
 	// Lines counts the raw lines in session.jsonl: the next is Lines+1.
 	Lines int
-	// Status is status.json (nil when missing or over the bound).
-	Status []byte
+	// Status is status.json (nil when missing, unreadable or over the
+	// bound).
+	Status *Status
 }
 
 // Resume finds the session's newest folder under root and reads what a
@@ -130,8 +131,9 @@ func Resume(root, sessionID string, maxStatus int64) (*Resumed, error) {
 		if f, err := os.Open(filepath.Join(dir, "status.json")); err == nil {
 			b, err := io.ReadAll(io.LimitReader(f, maxStatus+1))
 			f.Close()
-			if err == nil && int64(len(b)) <= maxStatus {
-				r.Status = b
+			var st Status
+			if err == nil && int64(len(b)) <= maxStatus && json.Unmarshal(b, &st) == nil {
+				r.Status = &st
 			}
 		}
 		return r, nil

@@ -11,6 +11,7 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/internal/configfile"
+	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
 )
 
 // Error is an invalid configuration value, naming the key and the source
@@ -71,7 +72,7 @@ var keys = []configfile.Key[sandboxagent.Config]{
 	configfile.List("allow_hosts", "SANDBOX_AGENT_ALLOW_HOSTS", func(c *sandboxagent.Config) *[]string { return &c.AllowHosts }, sandboxagent.CheckAllowHosts),
 	{Name: "oci_runtime", Env: "SANDBOX_AGENT_OCI_RUNTIME", Apply: func(c *sandboxagent.Config, raw string) error {
 		c.OCIRuntime = strings.TrimSpace(raw)
-		return sandboxagent.CheckOCIRuntime(c.OCIRuntime)
+		return hardening.CheckOCIRuntime(c.OCIRuntime)
 	}},
 	configfile.Bool("per_turn", "SANDBOX_AGENT_PER_TURN", func(c *sandboxagent.Config) *bool { return &c.PerTurn }),
 	configfile.Bool("audit", "SANDBOX_AGENT_AUDIT", func(c *sandboxagent.Config) *bool { return &c.AuditEnabled }),

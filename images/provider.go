@@ -41,11 +41,13 @@ type Provider struct {
 }
 
 var (
-	_ sandboxagent.ImageSource  = (*Provider)(nil)
-	_ sandboxagent.ImageChecker = (*Provider)(nil)
+	_ sandboxagent.ImageSource = (*Provider)(nil)
+	_ interface {
+		CheckImage(context.Context, string) error
+	} = (*Provider)(nil) // NewSandbox vets images with it
 )
 
-// CheckImage implements sandboxagent.ImageChecker: under strict
+// CheckImage vets an image the engine has (NewSandbox calls it): under strict
 // verification a present image must carry its released digest; a missing
 // one is left to ProvideImage.
 func (p *Provider) CheckImage(ctx context.Context, ref string) error {

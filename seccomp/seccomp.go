@@ -12,7 +12,10 @@ package seccomp
 
 import (
 	"bytes"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
+	"encoding/json"
 )
 
 //go:embed sandbox-agent.json
@@ -35,3 +38,19 @@ var Denied = []string{
 // DeniedDomains are socket domains socket(2) refuses: AF_VSOCK (40), a
 // channel to the hypervisor when the host is a VM.
 var DeniedDomains = []uint64{40}
+
+// Digest names a seccomp profile by the SHA-256 of its compacted
+// JSON ("sha256:HEX"; "" for none), as a sandbox-agent Runtime reports what the engine
+// recorded: engines keep the JSON, not always with the same whitespace.
+func Digest(profile []byte) string {
+	if len(profile) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, profile) != nil {
+		b.Reset()
+		b.Write(profile)
+	}
+	sum := sha256.Sum256(b.Bytes())
+	return "sha256:" + hex.EncodeToString(sum[:])
+}

@@ -14,6 +14,7 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
+	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
 
@@ -121,7 +122,7 @@ func (a *app) agentConfig(f *agentFlags) sandboxagent.Config {
 // useOCIRuntime applies an --oci-runtime flag ("": the config's) to every
 // sandbox the command starts.
 func (a *app) useOCIRuntime(name string) error {
-	if err := sandboxagent.CheckOCIRuntime(name); err != nil {
+	if err := hardening.CheckOCIRuntime(name); err != nil {
 		return fmt.Errorf("--oci-runtime: %w", err)
 	}
 	if name != "" {
@@ -252,7 +253,7 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 	case turnErr == nil:
 		return exitOK
 	case errors.Is(turnErr, sandboxagent.ErrTimeout):
-		return sandboxagent.ExitCodeTimeout
+		return exitTimeout
 	case isAgentFailure(turnErr):
 		return exitAgentFailed
 	default:

@@ -9,6 +9,7 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/config"
 	"github.com/sandbox-agent/sandbox-agent/internal/configfile"
+	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
 	"github.com/sandbox-agent/sandbox-agent/runtime/startlimit"
 	"github.com/sandbox-agent/sandbox-agent/server"
 )
@@ -89,7 +90,7 @@ var settingsKeys = []configfile.Key[settings]{
 	configfile.Duration("serve_lease_ttl", func(s *settings) *time.Duration { return &s.serveLeaseTTL }),
 	configfile.List("serve_oci_runtimes", "SANDBOX_AGENT_SERVE_OCI_RUNTIMES", func(s *settings) *[]string { return &s.serveOCIRuntimes }, func(names []string) error {
 		for _, n := range names {
-			if err := sandboxagent.CheckOCIRuntime(n); err != nil {
+			if err := hardening.CheckOCIRuntime(n); err != nil {
 				return err
 			}
 		}

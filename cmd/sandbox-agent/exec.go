@@ -13,6 +13,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
+	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
 	"github.com/sandbox-agent/sandbox-agent/internal/termsafe"
 )
 
@@ -98,7 +99,7 @@ func (f *sandboxFlags) options(cfg sandboxagent.Config) (sandboxagent.SandboxOpt
 	if f.pids < 0 {
 		return opts, nil, nil, fmt.Errorf("--pids %d: want a positive number", f.pids)
 	}
-	if err := sandboxagent.CheckOCIRuntime(f.ociRT); err != nil {
+	if err := hardening.CheckOCIRuntime(f.ociRT); err != nil {
 		return opts, nil, nil, fmt.Errorf("--oci-runtime: %w", err)
 	}
 	opts.OCIRuntime = f.ociRT

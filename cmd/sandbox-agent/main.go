@@ -19,8 +19,9 @@ import (
 // Exit codes of sandbox-agent itself. exec passes the command's own exit
 // code through, so ours sit where docker run puts its own (125).
 const (
-	exitOK    = 0
-	exitError = 125 // sandbox-agent failed: usage, engine, image, I/O
+	exitOK      = 0
+	exitTimeout = 124 // the turn or command timed out (as coreutils timeout)
+	exitError   = 125 // sandbox-agent failed: usage, engine, image, I/O
 )
 
 // app carries what every subcommand needs: the configuration loaded once

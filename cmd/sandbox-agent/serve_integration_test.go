@@ -319,7 +319,7 @@ func TestServeAPI(t *testing.T) {
 		}
 		resp, out := s.do(t, http.MethodPost, agentPath+"/exec", map[string]any{"cmd": []string{"sleep", "100"}, "timeout": 1})
 		var r execResult
-		if resp.StatusCode != 200 || json.Unmarshal(out, &r) != nil || !r.TimedOut || r.ExitCode != sandboxagent.ExitCodeTimeout {
+		if resp.StatusCode != 200 || json.Unmarshal(out, &r) != nil || !r.TimedOut || r.ExitCode != 124 {
 			t.Errorf("exec past its timeout: %d %s", resp.StatusCode, out)
 		}
 		for _, body := range []any{map[string]any{"cmd": []string{}}, map[string]any{"cmd": []string{"ls"}, "workdir": "rel"}} {

@@ -92,3 +92,21 @@ func Diff(want, got Settings) (setting, w, g string, ok bool) {
 	}
 	return "", "", "", true
 }
+
+// CheckOCIRuntime checks an OCI runtime's name ("" is the engine's
+// default): a word the engine looks up among the runtimes it was given
+// (Docker's "runtimes", a Kubernetes RuntimeClass), never a path.
+func CheckOCIRuntime(name string) error {
+	if name == "" {
+		return nil
+	}
+	ok := len(name) <= 63
+	for i, c := range name {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		ok = ok && (alnum || i > 0 && (c == '-' || c == '_' || c == '.'))
+	}
+	if !ok {
+		return fmt.Errorf("OCI runtime %q: want a runtime's name (letters, digits, - _ .), like runsc", name)
+	}
+	return nil
+}

@@ -55,7 +55,7 @@ func (r *run) containerIO(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !res.TimedOut || res.ExitCode != sandboxagent.ExitCodeTimeout {
+	if !res.TimedOut || res.ExitCode != 124 {
 		return fmt.Errorf("timeout: %+v", res)
 	}
 	return nil

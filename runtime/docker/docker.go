@@ -31,6 +31,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/internal/exectar"
+	"github.com/sandbox-agent/sandbox-agent/seccomp"
 )
 
 // Options configures the connection. The zero value uses DOCKER_HOST (and
@@ -692,7 +693,7 @@ func seccompOf(opts []string) string {
 			continue
 		}
 		if !strings.HasPrefix(p, "/") {
-			return sandboxagent.SeccompDigest([]byte(p))
+			return seccomp.Digest([]byte(p))
 		}
 		// A file seccompFile named by its content's digest: the name is
 		// what the engine loaded at creation, even if the file has since
@@ -709,7 +710,7 @@ func seccompOf(opts []string) string {
 		if err != nil {
 			return "unreadable " + p
 		}
-		return sandboxagent.SeccompDigest(data)
+		return seccomp.Digest(data)
 	}
 	return ""
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/client"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/seccomp"
 )
 
 // Podman's Docker-compatible API (podman system service) differs from
@@ -303,7 +304,7 @@ func seccompFile(profile []byte) (string, error) {
 	if cache, err := os.UserCacheDir(); err == nil { // else a service without HOME
 		dir = filepath.Join(cache, "sandbox-agent", "seccomp")
 	}
-	name := filepath.Join(dir, strings.ReplaceAll(sandboxagent.SeccompDigest(profile), ":", "-")+".json")
+	name := filepath.Join(dir, strings.ReplaceAll(seccomp.Digest(profile), ":", "-")+".json")
 	if old, err := os.ReadFile(name); err == nil && bytes.Equal(old, profile) {
 		return name, nil
 	}

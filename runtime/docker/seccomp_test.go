@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/seccomp"
 )
 
@@ -15,7 +14,7 @@ import (
 func TestSeccompReadBack(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	profile := seccomp.Profile()
-	want := sandboxagent.SeccompDigest(profile)
+	want := seccomp.Digest(profile)
 	file, err := seccompFile(profile)
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +34,7 @@ func TestSeccompReadBack(t *testing.T) {
 		{"podman", []string{"no-new-privileges", "seccomp=" + file}, want},
 		{"none", []string{"no-new-privileges"}, ""},
 		{"unconfined", []string{"seccomp=unconfined"}, ""},
-		{"another profile", []string{`seccomp={"defaultAction":"SCMP_ACT_ALLOW"}`}, sandboxagent.SeccompDigest([]byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`))},
+		{"another profile", []string{`seccomp={"defaultAction":"SCMP_ACT_ALLOW"}`}, seccomp.Digest([]byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`))},
 		{"file gone", []string{"seccomp=/nonexistent/profile.json"}, "unreadable /nonexistent/profile.json"},
 	} {
 		if got := seccompOf(tc.opts); got != tc.want {
@@ -56,7 +55,7 @@ func TestSeccompReadBack(t *testing.T) {
 	if err := os.WriteFile(other, []byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got := seccompOf([]string{"seccomp=" + other}); got == want || got != sandboxagent.SeccompDigest([]byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`)) {
+	if got := seccompOf([]string{"seccomp=" + other}); got == want || got != seccomp.Digest([]byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`)) {
 		t.Errorf("another profile file reads back as %q", got)
 	}
 }

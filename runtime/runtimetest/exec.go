@@ -184,7 +184,7 @@ func (s *suite) timeout(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("err = %v, want context.Canceled", err)
 		}
-		if !res.TimedOut || res.ExitCode != sandboxagent.ExitCodeTimeout || string(res.Stdout) != "x\n" {
+		if !res.TimedOut || res.ExitCode != 124 || string(res.Stdout) != "x\n" {
 			t.Errorf("res = %+v, want TimedOut, 124 and stdout x", res)
 		}
 		if left := marked(t, ctx, sb, mark); len(left) != 0 {
@@ -208,7 +208,7 @@ func (s *suite) timeout(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
-			if !res.TimedOut || res.ExitCode != sandboxagent.ExitCodeTimeout {
+			if !res.TimedOut || res.ExitCode != 124 {
 				t.Errorf("TimedOut=%v ExitCode=%d, want true/124", res.TimedOut, res.ExitCode)
 			}
 			if string(res.Stdout) != tt.wantOut {

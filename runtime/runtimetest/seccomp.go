@@ -64,7 +64,7 @@ func (s *suite) seccomp(t *testing.T) {
 			applied := s.features.Seccomp && !engine
 			want := ""
 			if applied {
-				want = sandboxagent.SeccompDigest(seccomp.Profile())
+				want = seccomp.Digest(seccomp.Profile())
 			}
 			if st.Seccomp != want {
 				t.Errorf("Inspect: seccomp %q, want %q", st.Seccomp, want)

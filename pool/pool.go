@@ -1,4 +1,7 @@
-package sandboxagent
+// Package pool keeps agents started ahead of need: a turn's caller gets a
+// sandbox that is created, hardened, checked and has its CLI set up in
+// about an engine round trip.
+package pool
 
 import (
 	"context"
@@ -6,10 +9,12 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 )
 
-// ErrPoolClosed is returned by Pool.Start after Pool.Close.
-var ErrPoolClosed = errors.New("pool closed")
+// ErrClosed is returned by Pool.Start after Pool.Close.
+var ErrClosed = errors.New("pool closed")
 
 // Pool keeps agents started ahead of need for one driver and one set of
 // options: sandbox created, hardened, checked and the CLI set up, no turn
@@ -22,9 +27,9 @@ var ErrPoolClosed = errors.New("pool closed")
 // through WithSandbox makes no sense here (the second start would collide);
 // leave it empty and each agent gets its own.
 type Pool struct {
-	rt   Runtime
-	drv  Driver
-	opts []AgentOption
+	rt   sandboxagent.Runtime
+	drv  sandboxagent.Driver
+	opts []sandboxagent.AgentOption
 	size int
 	// maxIdle retires a ready agent before its sandbox's keepalive could
 	// remove it: an idle sandbox removes itself after Keepalive.
@@ -40,17 +45,17 @@ type Pool struct {
 	closed   bool
 	lastErr  error // of the latest background start, nil after a success
 	failures int   // background starts failed in a row (backoff)
-	stats    PoolStats
+	stats    Stats
 	wake     chan struct{} // signalled when a start ends
 }
 
 type pooled struct {
-	a     *Agent
+	a     *sandboxagent.Agent
 	since time.Time
 }
 
-// PoolStats counts what a pool did.
-type PoolStats struct {
+// Stats counts what a pool did.
+type Stats struct {
 	Ready    int // agents waiting to be handed out
 	Starting int // background starts under way
 	Hits     int // Start calls served from the pool
@@ -62,27 +67,23 @@ type PoolStats struct {
 	LastErr error
 }
 
-// NewPool starts size agents in the background (at most size at once;
+// New starts size agents in the background (at most size at once;
 // share a startlimit.Wrap runtime to bound them with other starts) and keeps
 // size ready until Close. It fails at once only on invalid arguments; a
 // start that fails in the background is retried with backoff, and its
 // error is what Start returns when the pool is empty.
-func NewPool(rt Runtime, drv Driver, size int, opts ...AgentOption) (*Pool, error) {
+func New(rt sandboxagent.Runtime, drv sandboxagent.Driver, size int, opts ...sandboxagent.AgentOption) (*Pool, error) {
 	if rt == nil || drv == nil {
-		return nil, fmt.Errorf("%w: pool: nil Runtime or Driver", ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: pool: nil Runtime or Driver", sandboxagent.ErrInvalidArgument)
 	}
 	if size < 1 {
-		return nil, fmt.Errorf("%w: pool size %d (want 1 or more)", ErrInvalidArgument, size)
+		return nil, fmt.Errorf("%w: pool size %d (want 1 or more)", sandboxagent.ErrInvalidArgument, size)
 	}
-	o, cfg := applyOptions(opts)
-	ka := cfg.Keepalive
-	var probe SandboxOptions
-	if o.sandbox != nil {
-		o.sandbox(&probe)
-	}
+	probe := sandboxagent.SandboxOptionsOf(opts...)
 	if probe.Name != "" {
-		return nil, fmt.Errorf("%w: pool: every agent needs its own sandbox name; leave SandboxOptions.Name empty", ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: pool: every agent needs its own sandbox name; leave SandboxOptions.Name empty", sandboxagent.ErrInvalidArgument)
 	}
+	ka := probe.Config.Keepalive
 	if probe.Keepalive > 0 {
 		ka = probe.Keepalive
 	}
@@ -100,26 +101,26 @@ func NewPool(rt Runtime, drv Driver, size int, opts ...AgentOption) (*Pool, erro
 }
 
 // Start hands out a ready agent, or, when none is ready, starts one
-// itself (as the package-level Start would). A ready agent whose sandbox
+// itself (as sandboxagent.Start would). A ready agent whose sandbox
 // is gone (removed by hand, the engine restarted) is closed and the next
 // one tried.
-func (p *Pool) Start(ctx context.Context) (*Agent, error) {
+func (p *Pool) Start(ctx context.Context) (*sandboxagent.Agent, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			return nil, ErrPoolClosed
+			return nil, ErrClosed
 		}
 		if len(p.ready) == 0 {
 			p.stats.Misses++
 			p.fillLocked()
 			p.mu.Unlock()
-			return Start(ctx, p.rt, p.drv, p.opts...)
+			return sandboxagent.Start(ctx, p.rt, p.drv, p.opts...)
 		}
 		it := p.ready[len(p.ready)-1] // the freshest: furthest from retirement
 		p.ready = p.ready[:len(p.ready)-1]
 		p.mu.Unlock()
-		st, err := p.rt.Inspect(ctx, it.a.sb.id)
+		st, err := it.a.Container().Inspect(ctx)
 		switch {
 		case err == nil && st.Running:
 			p.mu.Lock()
@@ -144,7 +145,7 @@ func (p *Pool) Start(ctx context.Context) (*Agent, error) {
 }
 
 // Stats reports the pool's counters and its latest start failure.
-func (p *Pool) Stats() PoolStats {
+func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.stats
@@ -160,7 +161,7 @@ func (p *Pool) Wait(ctx context.Context, n int) error {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			return ErrPoolClosed
+			return ErrClosed
 		}
 		if len(p.ready) >= n {
 			p.mu.Unlock()
@@ -228,10 +229,10 @@ func (p *Pool) startOne(delay time.Duration) {
 		case <-p.ctx.Done():
 		}
 	}
-	var a *Agent
+	var a *sandboxagent.Agent
 	err := p.ctx.Err()
 	if err == nil {
-		a, err = Start(p.ctx, p.rt, p.drv, p.opts...)
+		a, err = sandboxagent.Start(p.ctx, p.rt, p.drv, p.opts...)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -267,7 +268,7 @@ func (p *Pool) retireLoop() {
 		case <-t.C:
 		}
 		p.mu.Lock()
-		var old []*Agent
+		var old []*sandboxagent.Agent
 		keep := p.ready[:0]
 		for _, it := range p.ready {
 			if time.Since(it.since) > p.maxIdle {
@@ -285,7 +286,7 @@ func (p *Pool) retireLoop() {
 	}
 }
 
-func (p *Pool) retire(a *Agent) {
+func (p *Pool) retire(a *sandboxagent.Agent) {
 	_ = a.Close()
 	p.mu.Lock()
 	p.stats.Retired++
