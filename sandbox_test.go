@@ -471,18 +471,3 @@ func TestExecKillFindsTheTag(t *testing.T) {
 		t.Errorf("exec-kill.sh does not look for %s", execTagVar)
 	}
 }
-
-// A profile's digest ignores the JSON's whitespace (the docker CLI and an
-// engine may compact it), not its content.
-func TestSeccompDigest(t *testing.T) {
-	a := seccomp.Digest([]byte("{\n\t\"defaultAction\": \"SCMP_ACT_ERRNO\"\n}\n"))
-	if b := seccomp.Digest([]byte(`{"defaultAction":"SCMP_ACT_ERRNO"}`)); a != b || !strings.HasPrefix(a, "sha256:") {
-		t.Errorf("digests %s and %s of one profile", a, b)
-	}
-	if c := seccomp.Digest([]byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`)); c == a {
-		t.Error("two profiles, one digest")
-	}
-	if seccomp.Digest(nil) != "" {
-		t.Error("no profile has a digest")
-	}
-}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	moby "github.com/moby/profiles/seccomp"
@@ -128,5 +129,20 @@ func TestMatches(t *testing.T) {
 		if got := matches(tc.arg, tc.value); got != tc.want {
 			t.Errorf("%+v on %d: %v, want %v", tc.arg, tc.value, got, tc.want)
 		}
+	}
+}
+
+// A profile's digest ignores the JSON's whitespace (the docker CLI and an
+// engine may compact it), not its content.
+func TestDigest(t *testing.T) {
+	a := Digest([]byte("{\n\t\"defaultAction\": \"SCMP_ACT_ERRNO\"\n}\n"))
+	if b := Digest([]byte(`{"defaultAction":"SCMP_ACT_ERRNO"}`)); a != b || !strings.HasPrefix(a, "sha256:") {
+		t.Errorf("digests %s and %s of one profile", a, b)
+	}
+	if c := Digest([]byte(`{"defaultAction":"SCMP_ACT_ALLOW"}`)); c == a {
+		t.Error("two profiles, one digest")
+	}
+	if Digest(nil) != "" {
+		t.Error("no profile has a digest")
 	}
 }
