@@ -142,7 +142,7 @@ func WithResources(memoryBytes, pids int64) AgentOption {
 	return func(o *agentOptions) { o.memoryBytes, o.pids = memoryBytes, pids }
 }
 
-// WithOwner labels the sandbox (labelOwner) as owned by a server's stable
+// WithOwner labels the sandbox (label sandbox-agent.owner) as owned by a server's stable
 // instance identity (a valid label value: up to 63 letters, digits, '-',
 // '_' and '.', starting and ending alphanumeric). GC keeps a running
 // sandbox with an owner, whatever becomes of the process that started
@@ -210,7 +210,9 @@ func applyOptions(opts []AgentOption) (agentOptions, Config) {
 // decide. A pool checks it (no fixed name, the keepalive).
 func SandboxOptionsOf(opts ...AgentOption) SandboxOptions {
 	o, cfg := applyOptions(opts)
-	return o.sandboxOptions(cfg, "", "", nil)
+	s := o.sandboxOptions(cfg, "", "", nil)
+	s.Config = s.Config.withDefaults() // WithSandbox may have replaced it
+	return s
 }
 
 func (o *agentOptions) sandboxOptions(cfg Config, image string, egress Egress, allow []string) SandboxOptions {

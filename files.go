@@ -28,22 +28,27 @@ type DownloadReport struct {
 
 // copying runs a copy under the copy timeout (Config.Timeouts.Copy).
 func (s *Sandbox) copying(ctx context.Context, copy func(context.Context, transfer.Sandbox) error) error {
-	if s.isClosed() {
-		return ErrClosed
-	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeouts.Copy)
 	defer cancel()
 	return copy(ctx, files{s})
 }
 
-// files is the sandbox as package transfer sees it.
+// files is the sandbox as package transfer sees it. Its methods fail with
+// ErrClosed once the sandbox is closed: a copy checks its arguments
+// first, then touches the sandbox.
 type files struct{ s *Sandbox }
 
 func (f files) CopyTo(ctx context.Context, dir string, r io.Reader) error {
+	if f.s.isClosed() {
+		return ErrClosed
+	}
 	return f.s.rt.CopyTo(ctx, f.s.id, dir, r)
 }
 
 func (f files) CopyFrom(ctx context.Context, path string) (io.ReadCloser, error) {
+	if f.s.isClosed() {
+		return nil, ErrClosed
+	}
 	return f.s.rt.CopyFrom(ctx, f.s.id, path)
 }
 
@@ -60,6 +65,9 @@ func (f files) Mkdir(ctx context.Context, dir string) error {
 // belong to the user the CLI runs as so it can rewrite them.
 func (f files) Owner(ctx context.Context) (safetar.Owner, error) {
 	s := f.s
+	if s.isClosed() {
+		return safetar.Owner{}, ErrClosed
+	}
 	s.ownerMu.Lock()
 	defer s.ownerMu.Unlock()
 	if s.owner != nil {
@@ -131,12 +139,15 @@ func (s *Sandbox) Download(ctx context.Context, src, dst string) (rep DownloadRe
 // staging directory that is then uploaded: a rejected archive
 // (ErrUnsafeArchive, ErrLimitExceeded) leaves nothing in the sandbox. The
 // report lists the entries left out (links, devices, ...).
-func (s *Sandbox) UploadTar(ctx context.Context, dst string, r io.Reader) (rep safetar.Report, err error) {
-	err = s.copying(ctx, func(ctx context.Context, f transfer.Sandbox) error {
-		rep, err = transfer.UploadTar(ctx, f, dst, r, s.limits())
-		return err
-	})
-	return rep, err
+func (s *Sandbox) UploadTar(ctx context.Context, dst string, r io.Reader) (safetar.Report, error) {
+	// The caller's stream is read under the caller's ctx alone; the
+	// upload of what passed gets the copy timeout.
+	top, dir, rep, err := transfer.StageTar(ctx, dst, r, s.limits())
+	if err != nil {
+		return rep, err
+	}
+	defer os.RemoveAll(dir)
+	return rep, s.Upload(ctx, top, dst)
 }
 
 // DownloadTar copies the container file or directory src out as a tar

@@ -15,7 +15,7 @@ type GCOptions struct {
 	// All removes every sandbox of ours, including ones whose owner is
 	// still running. Without it GC removes sandboxes that stopped, and
 	// running ones whose owner process on this host is gone, unless a
-	// server owns them (labelOwner): it may be restarting to adopt them.
+	// server owns them (label sandbox-agent.owner): it may be restarting to adopt them.
 	All bool
 	// DryRun reports without removing.
 	DryRun bool

@@ -369,7 +369,7 @@ func (s *Sandbox) execTunnel(ctx context.Context, args []string, stdin io.Reader
 }
 
 // createContainer creates the container, vetting its image first (an
-// CheckImage, see ImageSource) and, when the engine lacks the image, having images
+// ImageSource's CheckImage) and, when the engine lacks the image, having images
 // provide it — outside timeout_start (a build takes minutes) — then
 // creating again under a fresh timeout_start. It returns the context the
 // start goes on with and its cancel (always non-nil).
@@ -469,7 +469,7 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 		ociRuntime = cfg.OCIRuntime
 	}
 	if err := hardening.CheckOCIRuntime(ociRuntime); err != nil {
-		return ContainerSpec{}, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return ContainerSpec{}, err
 	}
 	var profile []byte
 	if !opts.EngineSeccomp && !opts.Privileged { // privileged: no filter at all

@@ -385,6 +385,27 @@ func TestExecValidation(t *testing.T) {
 	if _, err := sb.Exec(context.Background(), []string{"true"}); !errors.Is(err, ErrClosed) {
 		t.Errorf("after close: %v", err)
 	}
+	// Copies check their arguments first, then find the sandbox closed.
+	ctx := context.Background()
+	if err := sb.Upload(ctx, "/nonexistent-source", "/x"); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("upload of a missing source after close: %v", err)
+	}
+	if _, err := sb.UploadTar(ctx, "/x", strings.NewReader("not a tar")); !errors.Is(err, ErrUnsafeArchive) { // read before the closed sandbox is seen
+		t.Errorf("upload of a broken tar after close: %v", err)
+	}
+	if _, err := sb.ReadFile(ctx, "relative", 0); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("read of a relative path after close: %v", err)
+	}
+	for name, err := range map[string]error{
+		"upload":   sb.Upload(ctx, t.TempDir(), "/x"),
+		"write":    sb.WriteFile(ctx, "/x", nil, 0o644),
+		"download": func() error { _, err := sb.Download(ctx, "/x", t.TempDir()); return err }(),
+		"read":     func() error { _, err := sb.ReadFile(ctx, "/x", 0); return err }(),
+	} {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after close: %v", name, err)
+		}
+	}
 	if err := sb.Close(); err != nil || len(f.removed) != 1 {
 		t.Errorf("second close: %v, removed %v", err, f.removed)
 	}

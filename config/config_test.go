@@ -132,6 +132,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"bad image_verify", "", map[string]string{"SANDBOX_AGENT_IMAGE_VERIFY": "on"}, "image_verify", "want off or strict"},
 		{"allow_hosts not strings", `{"allow_hosts": ["a.org", 3]}`, nil, "allow_hosts", "array of strings"},
 		{"allow_hosts bad pattern", `{"allow_hosts": ["a.org", "*"]}`, nil, "allow_hosts", `allow host "*"`},
+		{"oci_runtime a path", "", map[string]string{"SANDBOX_AGENT_OCI_RUNTIME": "/usr/bin/runsc"}, "oci_runtime", "want a runtime's name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -150,8 +151,9 @@ func TestLoadConfigErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.wantInMsg) {
 				t.Errorf("%q does not mention %q", err, tt.wantInMsg)
 			}
-			// images/catalog's errors reach the caller as sandboxagent.ErrInvalidArgument.
-			if strings.HasPrefix(tt.wantKey, "image_") && !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			// Errors of the packages the keys are checked by (images/catalog,
+			// internal/hardening) reach the caller as sandboxagent.ErrInvalidArgument.
+			if (strings.HasPrefix(tt.wantKey, "image_") || tt.wantKey == "oci_runtime") && !errors.Is(err, sandboxagent.ErrInvalidArgument) {
 				t.Errorf("%v is not sandboxagent.ErrInvalidArgument", err)
 			}
 		})

@@ -303,3 +303,29 @@ func TestPoolInvalid(t *testing.T) {
 		t.Errorf("nil runtime: %v", err)
 	}
 }
+
+// A pool retires ready agents before their sandboxes' keepalive could
+// remove them, whatever configuration WithSandbox put in (its zero
+// keepalive is the default one, as NewSandbox reads it).
+func TestPoolRetiresBeforeKeepalive(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts []sandboxagent.AgentOption
+		want time.Duration
+	}{
+		"default":         {nil, sandboxagent.DefaultConfig().Keepalive / 2},
+		"config":          {[]sandboxagent.AgentOption{sandboxagent.WithConfig(sandboxagent.Config{Keepalive: time.Hour})}, 30 * time.Minute},
+		"sandbox's own":   {[]sandboxagent.AgentOption{sandboxagent.WithSandbox(func(o *sandboxagent.SandboxOptions) { o.Keepalive = 10 * time.Minute })}, 5 * time.Minute},
+		"config replaced": {[]sandboxagent.AgentOption{sandboxagent.WithSandbox(func(o *sandboxagent.SandboxOptions) { o.Config = sandboxagent.Config{} })}, sandboxagent.DefaultConfig().Keepalive / 2},
+	} {
+		rt := newFakeRuntime()
+		rt.createErr = errors.New("no start needed")
+		p, err := New(rt, fakeDriver{}, 1, append(tc.opts, quiet)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.maxIdle != tc.want {
+			t.Errorf("%s: ready agents retired after %v, want %v", name, p.maxIdle, tc.want)
+		}
+		p.Close()
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/errdefs"
 )
 
 // Settings are a container's hardening settings.
@@ -106,7 +108,7 @@ func CheckOCIRuntime(name string) error {
 		ok = ok && (alnum || i > 0 && (c == '-' || c == '_' || c == '.'))
 	}
 	if !ok {
-		return fmt.Errorf("OCI runtime %q: want a runtime's name (letters, digits, - _ .), like runsc", name)
+		return fmt.Errorf("%w: OCI runtime %q: want a runtime's name (letters, digits, - _ .), like runsc", errdefs.InvalidArgument, name)
 	}
 	return nil
 }

@@ -45,8 +45,8 @@ type Report struct {
 	SkippedOmitted int // skipped entries beyond the listed ones
 }
 
-// CleanPath validates an absolute container path.
-func CleanPath(p string) (string, error) {
+// cleanPath validates an absolute container path.
+func cleanPath(p string) (string, error) {
 	if p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
 		return "", fmt.Errorf("%w: container path must be absolute: %q", errdefs.InvalidArgument, p)
 	}
@@ -85,7 +85,7 @@ func copyIn(ctx context.Context, sb Sandbox, dst string, body func() io.Reader) 
 // path the copy will have, not its parent). Host symlinks are copied as
 // symlinks.
 func Upload(ctx context.Context, sb Sandbox, src, dst string) error {
-	dst, err := CleanPath(dst)
+	dst, err := cleanPath(dst)
 	if err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func Upload(ctx context.Context, sb Sandbox, src, dst string) error {
 
 // WriteFile writes data to a container file (parents created as needed).
 func WriteFile(ctx context.Context, sb Sandbox, name string, data []byte, mode fs.FileMode) error {
-	name, err := CleanPath(name)
+	name, err := cleanPath(name)
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func WriteFile(ctx context.Context, sb Sandbox, name string, data []byte, mode f
 // ReadFile returns the contents of one regular container file, at most
 // max bytes.
 func ReadFile(ctx context.Context, sb Sandbox, name string, max int64) ([]byte, error) {
-	name, err := CleanPath(name)
+	name, err := cleanPath(name)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func ReadFile(ctx context.Context, sb Sandbox, name string, max int64) ([]byte, 
 // place: a failed download leaves nothing behind. An existing regular
 // file at the destination is replaced; a folder is not merged into.
 func Download(ctx context.Context, sb Sandbox, src, dst string, lim safetar.Limits) (Report, error) {
-	src, err := CleanPath(src)
+	src, err := cleanPath(src)
 	if err != nil {
 		return Report{}, err
 	}
@@ -234,29 +234,26 @@ func archiveErr(err error) error {
 	return err
 }
 
-// uploadTop is the one top-level name an UploadTar archive is re-rooted
-// under while it is checked.
-const uploadTop = "upload"
-
-// UploadTar extracts the tar stream r at the container folder dst
-// (created when missing), checked on the host first by the download rules
-// into a staging folder that is then uploaded: a rejected archive leaves
-// nothing in the sandbox.
-func UploadTar(ctx context.Context, sb Sandbox, dst string, r io.Reader, lim safetar.Limits) (safetar.Report, error) {
-	dst, err := CleanPath(dst)
-	if err != nil {
-		return safetar.Report{}, err
+// StageTar checks the container path dst, then the tar stream r by the
+// download rules (only regular files and folders, no name outside its
+// top, within lim) by extracting it into a fresh temporary folder: top is
+// the checked tree, dir the folder to remove. A rejected archive leaves
+// nothing.
+func StageTar(ctx context.Context, dst string, r io.Reader, lim safetar.Limits) (top, dir string, _ safetar.Report, _ error) {
+	if _, err := cleanPath(dst); err != nil {
+		return "", "", safetar.Report{}, err
 	}
-	staging, err := os.MkdirTemp("", "sandbox-agent-upload-")
+	dir, err := os.MkdirTemp("", "sandbox-agent-upload-")
 	if err != nil {
-		return safetar.Report{}, err
+		return "", "", safetar.Report{}, err
 	}
-	defer os.RemoveAll(staging)
-	body := safetar.Reroot(r, uploadTop)
-	rep, err := safetar.Extract(ctx, body, staging, uploadTop, lim)
+	const name = "upload" // the one top-level name the archive is re-rooted under
+	body := safetar.Reroot(r, name)
+	rep, err := safetar.Extract(ctx, body, dir, name, lim)
 	body.Close() // a rejected stream must not leave its rewriter blocked
 	if err != nil {
-		return rep, fmt.Errorf("upload tar to %s: %w", dst, archiveErr(err))
+		os.RemoveAll(dir)
+		return "", "", rep, fmt.Errorf("upload tar to %s: %w", dst, archiveErr(err))
 	}
-	return rep, Upload(ctx, sb, filepath.Join(staging, uploadTop), dst)
+	return filepath.Join(dir, name), dir, rep, nil
 }

@@ -16,9 +16,9 @@ import (
 
 func TestCleanPath(t *testing.T) {
 	for in, want := range map[string]string{"/a/b/": "/a/b", "/a/../b": "/b", "/x": "/x", "": "", "rel": "", "/": "", "/..": "", "/a\x00b": ""} {
-		got, err := CleanPath(in)
+		got, err := cleanPath(in)
 		if got != want || (want == "") != errors.Is(err, errdefs.InvalidArgument) {
-			t.Errorf("CleanPath(%q) = %q, %v; want %q", in, got, err, want)
+			t.Errorf("cleanPath(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 }
