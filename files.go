@@ -125,8 +125,8 @@ func (s *Sandbox) ReadFile(ctx context.Context, name string, max int64) (data []
 // the destination is replaced; an existing directory is not merged into.
 func (s *Sandbox) Download(ctx context.Context, src, dst string) (rep DownloadReport, err error) {
 	err = s.copying(ctx, func(ctx context.Context, f transfer.Sandbox) error {
-		r, err := transfer.Download(ctx, f, src, dst, s.limits())
-		rep = DownloadReport(r)
+		final, r, err := transfer.Download(ctx, f, src, dst, s.limits())
+		rep = DownloadReport{Path: final, Files: r.Files, Dirs: r.Dirs, Bytes: r.Bytes, Skipped: r.Skipped, SkippedOmitted: r.SkippedOmitted}
 		return err
 	})
 	return rep, err

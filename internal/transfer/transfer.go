@@ -36,15 +36,6 @@ type Sandbox interface {
 	Owner(ctx context.Context) (safetar.Owner, error)
 }
 
-// Report says what a download wrote and what it skipped.
-type Report struct {
-	Path           string // where the copy landed on the host
-	Files, Dirs    int
-	Bytes          int64
-	Skipped        []safetar.Skipped
-	SkippedOmitted int // skipped entries beyond the listed ones
-}
-
 // cleanPath validates an absolute container path.
 func cleanPath(p string) (string, error) {
 	if p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
@@ -178,49 +169,49 @@ func ReadFile(ctx context.Context, sb Sandbox, name string, max int64) ([]byte, 
 // fresh staging folder beside the destination that is renamed into
 // place: a failed download leaves nothing behind. An existing regular
 // file at the destination is replaced; a folder is not merged into.
-func Download(ctx context.Context, sb Sandbox, src, dst string, lim safetar.Limits) (Report, error) {
+// final is where the copy lands (known once the destination is checked).
+func Download(ctx context.Context, sb Sandbox, src, dst string, lim safetar.Limits) (final string, _ safetar.Report, _ error) {
 	src, err := cleanPath(src)
 	if err != nil {
-		return Report{}, err
+		return "", safetar.Report{}, err
 	}
 	if dst == "" {
-		return Report{}, fmt.Errorf("%w: empty download destination", errdefs.InvalidArgument)
+		return "", safetar.Report{}, fmt.Errorf("%w: empty download destination", errdefs.InvalidArgument)
 	}
-	final := filepath.Clean(dst)
+	final = filepath.Clean(dst)
 	if fi, err := os.Stat(final); err == nil && fi.IsDir() {
 		final = filepath.Join(final, path.Base(src))
 	}
 	if fi, err := os.Lstat(final); err == nil && fi.IsDir() {
-		return Report{}, fmt.Errorf("download %s: %w: %s is a directory", src, errdefs.DestinationExists, final)
+		return "", safetar.Report{}, fmt.Errorf("download %s: %w: %s is a directory", src, errdefs.DestinationExists, final)
 	}
 	parent := filepath.Dir(final)
 	if fi, err := os.Stat(parent); err != nil || !fi.IsDir() {
-		return Report{}, fmt.Errorf("%w: download destination's parent %s is not a directory", errdefs.InvalidArgument, parent)
+		return "", safetar.Report{}, fmt.Errorf("%w: download destination's parent %s is not a directory", errdefs.InvalidArgument, parent)
 	}
 	rc, err := sb.CopyFrom(ctx, src)
 	if err != nil {
-		return Report{}, fmt.Errorf("download %s: %w", src, err)
+		return "", safetar.Report{}, fmt.Errorf("download %s: %w", src, err)
 	}
 	defer rc.Close()
 
 	staging, err := os.MkdirTemp(parent, ".sandbox-agent-download-")
 	if err != nil {
-		return Report{}, fmt.Errorf("download %s: staging: %w", src, err)
+		return "", safetar.Report{}, fmt.Errorf("download %s: staging: %w", src, err)
 	}
 	defer os.RemoveAll(staging)
 	top := path.Base(src)
 	rep, err := safetar.Extract(ctx, rc, staging, top, lim)
-	report := Report{Path: final, Files: rep.Files, Dirs: rep.Dirs, Bytes: rep.Bytes, Skipped: rep.Skipped, SkippedOmitted: rep.SkippedOmitted}
 	if err != nil {
-		return report, fmt.Errorf("download %s: %w", src, archiveErr(err))
+		return final, rep, fmt.Errorf("download %s: %w", src, archiveErr(err))
 	}
 	if _, err := os.Lstat(filepath.Join(staging, top)); err != nil {
-		return report, fmt.Errorf("download %s: %w: nothing to copy (the source is a symlink or special file; skipped)", src, errdefs.UnsafeArchive)
+		return final, rep, fmt.Errorf("download %s: %w: nothing to copy (the source is a symlink or special file; skipped)", src, errdefs.UnsafeArchive)
 	}
 	if err := os.Rename(filepath.Join(staging, top), final); err != nil {
-		return report, fmt.Errorf("download %s: publish: %w", src, err)
+		return final, rep, fmt.Errorf("download %s: publish: %w", src, err)
 	}
-	return report, nil
+	return final, rep, nil
 }
 
 // archiveErr adds the library's sentinels to safetar's rejections.

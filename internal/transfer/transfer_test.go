@@ -63,13 +63,13 @@ func TestDownloadHostile(t *testing.T) {
 		"not file": {[]*tar.Header{{Name: "out", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}}, errdefs.UnsafeArchive},
 	} {
 		dir := t.TempDir()
-		rep, err := Download(context.Background(), fakeSandbox{archive(t, tc.entries...)}, "/work/out", dir, lim)
+		final, rep, err := Download(context.Background(), fakeSandbox{archive(t, tc.entries...)}, "/work/out", dir, lim)
 		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 			t.Errorf("%s: %v, want %v", name, err, tc.want)
 		}
 		left, _ := os.ReadDir(dir)
 		switch {
-		case tc.want == nil && (len(left) != 1 || rep.Path != filepath.Join(dir, "out") || rep.Files != 1):
+		case tc.want == nil && (len(left) != 1 || final != filepath.Join(dir, "out") || rep.Files != 1):
 			t.Errorf("%s: landed %v, report %+v", name, left, rep)
 		case tc.want != nil && len(left) != 0:
 			t.Errorf("%s: left behind %v", name, left)
