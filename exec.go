@@ -188,7 +188,13 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 	res := result(exitCodeTimeout)
 	res.TimedOut = true
 	if killErr != nil {
-		return res, fmt.Errorf("exec %q timed out and its processes could not all be killed: %w", req.Cmd[0], killErr)
+		killErr = fmt.Errorf("exec %q timed out and its processes could not all be killed: %w", req.Cmd[0], killErr)
+		// Survivors that exhaust the pids limit are why the kill failed:
+		// report the limit too, so callers branching on it see it.
+		if rerr := s.checkLimits(req.Cmd[0], user); rerr != nil {
+			return res, fmt.Errorf("%w; %w", rerr, killErr)
+		}
+		return res, killErr
 	}
 	if rerr := s.checkLimits(req.Cmd[0], user); rerr != nil {
 		if cause != nil {
@@ -202,8 +208,9 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 // killTree kills every process of one exec, as the same user (reading
 // another user's /proc/PID/environ needs privileges the sandbox lacks).
 // patient tries again, for up to 30 s, while the engine cannot start the
-// script at all (exit 126: runc found no pid for its setns child): after
-// a fork bomb is killed, its processes hold the limit until reaped.
+// script at all (exit 126: runc found no pid for its setns child) or the
+// script cannot fork to list the processes (exit 2): after a fork bomb is
+// killed, its processes hold the limit until reaped.
 func (s *Sandbox) killTree(tag, user string, patient bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -219,7 +226,7 @@ func (s *Sandbox) killTree(tag, user string, patient bool) error {
 			return err
 		case code == 0:
 			return nil
-		case code != 126 || !patient:
+		case (code != 126 && code != killNoFork) || !patient:
 			return fmt.Errorf("kill script exited %d: %s", code, bytes.TrimSpace(out.Bytes()))
 		}
 		select {
@@ -229,6 +236,10 @@ func (s *Sandbox) killTree(tag, user string, patient bool) error {
 		}
 	}
 }
+
+// killNoFork is ExecKill's exit code when it cannot fork to list the
+// processes.
+const killNoFork = 2
 
 // killGraceTicks is ExecKill's grace argument: killGrace in 10 ms ticks.
 func killGraceTicks() string { return strconv.Itoa(int(killGrace / (10 * time.Millisecond))) }

@@ -319,48 +319,96 @@ func TestExecTimeoutKillsTaggedTree(t *testing.T) {
 }
 
 // After a fork bomb the engine may fail to start the kill script at all
-// (exit 126) until the bomb's processes are reaped: the second try waits
-// for one that starts instead of reporting survivors.
+// (exit 126) or the script cannot fork to list the processes (exit 2)
+// until the bomb's processes are reaped: the second try waits for one
+// that works instead of reporting survivors.
 func TestExecTimeoutKillRetriesUnstartedScript(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		code int
+		out  string
+	}{
+		{"setns", 126, "OCI runtime exec failed: error executing setns process"},
+		{"no fork to list", killNoFork, "sandbox-agent-kill: 16: Cannot fork\ncannot list the processes (no pid to fork?)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeRuntime{}
+			release := make(chan struct{})
+			var mu sync.Mutex
+			kills := 0
+			f.exec = func(ctx context.Context, req RuntimeExec) (int, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case req.Cmd[0] == "/bin/sh" && len(req.Cmd) == 3: // the limit counters: none hit
+					return 0, nil
+				case len(req.Cmd) > 3 && req.Cmd[3] == "sandbox-agent-scan": // no bomb to find
+					io.WriteString(req.Stdout, "self 9\ncurrent 2\nrefused 0\n")
+					return 0, nil
+				case len(req.Cmd) > 3 && req.Cmd[3] == "sandbox-agent-kill":
+					if kills++; kills <= 3 {
+						io.WriteString(req.Stdout, tc.out)
+						return tc.code, nil
+					}
+					close(release)
+					return 0, nil
+				}
+				mu.Unlock()
+				defer mu.Lock()
+				select {
+				case <-release:
+					return 137, nil
+				case <-ctx.Done():
+					return -1, ctx.Err()
+				}
+			}
+			sb, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img", PidsLimit: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := sb.Run(context.Background(), ExecRequest{Cmd: []string{"sleep", "100"}, Timeout: 50 * time.Millisecond})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || !res.TimedOut || kills != 4 {
+				t.Fatalf("err %v, res %+v, kill attempts %d; want no error after 4 attempts", err, res, kills)
+			}
+		})
+	}
+}
+
+// A kill that fails for good while the counters show refused forks is
+// reported as the pids limit too: that is why the processes survived.
+func TestExecTimeoutKillFailureReportsPidsLimit(t *testing.T) {
 	f := &fakeRuntime{}
-	release := make(chan struct{})
 	var mu sync.Mutex
-	kills := 0
 	f.exec = func(ctx context.Context, req RuntimeExec) (int, error) {
 		mu.Lock()
-		defer mu.Unlock()
 		switch {
-		case req.Cmd[0] == "/bin/sh" && len(req.Cmd) == 3: // the limit counters: none hit
+		case req.Cmd[0] == "/bin/sh" && len(req.Cmd) == 3: // the counters: refused forks
+			io.WriteString(req.Stdout, "oom 0\npids 40\n")
+			mu.Unlock()
 			return 0, nil
 		case len(req.Cmd) > 3 && req.Cmd[3] == "sandbox-agent-scan": // no bomb to find
 			io.WriteString(req.Stdout, "self 9\ncurrent 2\nrefused 0\n")
+			mu.Unlock()
 			return 0, nil
 		case len(req.Cmd) > 3 && req.Cmd[3] == "sandbox-agent-kill":
-			if kills++; kills <= 3 {
-				io.WriteString(req.Stdout, "OCI runtime exec failed: error executing setns process")
-				return 126, nil
-			}
-			close(release)
-			return 0, nil
+			io.WriteString(req.Stdout, "some survive")
+			mu.Unlock()
+			return 1, nil
 		}
 		mu.Unlock()
-		defer mu.Lock()
-		select {
-		case <-release:
-			return 137, nil
-		case <-ctx.Done():
-			return -1, ctx.Err()
-		}
+		<-ctx.Done()
+		return -1, ctx.Err()
 	}
 	sb, err := NewSandbox(context.Background(), f, SandboxOptions{Image: "img", PidsLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := sb.Run(context.Background(), ExecRequest{Cmd: []string{"sleep", "100"}, Timeout: 50 * time.Millisecond})
-	mu.Lock()
-	defer mu.Unlock()
-	if err != nil || !res.TimedOut || kills != 4 {
-		t.Fatalf("err %v, res %+v, kill attempts %d; want no error after 4 attempts", err, res, kills)
+	res, err := sb.Run(context.Background(), ExecRequest{Cmd: []string{"sh", "-c", "bomb"}, Timeout: 50 * time.Millisecond})
+	var re *ResourceError
+	if !errors.Is(err, ErrPidsLimit) || !errors.As(err, &re) || re.Events != 40 || !strings.Contains(err.Error(), "could not all be killed") || !res.TimedOut {
+		t.Fatalf("err %v, res %+v: want the pids limit and the failed kill", err, res)
 	}
 }
 
