@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 )
@@ -71,5 +72,33 @@ func TestScriptsShellcheck(t *testing.T) {
 	// keepalive.sh runs under bash when the image has it.
 	if out, err := exec.Command(sc, "-s", "bash", "scripts/keepalive.sh").CombinedOutput(); err != nil {
 		t.Errorf("shellcheck -s bash: %v\n%s", err, out)
+	}
+}
+
+// The watchdog under bash survives seeks that fail: bash's read seeks a
+// file back to the end of the line it used, and on /proc/PID/status of a
+// process reaped meanwhile that fails (ESRCH, common under a fork bomb),
+// leaving the file's unread lines in bash's buffer for its next read. It
+// read them as the uptime, died of an arithmetic error, and took the
+// sandbox with it. strace makes every seek fail; the watchdog must still
+// reach its lifetime and exit 0.
+func TestKeepaliveSurvivesFailedSeeks(t *testing.T) {
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		prereq.Missing(t, "no strace to make the seeks fail")
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		prereq.Missing(t, "no bash")
+	}
+	start := time.Now()
+	// Keepalive 600 s, a check every second, a lifetime of 3 s.
+	out, err := exec.Command(strace, "-f", "-o", "/dev/null", "-e", "trace=lseek", "-e", "inject=lseek:error=ESRCH",
+		bash, "-c", Keepalive, "sandbox-agent-keepalive", "600", "1", "3").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "max lifetime of 3 s reached") {
+		t.Fatalf("watchdog with failing seeks: %v: %s", err, out)
+	}
+	if d := time.Since(start); d < 2*time.Second {
+		t.Errorf("ended after %v, before its lifetime", d)
 	}
 }

@@ -27,14 +27,19 @@ ka=$1; iv=$2; life=${3:-0}
 busy() {
   for p in /proc/[0-9]*; do
     case ${p#/proc/} in 1|"$$") continue ;; esac
-    # /proc/PID/status begins Name, Umask, State, Tgid, Ngid, Pid, PPid:
-    # builtin reads, no fork. A process gone meanwhile leaves ppid empty.
+    # /proc/PID/status has Name, State and PPid lines: builtin reads, no
+    # fork. A process gone meanwhile leaves ppid empty. Read to the end,
+    # never break out: bash's read buffers a file and seeks back what it
+    # did not use, a seek that fails once the process is reaped; the
+    # unused lines then stay in its buffer and the next read, of
+    # /proc/uptime, returned "TracerPid:" (under a fork bomb this ended
+    # the watchdog, and with it the sandbox).
     name='' state='' ppid=''
     while read -r k v; do
       case $k in
         Name:) name=$v ;;
         State:) state=$v ;;
-        PPid:) ppid=$v; break ;;
+        PPid:) ppid=$v ;;
       esac
     done 2>/dev/null < "$p/status"
     [ "$ppid" = 0 ] || continue
@@ -55,7 +60,15 @@ if [ -n "$BASH_VERSION" ]; then
 else
   nap() { sleep "$1"; }
 fi
-read -r up _ < /proc/uptime; start=${up%.*}; last=$start; now=$start
+# clock sets now to the whole seconds of uptime. A value that is not a
+# number (it never should be) keeps the last one: the watchdog must not
+# die of an arithmetic error.
+clock() {
+  read -r up _ < /proc/uptime
+  case ${up%.*} in ''|*[!0-9]*) return ;; esac
+  now=${up%.*}
+}
+now=0; clock; start=$now; last=$start
 while :; do
   # The lifetime ends on time, not at the next check (up to 5 s later).
   t=$iv
@@ -64,7 +77,7 @@ while :; do
   fi
   if [ "$t" -lt 1 ]; then t=1; fi
   nap "$t"
-  read -r up _ < /proc/uptime; now=${up%.*}
+  clock
   if [ "$life" -gt 0 ] && [ $((now - start)) -ge "$life" ]; then
     echo "sandbox-agent: max lifetime of $life s reached" >&2
     exit 0
