@@ -235,7 +235,7 @@ func adoptSandbox(ctx context.Context, rt Runtime, opts SandboxOptions, st Agent
 		return fail(err)
 	}
 	s := newSandbox(rt, st.SandboxID, spec, opts, cfg, host)
-	s.pidsLimit = got.PidsLimit
+	s.pidsLimit, s.diskBytes = got.PidsLimit, got.DiskBytes
 	if host != nil {
 		host.UsePorts(map[string]int{boundary.ServiceModel: st.ModelPort, boundary.ServiceEgress: st.EgressPort})
 	}

@@ -56,6 +56,11 @@ type Config struct {
 	// AllowHosts are reachable through the egress proxy (SandboxOptions).
 	AllowHosts []string
 
+	// DiskBytes is the disk limit of sandboxes that name none (0: the
+	// default, 10 GiB where the engine can enforce it; negative:
+	// none). See SandboxOptions.DiskBytes.
+	DiskBytes int64
+
 	// OCIRuntime is the OCI runtime of sandboxes that name none (""
 	// = the engine's default, runc): "runsc" for gVisor on Docker, a
 	// RuntimeClass name on Kubernetes (Podman: not offered). See

@@ -42,6 +42,9 @@ var (
 	// ErrPidsLimit: the sandbox's process limit refused forks (see
 	// ResourceError).
 	ErrPidsLimit = errors.New("process limit reached")
+	// ErrDiskLimit: a write failed at the sandbox's disk limit
+	// (SandboxOptions.DiskBytes; see ResourceError).
+	ErrDiskLimit = errors.New("disk limit reached")
 	// ErrDestinationExists: a download would replace something it must not.
 	ErrDestinationExists = errdefs.DestinationExists
 	// ErrNetwork: the sandbox's boundary (the relay to the host's model
@@ -88,16 +91,18 @@ func (e *HardeningError) Unwrap() error { return ErrHardening }
 const (
 	resourceMemory = "memory"
 	resourcePids   = "pids"
+	resourceDisk   = "disk"
 )
 
 // ResourceError: a command ran into a limit of its sandbox — the kernel's
 // OOM killer killed a process (memory), or forks failed because the
-// sandbox had as many processes as its pids limit allows. errors.Is
-// matches ErrOutOfMemory or ErrPidsLimit.
+// sandbox had as many processes as its pids limit allows, or a write
+// failed because the sandbox's disk use reached its limit. errors.Is
+// matches ErrOutOfMemory, ErrPidsLimit or ErrDiskLimit.
 type ResourceError struct {
-	Resource string // "memory" or "pids"
-	Limit    int64  // bytes for memory, processes for pids
-	Events   int64  // OOM kills, or refused forks, since the last check
+	Resource string // "memory", "pids" or "disk"
+	Limit    int64  // bytes for memory and disk, processes for pids
+	Events   int64  // OOM kills, or refused forks, since the last check (disk: 0)
 	Cmd      string // the command that was running
 }
 
@@ -105,14 +110,19 @@ func (e *ResourceError) Error() string {
 	switch e.Resource {
 	case resourceMemory:
 		return fmt.Sprintf("%s: out of memory: the sandbox's memory limit (%d bytes) was reached and the OOM killer killed %d process(es)", e.Cmd, e.Limit, e.Events)
+	case resourceDisk:
+		return fmt.Sprintf("%s: disk limit reached: the sandbox may use %d bytes of disk (its image's layers included) and a write failed", e.Cmd, e.Limit)
 	default:
 		return fmt.Sprintf("%s: process limit reached: the sandbox allows %d processes and %d fork(s) were refused", e.Cmd, e.Limit, e.Events)
 	}
 }
 
 func (e *ResourceError) Unwrap() error {
-	if e.Resource == resourceMemory {
+	switch e.Resource {
+	case resourceMemory:
 		return ErrOutOfMemory
+	case resourceDisk:
+		return ErrDiskLimit
 	}
 	return ErrPidsLimit
 }

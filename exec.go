@@ -156,6 +156,9 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 			return result(-1), fmt.Errorf("exec %q: %w", req.Cmd[0], o.err)
 		}
 		res := result(o.code)
+		if err := s.checkDisk(req.Cmd[0], res); err != nil {
+			return res, err
+		}
 		if !suspectLimits(res) {
 			return res, nil
 		}

@@ -53,6 +53,42 @@ func suspectLimits(res ExecResult) bool {
 	return false
 }
 
+// diskFull are what a write at the disk limit prints: ENOSPC (an
+// overlay's quota, a full filesystem), EDQUOT (btrfs quota groups).
+var diskFull = [][]byte{[]byte("No space left on device"), []byte("Disk quota exceeded")}
+
+// diskUsage is a Runtime that can measure a container's disk use as its
+// limit counts it (Docker: the container's size with its image's).
+type diskUsage interface {
+	DiskUsage(ctx context.Context, id string) (int64, error)
+}
+
+// checkDisk turns a failed command that says its write failed for space
+// into a ResourceError (ErrDiskLimit) when the sandbox has a disk limit
+// and the engine confirms the sandbox is at it (90 %): the words are the
+// sandbox's, the measure is the engine's. Without a measure the words
+// are not believed.
+func (s *Sandbox) checkDisk(cmd string, res ExecResult) error {
+	if s.diskBytes <= 0 || res.ExitCode == 0 {
+		return nil
+	}
+	said := false
+	for _, m := range diskFull {
+		said = said || bytes.Contains(res.Stderr, m) || bytes.Contains(res.Stdout, m)
+	}
+	du, ok := s.rt.(diskUsage)
+	if !said || !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	used, err := du.DiskUsage(ctx, s.id)
+	if err != nil || used*10 < s.diskBytes*9 {
+		return nil
+	}
+	return &ResourceError{Resource: resourceDisk, Limit: s.diskBytes, Cmd: cmd}
+}
+
 // checkLimits compares the counters with those last seen and turns new
 // events into a ResourceError (memory first: an OOM kill also explains a
 // signal exit). Counting is per sandbox: with concurrent commands an event

@@ -70,6 +70,9 @@ type ContainerSpec struct {
 	MemoryBytes int64
 	MemorySwap  int64
 	NanoCPUs    int64
+	// DiskBytes caps the container's disk use (0: none): the engine's
+	// storage quota, Kubernetes' ephemeral-storage limit.
+	DiskBytes   int64
 	NetworkMode string
 	Tmpfs       map[string]string
 	Runtime     string // OCI runtime, e.g. "runsc"; empty = engine default
@@ -140,6 +143,7 @@ type ContainerState struct {
 	MemoryBytes int64
 	MemorySwap  int64
 	NanoCPUs    int64
+	DiskBytes   int64 // the disk limit the engine recorded (0: none)
 	NetworkMode string
 	User        string
 	Mounts      []Mount // bind mounts as the engine recorded them

@@ -55,9 +55,13 @@ var DefaultCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", 
 // Resource defaults of a sandbox.
 const (
 	defaultMemoryBytes = 4 << 30
-	defaultPidsLimit   = 1024
-	defaultCPUs        = 2.0
-	defaultNetwork     = "none"
+	// defaultDiskBytes is a sandbox's disk limit when none is asked, on an
+	// engine that can enforce one (DiskQuotas): room for an agent image
+	// (about 1 GiB), a repository, its dependencies and build output.
+	defaultDiskBytes = 10 << 30
+	defaultPidsLimit = 1024
+	defaultCPUs      = 2.0
+	defaultNetwork   = "none"
 )
 
 // SandboxOptions describes one sandbox. The zero value of every hardening
@@ -103,9 +107,14 @@ type SandboxOptions struct {
 	// (the agent's model proxy).
 	services map[string]http.Handler
 
-	MemoryBytes int64   // default 4 GiB; swap is always equal (no swap)
-	CPUs        float64 // default 2
-	PidsLimit   int64   // default 1024
+	MemoryBytes int64 // default 4 GiB; swap is always equal (no swap)
+	// DiskBytes caps the sandbox's disk use, its image's layers included
+	// (0: Config.DiskBytes, else 10 GiB where the engine can
+	// enforce a limit; negative: none). A limit asked explicitly that the
+	// engine cannot enforce fails the start (ErrHardening, setting disk).
+	DiskBytes int64
+	CPUs      float64 // default 2
+	PidsLimit int64   // default 1024
 	// Caps are the capabilities kept after dropping ALL; nil means
 	// DefaultCaps, an empty non-nil slice means none.
 	Caps []string
@@ -154,9 +163,9 @@ type Sandbox struct {
 	ownerMu sync.Mutex
 	owner   *safetar.Owner // the user's uid/gid, once looked up
 
-	memoryBytes, pidsLimit int64
-	limitsMu               sync.Mutex
-	seen                   ResourceEvents // counters at the last check
+	memoryBytes, pidsLimit, diskBytes int64
+	limitsMu                          sync.Mutex
+	seen                              ResourceEvents // counters at the last check
 
 	host    *boundary.Host    // the relay's host side; nil without proxies
 	sockets string            // host.Dir() when bind-mounted (AgentState.SocketDir)
@@ -231,6 +240,13 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	if err != nil {
 		return nil, err
 	}
+	if opts.DiskBytes == 0 && cfg.DiskBytes == 0 {
+		// The default limit, where the engine enforces one; elsewhere
+		// none (docs/security.md): a default cannot fail every start.
+		if dq, ok := rt.(diskQuotas); ok && dq.DiskQuotas(ctx) == nil {
+			spec.DiskBytes = defaultDiskBytes
+		}
+	}
 	switch {
 	case !FeaturesOf(rt).Seccomp:
 		spec.Seccomp = nil // the node's RuntimeDefault (docs/kubernetes.md)
@@ -281,7 +297,7 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 func newSandbox(rt Runtime, id string, spec ContainerSpec, opts SandboxOptions, cfg Config, host *boundary.Host) *Sandbox {
 	s := &Sandbox{
 		rt: rt, id: id, name: spec.Name, cfg: cfg, user: opts.User, workdir: opts.WorkDir, closed: make(chan struct{}),
-		memoryBytes: spec.MemoryBytes, pidsLimit: spec.PidsLimit, host: host, egress: opts.Egress, allow: opts.AllowHosts,
+		memoryBytes: spec.MemoryBytes, pidsLimit: spec.PidsLimit, diskBytes: spec.DiskBytes, host: host, egress: opts.Egress, allow: opts.AllowHosts,
 	}
 	if len(spec.Mounts) > 0 {
 		s.sockets = spec.Mounts[0].Source
@@ -457,6 +473,13 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 	if pids <= 0 {
 		pids = defaultPidsLimit
 	}
+	disk := opts.DiskBytes
+	if disk == 0 {
+		disk = cfg.DiskBytes
+	}
+	if disk < 0 {
+		disk = 0
+	}
 	network := opts.Network
 	if network == "" {
 		network = defaultNetwork
@@ -502,6 +525,7 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 		Seccomp:         profile,
 		PidsLimit:       pids,
 		MemoryBytes:     mem,
+		DiskBytes:       disk,
 		MemorySwap:      mem,
 		NanoCPUs:        int64(cpus * 1e9),
 		NetworkMode:     network,
@@ -509,6 +533,12 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 		Runtime:         ociRuntime,
 		ExtraHosts:      opts.ExtraHosts,
 	}, nil
+}
+
+// diskQuotas is a Runtime that can tell whether its engine enforces
+// ContainerSpec.DiskBytes: nil when it does, else why not.
+type diskQuotas interface {
+	DiskQuotas(ctx context.Context) error
 }
 
 // checkHardening compares what the engine recorded with what was asked
@@ -530,12 +560,12 @@ func checkHardening(want ContainerSpec, got ContainerState) error {
 	setting, w, g, ok := hardening.Diff(hardening.Settings{
 		Privileged: want.Privileged, ReadonlyRootfs: want.ReadonlyRootfs, Init: want.Init, NoNewPrivileges: want.NoNewPrivileges,
 		Seccomp: seccomp, OCIRuntime: want.Runtime,
-		MemoryBytes: want.MemoryBytes, MemorySwap: want.MemorySwap, NanoCPUs: want.NanoCPUs, PidsLimit: want.PidsLimit,
+		MemoryBytes: want.MemoryBytes, MemorySwap: want.MemorySwap, NanoCPUs: want.NanoCPUs, PidsLimit: want.PidsLimit, DiskBytes: want.DiskBytes,
 		NetworkMode: want.NetworkMode, CapDrop: want.CapDrop, CapAdd: want.CapAdd, Mounts: mounts(want.Mounts),
 	}, hardening.Settings{
 		Privileged: got.Privileged, ReadonlyRootfs: got.ReadonlyRootfs, Init: got.Init, NoNewPrivileges: got.NoNewPrivileges,
 		Seccomp: got.Seccomp, OCIRuntime: got.Runtime,
-		MemoryBytes: got.MemoryBytes, MemorySwap: got.MemorySwap, NanoCPUs: got.NanoCPUs, PidsLimit: got.PidsLimit,
+		MemoryBytes: got.MemoryBytes, MemorySwap: got.MemorySwap, NanoCPUs: got.NanoCPUs, PidsLimit: got.PidsLimit, DiskBytes: got.DiskBytes,
 		NetworkMode: got.NetworkMode, CapDrop: got.CapDrop, CapAdd: got.CapAdd, Mounts: mounts(got.Mounts),
 	})
 	if !ok {

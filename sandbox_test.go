@@ -81,7 +81,7 @@ func recorded(s ContainerSpec) ContainerState {
 		Running: true, Privileged: s.Privileged, CapDrop: s.CapDrop, CapAdd: s.CapAdd, NoNewPrivileges: s.NoNewPrivileges,
 		ReadonlyRootfs: s.ReadonlyRootfs, Init: s.Init, PidsLimit: s.PidsLimit, MemoryBytes: s.MemoryBytes,
 		MemorySwap: s.MemorySwap, NanoCPUs: s.NanoCPUs, NetworkMode: s.NetworkMode, Labels: s.Labels, Mounts: s.Mounts, Seccomp: seccomp.Digest(s.Seccomp),
-		Runtime: s.Runtime,
+		Runtime: s.Runtime, DiskBytes: s.DiskBytes,
 	}
 }
 

@@ -3,10 +3,13 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/docker/go-units"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
@@ -70,6 +73,11 @@ var keys = []configfile.Key[sandboxagent.Config]{
 		return err
 	}},
 	configfile.List("allow_hosts", "SANDBOX_AGENT_ALLOW_HOSTS", func(c *sandboxagent.Config) *[]string { return &c.AllowHosts }, sandboxagent.CheckAllowHosts),
+	{Name: "disk", Env: "SANDBOX_AGENT_DISK", Apply: func(c *sandboxagent.Config, raw string) error {
+		n, err := ParseDisk(strings.TrimSpace(raw))
+		c.DiskBytes = n
+		return err
+	}},
 	{Name: "oci_runtime", Env: "SANDBOX_AGENT_OCI_RUNTIME", Apply: func(c *sandboxagent.Config, raw string) error {
 		c.OCIRuntime = strings.TrimSpace(raw)
 		return hardening.CheckOCIRuntime(c.OCIRuntime)
@@ -116,4 +124,17 @@ func Keys() [][2]string {
 		out[i] = [2]string{k.Name, k.Env}
 	}
 	return out
+}
+
+// ParseDisk reads a disk limit: a size of at least 64m ("10g", "512m",
+// binary units), or "none" (-1: no limit, not even the default).
+func ParseDisk(v string) (int64, error) {
+	if v == "none" {
+		return -1, nil
+	}
+	n, err := units.RAMInBytes(v)
+	if err != nil || n < 64<<20 {
+		return 0, fmt.Errorf("%w: disk %q: want a size of at least 64m, like 10g, or none", sandboxagent.ErrInvalidArgument, v)
+	}
+	return n, nil
 }

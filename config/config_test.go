@@ -171,3 +171,17 @@ func TestConfigKeysDocumented(t *testing.T) {
 		}
 	}
 }
+
+func TestParseDisk(t *testing.T) {
+	for _, bad := range []string{"1m", "lots", "-5g", ""} {
+		if _, err := ParseDisk(bad); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("ParseDisk(%q): %v", bad, err)
+		}
+	}
+	if n, err := ParseDisk("none"); n != -1 || err != nil {
+		t.Errorf("none: %d %v", n, err)
+	}
+	if n, err := ParseDisk("10g"); n != 10<<30 || err != nil {
+		t.Errorf("10g: %d %v", n, err)
+	}
+}

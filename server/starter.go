@@ -9,6 +9,7 @@ import (
 	units "github.com/docker/go-units"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/config"
 )
 
 // StarterOptions configure NewStarter.
@@ -123,6 +124,18 @@ func requestOptions(base *sandboxagent.Config, ociRuntimes []string, req CreateR
 	}
 	if req.Pids < 0 {
 		return nil, fmt.Errorf("%w: pids %d: want a positive number", sandboxagent.ErrInvalidArgument, req.Pids)
+	}
+	if req.Disk != "" {
+		// A request may ask less than the operator's limit, never more or
+		// none (none only where the operator said none).
+		n, err := config.ParseDisk(req.Disk)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.DiskBytes >= 0 && n < 0 || cfg.DiskBytes > 0 && n > cfg.DiskBytes {
+			return nil, fmt.Errorf("%w: disk %q: this server's sandboxes may use at most its disk limit", sandboxagent.ErrInvalidArgument, req.Disk)
+		}
+		cfg.DiskBytes = n
 	}
 	switch {
 	case req.OCIRuntime == "" || req.OCIRuntime == cfg.OCIRuntime:

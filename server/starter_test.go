@@ -34,3 +34,33 @@ func TestRequestOCIRuntime(t *testing.T) {
 		})
 	}
 }
+
+// A create request's disk limit may be smaller than the server's, never
+// larger or none.
+func TestRequestDisk(t *testing.T) {
+	limited := sandboxagent.DefaultConfig()
+	limited.DiskBytes = 2 << 30
+	unlimited := sandboxagent.DefaultConfig()
+	unlimited.DiskBytes = -1
+	for _, tc := range []struct {
+		name string
+		base sandboxagent.Config
+		req  string
+		ok   bool
+	}{
+		{"smaller", limited, "1g", true},
+		{"larger", limited, "3g", false},
+		{"none on a limited server", limited, "none", false},
+		{"none on the default", sandboxagent.DefaultConfig(), "none", false},
+		{"none where the operator said none", unlimited, "none", true},
+		{"any size on the default", sandboxagent.DefaultConfig(), "20g", true},
+		{"too small", sandboxagent.DefaultConfig(), "1m", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := requestOptions(&tc.base, nil, CreateRequest{Driver: "pi", Disk: tc.req})
+			if tc.ok != (err == nil) || err != nil && !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+				t.Errorf("disk %q on a server with %d: %v", tc.req, tc.base.DiskBytes, err)
+			}
+		})
+	}
+}

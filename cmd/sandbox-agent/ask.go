@@ -12,6 +12,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/config"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
@@ -115,6 +116,9 @@ func (a *app) agentConfig(f *agentFlags) sandboxagent.Config {
 	}
 	if f.ociRT != "" {
 		cfg.OCIRuntime = f.ociRT
+	}
+	if f.disk != "" {
+		cfg.DiskBytes, _ = config.ParseDisk(f.disk) // checked by options
 	}
 	return cfg
 }

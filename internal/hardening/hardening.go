@@ -16,6 +16,7 @@ import (
 type Settings struct {
 	Privileged, ReadonlyRootfs, Init, NoNewPrivileges bool
 	MemoryBytes, MemorySwap, NanoCPUs, PidsLimit      int64
+	DiskBytes                                         int64 // 0: none asked (not checked)
 	NetworkMode                                       string
 	Seccomp                                           string // the profile's digest ("": the engine's default)
 	OCIRuntime                                        string // "": the engine's default (not checked)
@@ -58,6 +59,9 @@ func Diff(want, got Settings) (setting, w, g string, ok bool) {
 		checks = append(checks, check{"pids_limit", strconv.FormatInt(want.PidsLimit, 10) + " or less", strconv.FormatInt(got.PidsLimit, 10)})
 	}
 	checks = append(checks, check{"no_new_privileges", strconv.FormatBool(want.NoNewPrivileges), strconv.FormatBool(got.NoNewPrivileges)})
+	if want.DiskBytes > 0 {
+		checks = append(checks, check{"disk", strconv.FormatInt(want.DiskBytes, 10) + " bytes", strconv.FormatInt(got.DiskBytes, 10) + " bytes"})
+	}
 	if want.OCIRuntime != "" {
 		checks = append(checks, check{"oci_runtime", want.OCIRuntime, got.OCIRuntime})
 	}

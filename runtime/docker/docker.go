@@ -18,12 +18,14 @@ import (
 	"path"
 	pathpkg "path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/go-units"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
@@ -216,6 +218,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 			NanoCPUs:   spec.NanoCPUs,
 		},
 	}
+	if spec.DiskBytes > 0 {
+		hc.StorageOpt = map[string]string{"size": strconv.FormatInt(spec.DiskBytes, 10)}
+	}
 	res, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: spec.Name,
 		Config: &container.Config{
@@ -231,6 +236,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return "", fmt.Errorf("create container: %w: %s: %w", sandboxagent.ErrImageNotFound, spec.Image, err)
+		}
+		if spec.DiskBytes > 0 && strings.Contains(strings.ToLower(err.Error()), "storage") {
+			// overlay2 on ext4 and the like: the engine has no quota.
+			return "", fmt.Errorf("create container: %w", &sandboxagent.HardeningError{Setting: "disk",
+				Want: strconv.FormatInt(spec.DiskBytes, 10) + " bytes", Got: "no limit the engine can enforce (" + err.Error() + "; see .ci/docker-btrfs.sh)"})
 		}
 		if spec.Runtime != "" && strings.Contains(strings.ToLower(err.Error()), "runtime") {
 			if have, ierr := r.OCIRuntimes(ctx); ierr == nil && have[spec.Runtime] == "" {
@@ -292,6 +302,9 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (sandboxagent.Containe
 		st.Seccomp = seccompOf(h.SecurityOpt)
 		st.Runtime = h.Runtime
 		r.noteGVisor(ctx, id, h.Runtime) // the hardening check's inspect spares the first exec one
+		if v, ok := h.StorageOpt["size"]; ok {
+			st.DiskBytes, _ = units.RAMInBytes(v) // "10737418240", or "10G" when set by hand
+		}
 		st.ReadonlyRootfs = h.ReadonlyRootfs
 		st.Init = h.Init != nil && *h.Init
 		if h.PidsLimit != nil {
@@ -510,6 +523,40 @@ func (r *Runtime) noteGVisor(ctx context.Context, id, name string) bool {
 // maxGVisorCache bounds Runtime.gvisor (a long-running server sees many
 // containers it never removes itself: detached, adopted elsewhere).
 const maxGVisorCache = 4096
+
+// DiskQuotas says (nil) whether the engine enforces a container's disk
+// limit (StorageOpt size) whatever its configuration: Docker's btrfs and
+// zfs storage drivers. overlay2 does only on xfs mounted with pquota,
+// which the engine does not report: an error, so no default limit is set
+// there (an explicit one is tried, and refused with ErrHardening).
+func (r *Runtime) DiskQuotas(ctx context.Context) error {
+	if _, ok := r.podman(); ok {
+		return errors.New("disk limits are not offered on Podman")
+	}
+	si, err := r.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return classify("engine info", err, nil)
+	}
+	switch si.Info.Driver {
+	case "btrfs", "zfs":
+		return nil
+	}
+	return fmt.Errorf("the engine's storage driver %s enforces no disk limit by itself", si.Info.Driver)
+}
+
+// DiskUsage is the container's disk use as its StorageOpt size counts it:
+// its own layer and its image's (the engine walks the layer: seconds on a
+// large one).
+func (r *Runtime) DiskUsage(ctx context.Context, id string) (int64, error) {
+	res, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{Size: true})
+	if err != nil {
+		return 0, classify("inspect container size", err, sandboxagent.ErrContainerNotFound)
+	}
+	if res.Container.SizeRootFs == nil {
+		return 0, errors.New("the engine reported no size")
+	}
+	return *res.Container.SizeRootFs, nil
+}
 
 // OCIRuntimes are the OCI runtimes the engine was given: name → binary
 // (the engine's default, runc, among them).

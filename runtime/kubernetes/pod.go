@@ -90,6 +90,11 @@ func (r *Runtime) podFor(spec sandboxagent.ContainerSpec) (*corev1.Pod, *corev1.
 		}
 	}
 	limits := corev1.ResourceList{}
+	if spec.DiskBytes > 0 {
+		// The kubelet evicts the pod past it (the container's writable
+		// layer, its logs and emptyDirs; not the image).
+		limits[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(spec.DiskBytes, resource.BinarySI)
+	}
 	if spec.MemoryBytes > 0 {
 		limits[corev1.ResourceMemory] = *resource.NewQuantity(spec.MemoryBytes, resource.BinarySI)
 	}
@@ -454,6 +459,9 @@ func stateOf(pod *corev1.Pod) sandboxagent.ContainerState {
 				st.User += ":" + strconv.FormatInt(*sc.RunAsGroup, 10)
 			}
 		}
+	}
+	if q, ok := c.Resources.Limits[corev1.ResourceEphemeralStorage]; ok {
+		st.DiskBytes = q.Value()
 	}
 	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
 		st.MemoryBytes = q.Value()
