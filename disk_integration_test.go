@@ -58,6 +58,13 @@ func TestIntegrationDiskLimit(t *testing.T) {
 		c.Env = append(os.Environ(), "BTRFS_STATE="+state)
 		return c
 	}
+	// Stopped whatever start did (a half-started engine too), after the
+	// sandboxes are closed (cleanups run last-registered first).
+	t.Cleanup(func() {
+		if out, err := script("stop").CombinedOutput(); err != nil {
+			t.Errorf("docker-btrfs.sh stop: %v: %s", err, out)
+		}
+	})
 	out, err := script("start").Output()
 	if err != nil {
 		var ee *exec.ExitError
@@ -66,11 +73,6 @@ func TestIntegrationDiskLimit(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if out, err := script("stop").CombinedOutput(); err != nil {
-			t.Errorf("docker-btrfs.sh stop: %v: %s", err, out)
-		}
-	})
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	host := lines[len(lines)-1]
 	rt, err := docker.New(ctx, docker.Options{Host: host})

@@ -4,19 +4,24 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync/atomic"
 	"testing"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
 )
 
 // diskRuntime is a fakeRuntime whose engine enforces disk limits (quota
 // nil) and measures use.
 type diskRuntime struct {
 	*fakeRuntime
-	quota error
-	used  int64
+	quota    error
+	used     int64
+	measures atomic.Int32
 }
 
 func (d *diskRuntime) DiskQuotas(context.Context) error { return d.quota }
 func (d *diskRuntime) DiskUsage(context.Context, string) (int64, error) {
+	d.measures.Add(1)
 	return d.used, nil
 }
 
@@ -30,7 +35,7 @@ func TestDiskLimit(t *testing.T) {
 		quota error
 		want  int64
 	}{
-		{"default where the engine enforces", SandboxOptions{}, DefaultConfig(), nil, defaultDiskBytes},
+		{"default where the engine enforces", SandboxOptions{}, DefaultConfig(), nil, hardening.DefaultDiskBytes},
 		{"no default where it cannot", SandboxOptions{}, DefaultConfig(), errors.New("overlay2"), 0},
 		{"the config's", SandboxOptions{}, cfg, nil, 2 << 30},
 		{"the options'", SandboxOptions{DiskBytes: 1 << 30}, cfg, nil, 1 << 30},
@@ -96,6 +101,12 @@ func TestCheckDisk(t *testing.T) {
 			var re *ResourceError
 			if got := errors.Is(err, ErrDiskLimit) && errors.As(err, &re) && re.Limit == tc.limit; got != tc.want {
 				t.Errorf("err %v, want ErrDiskLimit %v", err, tc.want)
+			}
+			// The sandbox's words make the engine measure at most once per
+			// diskMeasureEvery: the second failure reuses the measure.
+			_, err2 := sb.Exec(context.Background(), []string{"dd"})
+			if errors.Is(err2, ErrDiskLimit) != tc.want || f.measures.Load() > 1 {
+				t.Errorf("again: %v, after %d measures", err2, f.measures.Load())
 			}
 		})
 	}

@@ -111,7 +111,7 @@ func (e *ResourceError) Error() string {
 	case resourceMemory:
 		return fmt.Sprintf("%s: out of memory: the sandbox's memory limit (%d bytes) was reached and the OOM killer killed %d process(es)", e.Cmd, e.Limit, e.Events)
 	case resourceDisk:
-		return fmt.Sprintf("%s: disk limit reached: the sandbox may use %d bytes of disk (its image's layers included) and a write failed", e.Cmd, e.Limit)
+		return fmt.Sprintf("%s: disk limit reached: the sandbox may use %d bytes of disk and a write failed", e.Cmd, e.Limit)
 	default:
 		return fmt.Sprintf("%s: process limit reached: the sandbox allows %d processes and %d fork(s) were refused", e.Cmd, e.Limit, e.Events)
 	}

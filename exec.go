@@ -156,13 +156,12 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 			return result(-1), fmt.Errorf("exec %q: %w", req.Cmd[0], o.err)
 		}
 		res := result(o.code)
-		if err := s.checkDisk(req.Cmd[0], res); err != nil {
-			return res, err
+		if suspectLimits(res) {
+			if err := s.checkLimits(req.Cmd[0], user); err != nil {
+				return res, err // an OOM kill explains the words "no space" too
+			}
 		}
-		if !suspectLimits(res) {
-			return res, nil
-		}
-		return res, s.checkLimits(req.Cmd[0], user)
+		return res, s.checkDisk(ctx, req.Cmd[0], res)
 	case <-timer.C:
 	case <-ctx.Done():
 		cause = ctx.Err()

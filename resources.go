@@ -63,12 +63,18 @@ type diskUsage interface {
 	DiskUsage(ctx context.Context, id string) (int64, error)
 }
 
+// diskMeasureEvery bounds how often a sandbox's words make the engine
+// measure its disk (a walk of its layer): a sandbox printing "No space
+// left on device" in a loop must not keep the engine busy.
+const diskMeasureEvery = 30 * time.Second
+
 // checkDisk turns a failed command that says its write failed for space
 // into a ResourceError (ErrDiskLimit) when the sandbox has a disk limit
 // and the engine confirms the sandbox is at it (90 %): the words are the
-// sandbox's, the measure is the engine's. Without a measure the words
-// are not believed.
-func (s *Sandbox) checkDisk(cmd string, res ExecResult) error {
+// sandbox's, the measure is the engine's (at most one per
+// diskMeasureEvery; a later failure within it reuses it). Without a
+// measure the words are not believed.
+func (s *Sandbox) checkDisk(ctx context.Context, cmd string, res ExecResult) error {
 	if s.diskBytes <= 0 || res.ExitCode == 0 {
 		return nil
 	}
@@ -80,10 +86,18 @@ func (s *Sandbox) checkDisk(cmd string, res ExecResult) error {
 	if !said || !ok {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	used, err := du.DiskUsage(ctx, s.id)
-	if err != nil || used*10 < s.diskBytes*9 {
+	s.diskMu.Lock()
+	defer s.diskMu.Unlock()
+	if time.Since(s.diskMeasured) >= diskMeasureEvery {
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		used, err := du.DiskUsage(ctx, s.id)
+		if err != nil {
+			return nil
+		}
+		s.diskUsed, s.diskMeasured = used, time.Now()
+	}
+	if s.diskUsed*10 < s.diskBytes*9 {
 		return nil
 	}
 	return &ResourceError{Resource: resourceDisk, Limit: s.diskBytes, Cmd: cmd}

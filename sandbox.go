@@ -55,13 +55,9 @@ var DefaultCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", 
 // Resource defaults of a sandbox.
 const (
 	defaultMemoryBytes = 4 << 30
-	// defaultDiskBytes is a sandbox's disk limit when none is asked, on an
-	// engine that can enforce one (DiskQuotas): room for an agent image
-	// (about 1 GiB), a repository, its dependencies and build output.
-	defaultDiskBytes = 10 << 30
-	defaultPidsLimit = 1024
-	defaultCPUs      = 2.0
-	defaultNetwork   = "none"
+	defaultPidsLimit   = 1024
+	defaultCPUs        = 2.0
+	defaultNetwork     = "none"
 )
 
 // SandboxOptions describes one sandbox. The zero value of every hardening
@@ -108,9 +104,9 @@ type SandboxOptions struct {
 	services map[string]http.Handler
 
 	MemoryBytes int64 // default 4 GiB; swap is always equal (no swap)
-	// DiskBytes caps the sandbox's disk use, its image's layers included
-	// (0: Config.DiskBytes, else 10 GiB where the engine can
-	// enforce a limit; negative: none). A limit asked explicitly that the
+	// DiskBytes caps the sandbox's disk use, on Docker's btrfs storage its
+	// image's layers too (0: Config.DiskBytes, else 10 GiB where the engine
+	// can enforce a limit; negative: none). A limit asked explicitly that the
 	// engine cannot enforce fails the start (ErrHardening, setting disk).
 	DiskBytes int64
 	CPUs      float64 // default 2
@@ -164,6 +160,9 @@ type Sandbox struct {
 	owner   *safetar.Owner // the user's uid/gid, once looked up
 
 	memoryBytes, pidsLimit, diskBytes int64
+	diskMu                            sync.Mutex
+	diskUsed                          int64     // the engine's last measure (checkDisk)
+	diskMeasured                      time.Time // when it was taken
 	limitsMu                          sync.Mutex
 	seen                              ResourceEvents // counters at the last check
 
@@ -244,7 +243,7 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 		// The default limit, where the engine enforces one; elsewhere
 		// none (docs/security.md): a default cannot fail every start.
 		if dq, ok := rt.(diskQuotas); ok && dq.DiskQuotas(ctx) == nil {
-			spec.DiskBytes = defaultDiskBytes
+			spec.DiskBytes = hardening.DefaultDiskBytes
 		}
 	}
 	switch {

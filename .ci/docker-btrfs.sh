@@ -36,14 +36,17 @@ stop() {
     pid=$(cat "$pidfile")
     kill "$pid"
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+    # Its process group (setsid): dockerd and the containerd it started.
+    kill -0 "$pid" 2>/dev/null && kill -9 -- "-$pid" 2>/dev/null
   fi
-  # dockerd unmounts its containers' subvolumes on shutdown; a killed one
-  # may leave mounts under the data root.
-  if [ -d "$mnt" ]; then
-    awk -v m="$mnt/" 'index($2, m) == 1 { print $2 }' /proc/self/mounts | sort -r | while read -r m; do umount -l "$m" || true; done
+  # What a killed engine leaves: its containerd and shims (their command
+  # lines name the state folder) and mounts under the state folder (the
+  # containers' subvolumes, network namespaces under the exec root).
+  pkill -9 -f -- "$state/" 2>/dev/null || true
+  if [ -d "$state" ]; then
+    awk -v m="$state/" 'index($2, m) == 1 { print $2 }' /proc/self/mounts | sort -r | while read -r m; do umount -l "$m" || true; done
   fi
-  mountpoint -q "$mnt" 2>/dev/null && umount "$mnt"
+  if mountpoint -q "$mnt" 2>/dev/null; then umount "$mnt" || umount -l "$mnt"; fi
   rm -rf "$state" "$sock"
   # The first engine's bridge must have survived.
   if ip link show docker0 >/dev/null 2>&1 || ! docker network inspect bridge >/dev/null 2>&1; then
@@ -55,19 +58,24 @@ stop() {
 }
 
 start() {
-  need_pkgs mkfs.btrfs:btrfs-progs unshare:util-linux
-  if [ -S "$sock" ] && docker -H "unix://$sock" version >/dev/null 2>&1; then
+  need_pkgs mkfs.btrfs:btrfs-progs unshare:util-linux ip:iproute2
+  if [ -S "$sock" ] && [ "$(docker -H "unix://$sock" info --format '{{.Driver}}' 2>/dev/null)" = btrfs ] &&
+    docker -H "unix://$sock" image inspect "$image" >/dev/null 2>&1; then
     log "btrfs engine already running"
     echo "unix://$sock"
     return 0
   fi
   stop >/dev/null 2>&1 || true
+  # A start that fails half-way leaves nothing running or mounted.
+  trap 'stop >/dev/null 2>&1 || true' ERR
   mkdir -p "$mnt"
+  echo '{}' >"$state/daemon.json" # not the host's /etc/docker/daemon.json
   truncate -s "$size" "$state/disk.img"
   mkfs.btrfs -q "$state/disk.img"
   mount -o loop "$state/disk.img" "$mnt"
   btrfs quota enable "$mnt"
-  setsid unshare --net dockerd \
+  setsid unshare --net dockerd --config-file "$state/daemon.json" \
+    --containerd-namespace sandbox-agent-btrfs --containerd-plugins-namespace sandbox-agent-btrfs-plugins \
     --data-root "$mnt/docker" --exec-root "$state/exec" --pidfile "$pidfile" -H "unix://$sock" \
     --storage-driver btrfs --bridge none --iptables=false --ip-masq=false --log-level warn \
     >"$state/dockerd.log" 2>&1 </dev/null &
@@ -75,10 +83,12 @@ start() {
   if ! docker -H "unix://$sock" version >/dev/null 2>&1; then
     echo "docker-btrfs.sh: the btrfs engine did not come up:" >&2
     tail -20 "$state/dockerd.log" >&2
+    stop >/dev/null 2>&1 || true
     return 1
   fi
-  [ "$(docker -H "unix://$sock" info --format '{{.Driver}}')" = btrfs ] || { echo "docker-btrfs.sh: not on btrfs" >&2; return 1; }
+  [ "$(docker -H "unix://$sock" info --format '{{.Driver}}')" = btrfs ] || { echo "docker-btrfs.sh: not on btrfs" >&2; stop >/dev/null 2>&1 || true; return 1; }
   docker save "$image" | docker -H "unix://$sock" load -q >&2
+  trap - ERR
   log "btrfs engine up ($(docker -H "unix://$sock" version --format '{{.Server.Version}}'), $size, with $image)"
   echo "unix://$sock"
 }

@@ -58,7 +58,7 @@ type CreateRequest struct {
 	// of those its operator lets requests choose (serve_oci_runtimes), so
 	// a request cannot loosen the operator's isolation.
 	OCIRuntime string `json:"oci_runtime,omitempty"`
-	// Disk is the sandbox's disk limit, its image included ("10g"; "none":
+	// Disk is the sandbox's disk limit ("10g"; "none":
 	// no limit), like the disk config key.
 	Disk string `json:"disk,omitempty"`
 }

@@ -10,6 +10,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/config"
+	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
 )
 
 // StarterOptions configure NewStarter.
@@ -132,8 +133,12 @@ func requestOptions(base *sandboxagent.Config, ociRuntimes []string, req CreateR
 		if err != nil {
 			return nil, err
 		}
-		if cfg.DiskBytes >= 0 && n < 0 || cfg.DiskBytes > 0 && n > cfg.DiskBytes {
-			return nil, fmt.Errorf("%w: disk %q: this server's sandboxes may use at most its disk limit", sandboxagent.ErrInvalidArgument, req.Disk)
+		limit := cfg.DiskBytes
+		if limit == 0 {
+			limit = hardening.DefaultDiskBytes // the server's, where its engine enforces one
+		}
+		if limit > 0 && (n < 0 || n > limit) {
+			return nil, fmt.Errorf("%w: disk %q: this server's sandboxes may use at most %s", sandboxagent.ErrInvalidArgument, req.Disk, units.BytesSize(float64(limit)))
 		}
 		cfg.DiskBytes = n
 	}

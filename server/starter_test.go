@@ -53,7 +53,8 @@ func TestRequestDisk(t *testing.T) {
 		{"none on a limited server", limited, "none", false},
 		{"none on the default", sandboxagent.DefaultConfig(), "none", false},
 		{"none where the operator said none", unlimited, "none", true},
-		{"any size on the default", sandboxagent.DefaultConfig(), "20g", true},
+		{"the default or less on the default", sandboxagent.DefaultConfig(), "10g", true},
+		{"more than the default on the default", sandboxagent.DefaultConfig(), "20g", false},
 		{"too small", sandboxagent.DefaultConfig(), "1m", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -72,7 +72,7 @@ func (f *sandboxFlags) register(fs *flag.FlagSet, defaultImage string) {
 	fs.DurationVar(&f.keepalive, "keepalive", 0, "idle time after which a left-behind sandbox removes itself (default from config, 1h)")
 	fs.StringVar(&f.memory, "memory", "", "memory limit of the sandbox, e.g. 512m or 2g (default 4g; swap is never added)")
 	fs.Int64Var(&f.pids, "pids", 0, "process limit of the sandbox (default 1024)")
-	fs.StringVar(&f.disk, "disk", "", "disk limit of the sandbox, its image included, e.g. 10g, or none (default from config key disk, else 10g where the engine can enforce it)")
+	fs.StringVar(&f.disk, "disk", "", "disk limit of the sandbox, e.g. 10g, or none (default from config key disk, else 10g where the engine can enforce it)")
 	fs.StringVar(&f.ociRT, "oci-runtime", "", "OCI runtime of the sandbox, e.g. runsc for gVisor (a RuntimeClass on Kubernetes; default from config key oci_runtime, else the engine's)")
 	fs.Var(&f.env, "env", "KEY=VALUE in the sandbox (repeatable)")
 	fs.Var(&f.uploads, "upload", "HOST:CTR copy a host file or directory in before running (repeatable)")

@@ -116,3 +116,9 @@ func CheckOCIRuntime(name string) error {
 	}
 	return nil
 }
+
+// DefaultDiskBytes is a sandbox's disk limit when none is asked, on an
+// engine that can enforce one: room for an agent image (about 1 GiB), a
+// repository, its dependencies and build output. A server's tenants may
+// ask less, never more.
+const DefaultDiskBytes = 10 << 30

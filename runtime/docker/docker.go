@@ -65,6 +65,11 @@ type Runtime struct {
 	// entry is one inspect to make again).
 	gvisorMu sync.Mutex
 	gvisor   map[string]bool
+	// The engine's storage as the disk limit sees it, read once.
+	diskMu     sync.Mutex
+	diskKnown  bool
+	diskDriver string
+	diskErr    error // nil: the driver enforces StorageOpt size by itself
 }
 
 var _ sandboxagent.Runtime = (*Runtime)(nil)
@@ -219,6 +224,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 		},
 	}
 	if spec.DiskBytes > 0 {
+		// overlay2 is tried (on xfs with pquota it enforces the limit, else
+		// it refuses); any other storage would take the option and ignore it.
+		if driver, err := r.storage(ctx); err != nil && driver != "overlay2" {
+			return "", fmt.Errorf("create container: %w", diskRefused(spec.DiskBytes, err.Error()))
+		}
 		hc.StorageOpt = map[string]string{"size": strconv.FormatInt(spec.DiskBytes, 10)}
 	}
 	res, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
@@ -237,10 +247,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 		if cerrdefs.IsNotFound(err) {
 			return "", fmt.Errorf("create container: %w: %s: %w", sandboxagent.ErrImageNotFound, spec.Image, err)
 		}
-		if spec.DiskBytes > 0 && strings.Contains(strings.ToLower(err.Error()), "storage") {
-			// overlay2 on ext4 and the like: the engine has no quota.
-			return "", fmt.Errorf("create container: %w", &sandboxagent.HardeningError{Setting: "disk",
-				Want: strconv.FormatInt(spec.DiskBytes, 10) + " bytes", Got: "no limit the engine can enforce (" + err.Error() + "; see .ci/docker-btrfs.sh)"})
+		if spec.DiskBytes > 0 && strings.Contains(err.Error(), "storage-opt") {
+			// overlay2 without project quotas: "--storage-opt is supported
+			// only for overlay over xfs with 'pquota' mount option".
+			return "", fmt.Errorf("create container: %w", diskRefused(spec.DiskBytes, err.Error()))
 		}
 		if spec.Runtime != "" && strings.Contains(strings.ToLower(err.Error()), "runtime") {
 			if have, ierr := r.OCIRuntimes(ctx); ierr == nil && have[spec.Runtime] == "" {
@@ -528,34 +538,59 @@ const maxGVisorCache = 4096
 // limit (StorageOpt size) whatever its configuration: Docker's btrfs and
 // zfs storage drivers. overlay2 does only on xfs mounted with pquota,
 // which the engine does not report: an error, so no default limit is set
-// there (an explicit one is tried, and refused with ErrHardening).
+// there (an explicit one is tried, and the engine refuses it where it
+// cannot). Docker's containerd image store accepts the option and drops
+// it: an error. Read once per Runtime.
 func (r *Runtime) DiskQuotas(ctx context.Context) error {
+	_, err := r.storage(ctx)
+	return err
+}
+
+// storage is the engine's storage driver and whether it enforces disk
+// limits (DiskQuotas).
+func (r *Runtime) storage(ctx context.Context) (string, error) {
 	if _, ok := r.podman(); ok {
-		return errors.New("disk limits are not offered on Podman")
+		return "", errors.New("disk limits are not offered on Podman")
+	}
+	r.diskMu.Lock()
+	defer r.diskMu.Unlock()
+	if r.diskKnown {
+		return r.diskDriver, r.diskErr
 	}
 	si, err := r.cli.Info(ctx, client.InfoOptions{})
 	if err != nil {
-		return classify("engine info", err, nil)
+		return "", classify("engine info", err, nil) // not an answer: asked again next time
 	}
-	switch si.Info.Driver {
-	case "btrfs", "zfs":
-		return nil
+	r.diskKnown, r.diskDriver, r.diskErr = true, si.Info.Driver, nil
+	for _, kv := range si.Info.DriverStatus {
+		if len(kv) == 2 && kv[0] == "driver-type" && kv[1] == "io.containerd.snapshotter.v1" {
+			r.diskErr = fmt.Errorf("the engine's containerd image store (%s) ignores disk limits", si.Info.Driver)
+		}
 	}
-	return fmt.Errorf("the engine's storage driver %s enforces no disk limit by itself", si.Info.Driver)
+	if r.diskErr == nil && si.Info.Driver != "btrfs" && si.Info.Driver != "zfs" {
+		r.diskErr = fmt.Errorf("the engine's storage driver %s enforces no disk limit by itself", si.Info.Driver)
+	}
+	return r.diskDriver, r.diskErr
 }
 
 // DiskUsage is the container's disk use as its StorageOpt size counts it:
-// its own layer and its image's (the engine walks the layer: seconds on a
-// large one).
+// its own layer, and on btrfs its image's too (a subvolume's quota group
+// holds both; zfs and overlay2's project quotas count the layer alone).
+// The engine walks the layer: seconds on a large one.
 func (r *Runtime) DiskUsage(ctx context.Context, id string) (int64, error) {
+	driver, _ := r.storage(ctx)
 	res, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{Size: true})
 	if err != nil {
 		return 0, classify("inspect container size", err, sandboxagent.ErrContainerNotFound)
 	}
-	if res.Container.SizeRootFs == nil {
+	size := res.Container.SizeRw
+	if driver == "btrfs" {
+		size = res.Container.SizeRootFs
+	}
+	if size == nil {
 		return 0, errors.New("the engine reported no size")
 	}
-	return *res.Container.SizeRootFs, nil
+	return *size, nil
 }
 
 // OCIRuntimes are the OCI runtimes the engine was given: name → binary
@@ -810,4 +845,11 @@ func filesTar(files []sandboxagent.File) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// diskRefused is the hardening error of a disk limit the engine cannot
+// enforce.
+func diskRefused(limit int64, why string) error {
+	return &sandboxagent.HardeningError{Setting: "disk", Want: strconv.FormatInt(limit, 10) + " bytes",
+		Got: "no limit the engine can enforce (" + why + "; see docs/security.md)"}
 }

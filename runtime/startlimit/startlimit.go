@@ -6,6 +6,7 @@ package startlimit
 
 import (
 	"context"
+	"errors"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 )
@@ -56,3 +57,21 @@ func (l *limited) Start(ctx context.Context, id string) error {
 
 // Features passes the wrapped runtime's on (the Sandbox adapts to them).
 func (l *limited) Features() sandboxagent.RuntimeFeatures { return sandboxagent.FeaturesOf(l.Runtime) }
+
+// DiskQuotas and DiskUsage pass the wrapped runtime's on (the disk limit's
+// default and its measure), or say there are none.
+func (l *limited) DiskQuotas(ctx context.Context) error {
+	if d, ok := l.Runtime.(interface{ DiskQuotas(context.Context) error }); ok {
+		return d.DiskQuotas(ctx)
+	}
+	return errors.New("the engine enforces no disk limit")
+}
+
+func (l *limited) DiskUsage(ctx context.Context, id string) (int64, error) {
+	if d, ok := l.Runtime.(interface {
+		DiskUsage(context.Context, string) (int64, error)
+	}); ok {
+		return d.DiskUsage(ctx, id)
+	}
+	return 0, errors.New("the engine cannot measure a container's disk")
+}
