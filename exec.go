@@ -168,6 +168,7 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 	}
 
 	killErr := s.killTree(tag, user, false)
+	bombTried := false // killBomb ran and failed: checkLimits need not try again
 	if killErr != nil {
 		// The script itself needs forks; a tree that exhausted the pids
 		// limit leaves it none. Kill the bomb, then the rest of the tree.
@@ -177,6 +178,8 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 		// all the same.
 		if _, err := s.killBomb(user); err == nil {
 			killErr = s.killTree(tag, user, true)
+		} else {
+			bombTried = true
 		}
 	}
 	// The stream ends once every holder of its pipes is dead; give it a
@@ -193,7 +196,10 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 		killErr = fmt.Errorf("exec %q timed out and its processes could not all be killed: %w", req.Cmd[0], killErr)
 		// Survivors that exhaust the pids limit are why the kill failed:
 		// report the limit too, so callers branching on it see it.
-		if rerr := s.checkLimits(req.Cmd[0], user); rerr != nil {
+		if cause != nil {
+			killErr = fmt.Errorf("%w; %w", cause, killErr)
+		}
+		if rerr := s.readLimits(req.Cmd[0], user, !bombTried); rerr != nil {
 			return res, fmt.Errorf("%w; %w", rerr, killErr)
 		}
 		return res, killErr
@@ -233,7 +239,7 @@ func (s *Sandbox) killTree(tag, user string, patient bool) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("kill script never started (exit %d: %s): %w", code, bytes.TrimSpace(out.Bytes()), ctx.Err())
+			return fmt.Errorf("kill script failed until the end (exit %d: %s): %w", code, bytes.TrimSpace(out.Bytes()), ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"context"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -91,10 +92,15 @@ func TestKeepaliveSurvivesFailedSeeks(t *testing.T) {
 	if err != nil {
 		prereq.Missing(t, "no bash")
 	}
+	inject := []string{"-f", "-o", "/dev/null", "-e", "trace=lseek", "-e", "inject=lseek:error=ESRCH"}
+	if out, err := exec.Command(strace, append(inject, "true")...).CombinedOutput(); err != nil {
+		prereq.Missing(t, "strace cannot trace here (ptrace not allowed?): %v: %s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	start := time.Now()
 	// Keepalive 600 s, a check every second, a lifetime of 3 s.
-	out, err := exec.Command(strace, "-f", "-o", "/dev/null", "-e", "trace=lseek", "-e", "inject=lseek:error=ESRCH",
-		bash, "-c", Keepalive, "sandbox-agent-keepalive", "600", "1", "3").CombinedOutput()
+	out, err := exec.CommandContext(ctx, strace, append(inject, bash, "-c", Keepalive, "sandbox-agent-keepalive", "600", "1", "3")...).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "max lifetime of 3 s reached") {
 		t.Fatalf("watchdog with failing seeks: %v: %s", err, out)
 	}
