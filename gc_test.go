@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 )
@@ -67,6 +68,13 @@ func TestGCSweepsSocketFolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(named)
+	// Both are older than the sweep's minimum age.
+	aged := time.Now().Add(-time.Hour)
+	for _, d := range []string{leftover, named} {
+		if err := os.Chtimes(d, aged, aged); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Another host's running sandbox naming the folder: GC keeps both.
 	rt := &fakeRuntime{list: []ContainerState{{ID: "a", Running: true, Status: StatusRunning,
 		Labels: map[string]string{LabelManaged: "true", LabelHost: "elsewhere", LabelPID: "1", labelSockets: filepath.Base(named)}}}}

@@ -13,6 +13,9 @@ import (
 	"time"
 )
 
+// minSweepAge: a socket folder younger than this is never swept.
+const minSweepAge = 10 * time.Minute
+
 // socketDirName is the shape of a socket folder: s-<PID>-<random> (the
 // PID of its owner), or s-<random> as made before the PID was in it.
 var (
@@ -64,11 +67,19 @@ func SweepSocketDirs(root string, inUse func(name string) bool, dryRun bool) []s
 // pid namespace: a live owner in another one sharing this folder (two
 // containers with one /tmp) still listens.
 func socketDirStale(dir, name string) bool {
+	fi, err := os.Stat(dir)
+	if err != nil || time.Since(fi.ModTime()) < minSweepAge {
+		// Young: its owner may have just died and its sandbox await
+		// adoption (a restarted server). The engine's listing is then all
+		// that keeps it, and one listing without the sandbox would strand
+		// it (a folder vanished under a running sandbox once on Podman).
+		return false
+	}
 	if m := socketDirOwner.FindStringSubmatch(name); m != nil {
 		if ProcessAlive(m[1]) {
 			return false
 		}
-	} else if fi, err := os.Stat(dir); err != nil || time.Since(fi.ModTime()) < 24*time.Hour {
+	} else if time.Since(fi.ModTime()) < 24*time.Hour {
 		return false
 	}
 	socks, err := filepath.Glob(filepath.Join(dir, "*.sock"))

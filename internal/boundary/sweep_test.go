@@ -11,9 +11,9 @@ import (
 	"time"
 )
 
-// The sweep removes a folder only when the PID in its name is gone, no
-// socket in it answers and no container names it; a folder of the old
-// shape (no PID) only when it is also a day old.
+// The sweep removes a folder only when it is older than minSweepAge, the
+// PID in its name is gone, no socket in it answers and no container names
+// it; a folder of the old shape (no PID) only when it is also a day old.
 func TestSweepSocketDirs(t *testing.T) {
 	root := t.TempDir()
 	dead := "999999999" // above any pid_max: no such process
@@ -46,6 +46,7 @@ func TestSweepSocketDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	young := mk("s-" + dead + "-10") // its owner just died: kept whatever the engine says
 	oldShapeNew := mk("s-6")
 	oldShapeOld := mk("s-7")
 	dayAgo := time.Now().Add(-25 * time.Hour)
@@ -55,6 +56,13 @@ func TestSweepSocketDirs(t *testing.T) {
 	other := mk("x-" + dead + "-8")
 	if err := os.WriteFile(filepath.Join(root, "s-"+dead+"-9"), nil, 0o600); err != nil {
 		t.Fatal(err)
+	}
+	// Every folder but young is older than minSweepAge (oldShapeOld a day).
+	aged := time.Now().Add(-minSweepAge - time.Minute)
+	for _, d := range []string{deadDir, emptyDead, mine, named, listening, oldShapeNew, other} {
+		if err := os.Chtimes(d, aged, aged); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var asked []string
 	inUse := func(name string) bool {
@@ -72,7 +80,7 @@ func TestSweepSocketDirs(t *testing.T) {
 	if _, err := os.Stat(deadDir); err != nil {
 		t.Errorf("dry run removed %s: %v", deadDir, err)
 	}
-	if slices.Contains(asked, filepath.Base(mine)) || slices.Contains(asked, filepath.Base(listening)) {
+	if slices.Contains(asked, filepath.Base(mine)) || slices.Contains(asked, filepath.Base(listening)) || slices.Contains(asked, filepath.Base(young)) {
 		t.Errorf("the engine was asked about a live owner's folder: %v", asked)
 	}
 
@@ -86,7 +94,7 @@ func TestSweepSocketDirs(t *testing.T) {
 			t.Errorf("%s kept: %v", d, err)
 		}
 	}
-	for _, d := range []string{mine, named, listening, oldShapeNew, other, filepath.Join(root, "s-"+dead+"-9")} {
+	for _, d := range []string{mine, named, listening, young, oldShapeNew, other, filepath.Join(root, "s-"+dead+"-9")} {
 		if _, err := os.Stat(d); err != nil {
 			t.Errorf("%s removed: %v", d, err)
 		}
