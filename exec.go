@@ -157,7 +157,7 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 		}
 		res := result(o.code)
 		if suspectLimits(res) {
-			if err := s.checkLimits(req.Cmd[0], user); err != nil {
+			if err := s.checkLimits(req.Cmd[0], user, true); err != nil {
 				return res, err // an OOM kill explains the words "no space" too
 			}
 		}
@@ -194,17 +194,17 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 	res.TimedOut = true
 	if killErr != nil {
 		killErr = fmt.Errorf("exec %q timed out and its processes could not all be killed: %w", req.Cmd[0], killErr)
-		// Survivors that exhaust the pids limit are why the kill failed:
-		// report the limit too, so callers branching on it see it.
 		if cause != nil {
 			killErr = fmt.Errorf("%w; %w", cause, killErr)
 		}
-		if rerr := s.readLimits(req.Cmd[0], user, !bombTried); rerr != nil {
+		// Survivors that exhaust the pids limit are why the kill failed:
+		// report the limit too, so callers branching on it see it.
+		if rerr := s.checkLimits(req.Cmd[0], user, !bombTried); rerr != nil {
 			return res, fmt.Errorf("%w; %w", rerr, killErr)
 		}
 		return res, killErr
 	}
-	if rerr := s.checkLimits(req.Cmd[0], user); rerr != nil {
+	if rerr := s.checkLimits(req.Cmd[0], user, true); rerr != nil {
 		if cause != nil {
 			return res, fmt.Errorf("%w; %w", cause, rerr)
 		}

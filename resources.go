@@ -111,12 +111,10 @@ func (s *Sandbox) checkDisk(ctx context.Context, cmd string, res ExecResult) err
 // When the counters cannot be read because the container is gone, the
 // error wraps ErrContainerNotFound (the command died with its sandbox), or
 // ErrEngineUnavailable when the engine itself went away.
-func (s *Sandbox) checkLimits(cmd, user string) error { return s.readLimits(cmd, user, true) }
-
-// readLimits is checkLimits; bomb says whether a tree holding the pids is
-// killed (false: the caller's attempt just failed, another would only
-// take minutes more).
-func (s *Sandbox) readLimits(cmd, user string, bomb bool) error {
+//
+// killBomb says whether a tree holding the pids is killed (false: the
+// caller's attempt just failed, another would only take minutes more).
+func (s *Sandbox) checkLimits(cmd, user string, killBomb bool) error {
 	// Under a fork bomb one exec may take many seconds, or fail to start
 	// at all while the container runs: that is not "nothing happened".
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -143,7 +141,7 @@ func (s *Sandbox) readLimits(cmd, user string, bomb bool) error {
 	case pids > 0:
 		// The tree holding the pids (a fork bomb, perhaps started by an
 		// earlier command whose first process exited) must not keep them.
-		if bomb {
+		if killBomb {
 			_, _ = s.killBomb(user)
 		}
 		return &ResourceError{Resource: resourcePids, Limit: s.pidsLimit, Events: pids, Cmd: cmd}
