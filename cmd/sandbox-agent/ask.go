@@ -12,7 +12,6 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/config"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
@@ -117,9 +116,6 @@ func (a *app) agentConfig(f *agentFlags) sandboxagent.Config {
 	if f.ociRT != "" {
 		cfg.OCIRuntime = f.ociRT
 	}
-	if f.disk != "" {
-		cfg.DiskBytes, _ = config.ParseDisk(f.disk) // checked by options
-	}
 	return cfg
 }
 
@@ -155,6 +151,9 @@ func (a *app) sandboxHooks(ctx context.Context) ([]sandboxagent.AgentOption, err
 // fake model down.
 func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts sandboxagent.SandboxOptions) (*sandboxagent.Agent, func(), error) {
 	cfg := a.agentConfig(f)
+	if opts.DiskBytes != 0 { // --disk, parsed with the other sandbox flags
+		cfg.DiskBytes = opts.DiskBytes
+	}
 	allow := opts.AllowHosts
 	if allow == nil {
 		allow = cfg.AllowHosts
