@@ -60,12 +60,8 @@ const (
 // (.ci/bench does, with the other benchmarks and the machine's description).
 // scaleRuntime is the runtime of the round: Docker (DOCKER_HOST), or a
 // Kubernetes cluster when the build tag kubernetes is set
-// (scale_kubernetes_integration_test.go), whose egress is then open (the
-// test cluster's network plugin enforces no NetworkPolicy).
-var (
-	scaleRuntime = func(b *testing.B) sandboxagent.Runtime { return testenv.Runtime(b) }
-	scaleEgress  sandboxagent.Egress
-)
+// (scale_kubernetes_integration_test.go). Egress is the default (model).
+var scaleRuntime = func(b *testing.B) sandboxagent.Runtime { return testenv.Runtime(b) }
 
 func BenchmarkScale(b *testing.B) {
 	if scaleDone != nil {
@@ -124,7 +120,6 @@ func BenchmarkScale(b *testing.B) {
 			sandboxagent.WithConfig(cfg), // through the model proxy
 			sandboxagent.WithSandbox(func(o *sandboxagent.SandboxOptions) {
 				o.Labels = map[string]string{scaleLabel: run}
-				o.Egress = scaleEgress
 			}),
 		}
 	}

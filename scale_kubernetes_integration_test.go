@@ -15,5 +15,4 @@ import (
 // node holds about 35 at kubetest's CPU request).
 func init() {
 	scaleRuntime = func(b *testing.B) sandboxagent.Runtime { return kubetest.Runtime(b) }
-	scaleEgress = sandboxagent.EgressOpen
 }

@@ -9,6 +9,7 @@
 #   bash .ci/k8s.sh import IMAGE...  # Docker's images (name:tag) into the cluster
 #   bash .ci/k8s.sh env              # prints export KUBECONFIG=... (for eval)
 #   bash .ci/k8s.sh status           # exit 0 when the cluster is up
+#   bash .ci/k8s.sh netpol off|on    # stop enforcing NetworkPolicy, or enforce it again
 #   bash .ci/k8s.sh kubectl ARGS...  # the cluster's own kubectl (and crictl ARGS...)
 #   bash .ci/k8s.sh stop             # stops what start started, cleans the host
 #
@@ -34,10 +35,26 @@
 #     no default route: a pod reaches the other pods and the host's
 #     10.244.77.1 (whatever listens there or on 0.0.0.0) and nothing else.
 #     No kube-proxy (Service IPs lead nowhere; the API server is not
-#     reachable from pods) and no NetworkPolicy (accepted, not enforced).
-#     One iptables rule, removed by stop: FORWARD accepts sak8s0 to sak8s0
-#     (Docker's FORWARD policy is DROP, and with br_netfilter, which Docker
-#     turns on, bridged traffic between two pods goes through FORWARD).
+#     reachable from pods). IPv4 only: IPv6 is off on the bridge and
+#     dropped between its ports. The bridge has a MAC of its own.
+#   - NetworkPolicy enforced by kube-router's policy controller alone
+#     (v2.10.0 from the module proxy, a host process with the admin
+#     kubeconfig; iptables + ipset): pod to pod and pod to host, both
+#     directions. --netpol-default-deny: a pod's traffic is refused until
+#     its rules exist (the first second of a pod's life). Denied traffic is
+#     rejected with ICMP, which a rule of ours drops, so it looks dropped:
+#     a connection from an isolated pod gets no answer. kube-router lets
+#     pods reach the host's NodePort range whatever the policy: it is set
+#     to 1-2 (the narrowest it takes; root's ports, where nothing listens).
+#     Rules of ours, removed by stop: FORWARD accepts sak8s0 to sak8s0
+#     (Docker's FORWARD policy is DROP, and with br_netfilter bridged
+#     traffic between two pods goes through FORWARD), ip6tables FORWARD
+#     drops from sak8s0, mangle POSTROUTING drops ICMP port-unreachable to
+#     sak8s0; kube-router's KUBE-ROUTER-*, KUBE-NWPLCY-*, KUBE-POD-FW-*
+#     chains and KUBE-SRC-*/KUBE-DST-*/kube-router-local-pods ipsets.
+#   - RuntimeClass gvisor (handler runsc): the pod in one gVisor sandbox
+#     (runsc and containerd-shim-runsc-v1 built from the module proxy,
+#     platform systrap, the pod's network through gVisor's own stack).
 #   - Images: `import` copies them from Docker; pods also pull from a
 #     plain-HTTP registry on 127.0.0.1:5055 or 127.0.0.1:5000
 #     (.ci/registry.sh). No other registry is reachable here.
@@ -62,6 +79,20 @@ SERVICE_SUBNET=10.96.0.0/24
 API_PORT=6443
 ETCD_PORT=12379 # not 2379: Debian's etcd-server starts its own etcd there where systemd runs
 REGISTRY_PORTS="5055 5000"
+# NetworkPolicy: kube-router's policy controller (firewall only). The
+# module proxy serves v2.10.0 but not the netlink pseudo-version it needs:
+# v1.3.1 (v2.9.0's) serves the node-interface lookup the controller makes.
+KUBE_ROUTER_VERSION=2.10.0
+KUBE_ROUTER_NETLINK=v1.3.1
+# The node's pod addresses without .0/.1 (the host's): --netpol-default-deny
+# REJECTs what lies in them and is not a programmed pod.
+POD_CIDRS_NO_HOST=10.244.77.2/31,10.244.77.4/30,10.244.77.8/29,10.244.77.16/28,10.244.77.32/27,10.244.77.64/26,10.244.77.128/25
+# gVisor (RuntimeClass gvisor, handler runsc): runsc and its containerd
+# shim from the module proxy's go branch. The newest version whose shim
+# is built on containerd 1.6's libraries (later ones print a JSON
+# address that Debian's containerd 1.6 cannot read) and that has the fix
+# for kernels >= 6.11 (Debian's runsc 2022 cannot start a pod network here).
+GVISOR_VERSION=v0.0.0-20260413194555-9680d69bf798
 
 cache=${K8S_CACHE:-/var/cache/sandbox-agent-k8s}
 state=${K8S_STATE:-/var/tmp/sandbox-agent-k8s}
@@ -74,6 +105,8 @@ bin=$vcache/bin
 sock=$state/containerd/containerd.sock
 kubeconfig=$state/kubeconfig
 pki=$state/pki
+krbin=$cache/kube-router-v$KUBE_ROUTER_VERSION # its own cache: a new version rebuilds only it
+gvbin=$cache/gvisor-$GVISOR_VERSION                # likewise
 # What kubelet sets on the host whatever its root dir (kubelet's
 # setupKernelTunables); stop puts back the values found before.
 kubelet_sysctls="vm.overcommit_memory=1 vm.panic_on_oom=0 kernel.panic=10 kernel.panic_on_oops=1 kernel.keys.root_maxkeys=1000000 kernel.keys.root_maxbytes=25000000"
@@ -103,6 +136,10 @@ kctl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 ctr_() { ctr --address "$sock" --namespace k8s.io "$@"; }
 crictl_() { "$bin/crictl" --config "$state/crictl.yaml" "$@"; }
 fwd_rule=(-i "$BRIDGE" -o "$BRIDGE" -m comment --comment "$NET" -j ACCEPT)
+# kube-router REJECTs with ICMP port-unreachable; policy-denied traffic should look dropped
+icmp_rule=(-o "$BRIDGE" -p icmp --icmp-type port-unreachable -m comment --comment "$NET" -j DROP)
+# IPv6 on the bridge would go around the IPv4-only policy (fe80:: between pods)
+v6_rule=(-i "$BRIDGE" -m comment --comment "$NET" -j DROP)
 
 # --- processes: each in a session of its own, "PID EXE" in $state/pid/NAME.
 
@@ -184,6 +221,8 @@ our_procs() {
     exe=${exe% (deleted)}
     case $exe in
       "$bin"/*) ;;
+      "$krbin"/*) ;;
+      "$gvbin"/*) ;; # the runsc shims, sandboxes, gofers
       */containerd | */containerd-shim* | */etcd | */runc)
         cmdline=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) || continue
         [[ $cmdline == *"$state/"* ]] || continue
@@ -265,6 +304,44 @@ build() {
   rm -rf "$bin"
   mv "$out" "$bin"
   rm -rf "$src" # the binaries are the cache; the tree is 240 MB
+}
+
+build_kube_router() {
+  [ -x "$krbin/kube-router" ] && return 0
+  local m=github.com/cloudnativelabs/kube-router/v2 modcache src=$cache/kube-router-src tmp=$krbin.new
+  log "building kube-router v$KUBE_ROUTER_VERSION into $krbin (once per version)"
+  modcache=$(go env GOMODCACHE)
+  (cd / && kgo mod download "$m@v$KUBE_ROUTER_VERSION")
+  rm -rf "$src" "$tmp"
+  cp -r "$modcache/$m@v$KUBE_ROUTER_VERSION" "$src"
+  chmod -R u+w "$src"
+  (cd "$src" && kgo mod edit -replace "github.com/vishvananda/netlink=github.com/vishvananda/netlink@$KUBE_ROUTER_NETLINK" &&
+    kgo build -trimpath -ldflags "-s -w -X $m/pkg/version.Version=v$KUBE_ROUTER_VERSION" -o "$tmp/kube-router" ./cmd/kube-router)
+  rm -rf "$src" "$krbin"
+  mv "$tmp" "$krbin"
+  timing build_kube_router
+}
+
+build_gvisor() {
+  [ -x "$gvbin/runsc" ] && [ -x "$gvbin/containerd-shim-runsc-v1" ] && return 0
+  local m=gvisor.dev/gvisor src=$cache/gvisor-src tmp=$gvbin.new f
+  log "building gVisor $GVISOR_VERSION (runsc, containerd-shim-runsc-v1) into $gvbin (once per version)"
+  (cd / && kgo mod download "$m@$GVISOR_VERSION")
+  rm -rf "$src" "$tmp"
+  cp -r "$(go env GOMODCACHE)/$m@$GVISOR_VERSION" "$src"
+  chmod -R u+w "$src"
+  # The shim lowers its own oom_score_adj to -999 and gives up when it
+  # cannot (root here lacks CAP_SYS_RESOURCE); it must say nothing either:
+  # containerd 1.6 dials whatever `start` prints as the shim's address.
+  f=$src/pkg/shim/v1/service.go
+  grep -q 'return "", fmt.Errorf("failed to set OOM Score on shim: %w", err)' "$f" || die "gVisor $GVISOR_VERSION: the shim's OOM-score call moved ($f)"
+  sed -i 's|return "", fmt.Errorf("failed to set OOM Score on shim: %w", err)|_ = err // needs CAP_SYS_RESOURCE|' "$f"
+  mkdir -p "$tmp"
+  (cd "$src" && kgo build -trimpath -ldflags "-s -w -X gvisor.dev/gvisor/runsc/version.version=$GVISOR_VERSION" -o "$tmp/runsc" ./runsc &&
+    kgo build -trimpath -ldflags "-s -w" -o "$tmp/containerd-shim-runsc-v1" ./shim)
+  rm -rf "$src" "$gvbin"
+  mv "$tmp" "$gvbin"
+  timing build_gvisor
 }
 
 docker_up() { # Docker's engine answers (.ci/setup starts it); waits a while for one that is starting
@@ -360,7 +437,7 @@ EOF
 }
 
 certs_configs() {
-  mkdir -p "$state"/{pid,log,apiserver,cni/net.d,cni/ipam,runc,pod-logs,kubelet/root}
+  mkdir -p "$state"/{pid,log,apiserver,cni/net.d,cni/ipam,runc,runsc,pod-logs,kubelet/root}
   mkdir -p "$state"/containerd/{root,state,opt}
   mkdir -p "$pki" "$state/etcd"
   chmod 700 "$pki" "$state/etcd"
@@ -425,6 +502,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
           SystemdCgroup = false
           Root = "$state/runc"
+      # gVisor: containerd finds containerd-shim-runsc-v1 on its PATH
+      # (1.6.20 ignores runtime_path); the pause container and the pod's
+      # containers share one gVisor sandbox (runsc reads the CRI's annotations).
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+        runtime_type = "io.containerd.runsc.v1"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+          TypeUrl = "io.containerd.runsc.v1.options"
+          ConfigPath = "$state/runsc.toml"
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"
       conf_dir = "$state/cni/net.d"
@@ -442,6 +527,17 @@ server = "http://127.0.0.1:$port"
   capabilities = ["pull", "resolve"]
 EOF
   done
+
+  # The shim's options: our runsc (else it runs whatever is on PATH), its
+  # state under ours; systrap (no KVM here; ptrace's stub threads count
+  # against podPidsLimit); the pod's network through gVisor's own stack.
+  cat >"$state/runsc.toml" <<EOF
+binary_name = "$gvbin/runsc"
+root = "$state/runsc"
+[runsc_config]
+  platform = "systrap"
+  network = "sandbox"
+EOF
 
   printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 10\n' "$sock" "$sock" >"$state/crictl.yaml"
 
@@ -515,7 +611,7 @@ EOF
 
 ports_free() {
   local port who
-  for port in $API_PORT $ETCD_PORT $((ETCD_PORT + 1)) 10248 10250 10257 10259; do
+  for port in $API_PORT $ETCD_PORT $((ETCD_PORT + 1)) 10248 10250 10257 10259 20244; do
     who=$(ss -Hltnp "sport = :$port" 2>/dev/null) || true
     [ -z "$who" ] || die "port $port is taken: $who"
   done
@@ -525,11 +621,17 @@ bridge_up() {
   local other
   other=$(ip -o -4 addr show | awk -v br="$BRIDGE" -v net="${NODE_IP%.*}." '$2 != br && index($4, net) == 1 {print $2}')
   [ -z "$other" ] || die "$POD_SUBNET is already on $other"
-  ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
+  # A MAC of its own: a bridge without one takes its lowest port's, and
+  # changes it as pods come and go (the pods' ARP entries for the host go stale).
+  ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" address 02:42:0a:f4:4d:01 type bridge
+  sysctl -qw "net.ipv6.conf.$BRIDGE.disable_ipv6=1"
+  sysctl -qw net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1
   ip addr replace "$NODE_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   if command -v iptables >/dev/null 2>&1; then
     iptables -C FORWARD "${fwd_rule[@]}" 2>/dev/null || iptables -I FORWARD 1 "${fwd_rule[@]}"
+    iptables -t mangle -C POSTROUTING "${icmp_rule[@]}" 2>/dev/null || iptables -t mangle -A POSTROUTING "${icmp_rule[@]}"
+    ip6tables -C FORWARD "${v6_rule[@]}" 2>/dev/null || ip6tables -I FORWARD 1 "${v6_rule[@]}"
   fi
 }
 
@@ -552,12 +654,61 @@ note_host() {
 
 cluster_up() {
   local n
-  for n in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+  for n in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-router; do
+    [ "$n" = kube-router ] && [ -e "$state/netpol.off" ] && continue
     pid_of "$n" >/dev/null || return 1
   done
   kctl get --raw /readyz >/dev/null 2>&1 && node_ready
 }
 
+kube_router_ready() {
+  iptables -S FORWARD 1 | grep -q -- '-j KUBE-ROUTER-FORWARD' && iptables -S KUBE-NWPLCY-TAIL >/dev/null 2>&1 &&
+    curl -fsS http://127.0.0.1:20244/healthz >/dev/null
+}
+# NetworkPolicy: kube-router's policy controller alone, a host process like kubelet.
+start_kube_router() {
+  quiet kctl annotate --overwrite node "$NODE" "kube-router.io/pod-cidrs=$POD_CIDRS_NO_HOST"
+  spawn kube-router "$krbin/kube-router" --kubeconfig="$kubeconfig" \
+    --run-firewall=true --run-router=false --run-service-proxy=false --run-loadbalancer=false \
+    --hostname-override="$NODE" --service-cluster-ip-range="$SERVICE_SUBNET" \
+    --service-node-port-range=1-2 --enable-ipv6=false --netpol-default-deny \
+    --health-addr=127.0.0.1 --health-port=20244 --iptables-sync-period=1m
+  wait_until kube-router 60 "kube-router's policy chains" kube_router_ready
+}
+kube_router_clean() { # its chains and ipsets
+  local t c n
+  command -v iptables >/dev/null 2>&1 || return 0
+  for c in INPUT FORWARD OUTPUT; do
+    while n=$(iptables -L "$c" -n --line-numbers 2>/dev/null | awk '$2 ~ /^KUBE-ROUTER-/ {print $1; exit}') && [ -n "$n" ]; do
+      iptables -D "$c" "$n"
+    done
+  done
+  for t in $(iptables -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-(ROUTER-|NWPLCY-|POD-FW-)/ {print $2}'); do iptables -F "$t"; done
+  for t in $(iptables -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-(ROUTER-|NWPLCY-|POD-FW-)/ {print $2}'); do iptables -X "$t"; done
+  if command -v ipset >/dev/null 2>&1; then
+    for n in $(ipset list -n 2>/dev/null | grep -E '^(inet6:)?(KUBE-(SRC|DST)-|kube-router-local-pods)'); do ipset destroy "$n"; done
+  fi
+}
+# netpol off|on: stop enforcing NetworkPolicy (kube-router and its rules
+# gone, the cluster otherwise as it was), or enforce it again: the tests of
+# a cluster whose network plugin ignores policies.
+do_netpol() {
+  cluster_up || die "the cluster is not running (bash .ci/k8s.sh start)"
+  case ${1:-} in
+    off)
+      touch "$state/netpol.off"
+      halt kube-router
+      kube_router_clean
+      log "NetworkPolicy no longer enforced (k8s.sh netpol on)"
+      ;;
+    on)
+      pid_of kube-router >/dev/null || start_kube_router
+      rm -f "$state/netpol.off"
+      log "NetworkPolicy enforced"
+      ;;
+    *) die "usage: k8s.sh netpol off|on" ;;
+  esac
+}
 node_ready() { [ "$(kctl get node "$NODE" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
 node_untainted() { kctl get node "$NODE" >/dev/null && [ -z "$(kctl get node "$NODE" -o 'jsonpath={.spec.taints}')" ]; }
 default_sa() { kctl -n default get serviceaccount default && kctl -n default get configmap kube-root-ca.crt; }
@@ -578,10 +729,12 @@ do_start() {
   # No socat (containerd's CRI forwards ports itself) and no conntrack
   # (kube-proxy's): nothing here runs them.
   need_pkgs etcd:etcd-server /usr/lib/cni/bridge:containernetworking-plugins \
-    containerd:containerd ctr:containerd runc:runc openssl:openssl curl:curl ip:iproute2 ss:iproute2 setsid:util-linux flock:util-linux
+    containerd:containerd ctr:containerd runc:runc ipset:ipset iptables:iptables openssl:openssl curl:curl ip:iproute2 ss:iproute2 setsid:util-linux flock:util-linux
   timing packages
 
   build
+  build_kube_router
+  build_gvisor
   pause_image
   timing pause_image
 
@@ -590,7 +743,7 @@ do_start() {
   bridge_up
   timing certs_configs
 
-  spawn containerd "$(command -v containerd)" --config "$state/containerd/config.toml"
+  PATH="$gvbin:$PATH" spawn containerd "$(command -v containerd)" --config "$state/containerd/config.toml"
   wait_until containerd 30 "containerd's socket" ctr_ version
   quiet ctr_ images import "$vcache/pause.tar"
   timing containerd
@@ -617,6 +770,7 @@ do_start() {
     --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
     --service-cluster-ip-range="$SERVICE_SUBNET" --profiling=false
   wait_until kube-apiserver 120 "the API server's /readyz" kctl get --raw /readyz
+  printf 'apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: gvisor\nhandler: runsc\n' | quiet kctl apply -f -
   timing etcd_apiserver
 
   # The controller manager: the garbage collector (ownerReferences), the
@@ -638,6 +792,8 @@ do_start() {
   spawn kubelet "$bin/kubelet" --config="$state/kubelet/config.yaml" --kubeconfig="$state/node.kubeconfig" \
     --root-dir="$state/kubelet/root" --hostname-override="$NODE" --node-ip="$NODE_IP"
   wait_until kubelet 120 "node $NODE Ready" node_ready
+  start_kube_router
+  timing kube_router
   wait_until kube-controller-manager 60 "node $NODE without taints" node_untainted
   wait_until kube-controller-manager 60 "the default ServiceAccount" default_sa
   pid_of kube-scheduler >/dev/null || die_log kube-scheduler "kube-scheduler exited"
@@ -672,6 +828,7 @@ do_stop() {
   local pid n f ids=() m
   # kubelet first: it would restart what the rest stops.
   halt kubelet
+  halt kube-router
   # Every container and sandbox ends with a task delete: the shims then
   # exit and remove their sockets (/run/containerd/s/*).
   if pid_of containerd >/dev/null; then
@@ -710,6 +867,9 @@ do_stop() {
   fi
   if command -v iptables >/dev/null 2>&1; then
     while iptables -D FORWARD "${fwd_rule[@]}" 2>/dev/null; do :; done
+    kube_router_clean
+    while iptables -t mangle -D POSTROUTING "${icmp_rule[@]}" 2>/dev/null; do :; done
+    while ip6tables -D FORWARD "${v6_rule[@]}" 2>/dev/null; do :; done
   fi
   # libcni's cache (/var/lib/cni/results, not configurable): our
   # network's entries, and the loopback's of our sandboxes.
@@ -719,6 +879,13 @@ do_stop() {
   rm -f /var/lib/cni/results/"$NET"-*
   for n in "${ids[@]}"; do
     rm -f /var/lib/cni/results/cni-loopback-"$n"-*
+  done
+  # Containers' ids too: the runsc shim of a pod's container leaves its
+  # socket behind even after a clean stop.
+  if [ -d "$state/containerd/root/io.containerd.grpc.v1.cri/containers" ]; then
+    mapfile -t -O "${#ids[@]}" ids < <(ls "$state/containerd/root/io.containerd.grpc.v1.cri/containers")
+  fi
+  for n in "${ids[@]}"; do
     # a killed shim's socket: sha256 of containerd's address/namespace/id
     f=/run/containerd/s/$(printf '%s' "$sock/k8s.io/$n" | sha256sum | cut -d' ' -f1)
     rm -f "$f"
@@ -768,6 +935,7 @@ verify_clean() {
     "$p" 2>/dev/null | grep -q -- "--comment $NET " && left+=("$p: the FORWARD rule for $BRIDGE")
   done
   compgen -G "/var/lib/cni/results/$NET-*" >/dev/null && left+=("/var/lib/cni/results/$NET-*")
+  command -v ipset >/dev/null 2>&1 && ipset list -n 2>/dev/null | grep -qE '^(inet6:)?(KUBE-(SRC|DST)-|kube-router-)' && left+=("kube-router's ipsets")
   [ -e /var/lib/kubelet/device-plugins/kubelet.sock ] && left+=("/var/lib/kubelet/device-plugins/kubelet.sock")
   compgen -G "/var/log/containers/*" >/dev/null && [ -n "$(find /var/log/containers -maxdepth 1 -type l -lname "$state/*")" ] &&
     left+=("links in /var/log/containers")
@@ -805,8 +973,9 @@ case $cmd in
     ;;
   kubectl) exec "$bin/kubectl" --kubeconfig "$kubeconfig" "$@" ;;
   crictl) crictl_ "$@" ;;
+  netpol) lock; do_netpol "$@" ;;
   *)
-    echo "usage: $0 start|stop|import IMAGE...|env|status|kubectl ARGS...|crictl ARGS..." >&2
+    echo "usage: $0 start|stop|import IMAGE...|env|status|netpol off|on|kubectl ARGS...|crictl ARGS..." >&2
     exit 2
     ;;
 esac

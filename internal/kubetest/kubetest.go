@@ -49,3 +49,21 @@ func Runtime(t testing.TB) *kubernetes.Runtime {
 	}
 	return rt
 }
+
+// PolicyEnforced says whether the tests expect the cluster's network
+// plugin to enforce NetworkPolicy: SANDBOX_AGENT_TEST_NETWORKPOLICY is
+// "enforced" (the default: .ci/k8s.sh runs kube-router's policy
+// controller) or "unenforced" (after `k8s.sh netpol off`, or on a cluster
+// whose plugin ignores policies: then egress none and model must be refused).
+func PolicyEnforced(t testing.TB) bool {
+	t.Helper()
+	switch v := os.Getenv("SANDBOX_AGENT_TEST_NETWORKPOLICY"); v {
+	case "", "enforced":
+		return true
+	case "unenforced":
+		return false
+	default:
+		t.Fatalf("SANDBOX_AGENT_TEST_NETWORKPOLICY=%q: want enforced or unenforced", v)
+		return false
+	}
+}

@@ -24,20 +24,15 @@ import (
 // names (.ci/k8s.sh start), with the test image imported into the node.
 func TestIntegrationContract(t *testing.T) {
 	rt := kubetest.Runtime(t)
-	if os.Getenv("SANDBOX_AGENT_TEST_NETWORKPOLICY") == "enforced" {
-		t.Fatal("the contract suite has no check yet for a cluster that enforces NetworkPolicy")
-	}
 	runtimetest.Run(t, runtimetest.Backend{
 		Runtime: rt,
 		Image:   testenv.Image(),
 		Config:  testenv.Config(),
 		Foreign: func(t *testing.T) func() bool { return foreign(t, rt) },
-		// The test cluster's network plugin (the CNI bridge) enforces no
-		// NetworkPolicy; the runtime must detect that and refuse egress
-		// none. On a cluster whose plugin enforces policies, set
-		// SANDBOX_AGENT_TEST_NETWORKPOLICY=enforced: then this suite
-		// fails until a policy-mode check is written (TODO.md).
-		Isolation: runtimetest.IsolationUnenforced,
+		// The test cluster enforces NetworkPolicy (.ci/k8s.sh: kube-router);
+		// with `k8s.sh netpol off` it does not, and the runtime must
+		// detect that and refuse egress none.
+		Isolation: isolation(t),
 		Unreachable: func(t *testing.T) sandboxagent.Runtime {
 			dead, err := kubernetes.New(context.Background(), kubernetes.Options{REST: &rest.Config{Host: "https://127.0.0.1:1"}, Namespace: rt.Namespace()})
 			if err != nil {
@@ -46,6 +41,14 @@ func TestIntegrationContract(t *testing.T) {
 			return dead
 		},
 	})
+}
+
+// isolation is what the suite expects of the cluster's network plugin.
+func isolation(t *testing.T) runtimetest.Isolation {
+	if kubetest.PolicyEnforced(t) {
+		return runtimetest.IsolationPolicy
+	}
+	return runtimetest.IsolationUnenforced
 }
 
 // foreign makes a pod straight through client-go that looks like a

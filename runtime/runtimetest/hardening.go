@@ -125,6 +125,12 @@ func (s *suite) hardening(t *testing.T) {
 		}
 	})
 
+	if s.Isolation == IsolationPolicy {
+		t.Run("network none enforced", func(t *testing.T) {
+			t.Parallel()
+			s.policyEnforced(t)
+		})
+	}
 	if s.Isolation == IsolationUnenforced {
 		t.Run("network none refused", func(t *testing.T) {
 			t.Parallel()

@@ -85,6 +85,13 @@ const (
 	// none must fail to start with a *HardeningError naming "network",
 	// leaving nothing behind; the other subtests run under egress open.
 	IsolationUnenforced
+	// IsolationPolicy: the backend isolates by a policy the engine
+	// enforces (a Kubernetes cluster whose network plugin enforces
+	// NetworkPolicy). The suite's sandboxes run under egress none and the
+	// hardening subtest checks, with sandboxes listening, that an
+	// isolated one reaches no other and none reaches it, while two open
+	// ones reach each other.
+	IsolationPolicy
 )
 
 // Run runs the contract suite against b. The subtests that drive a
