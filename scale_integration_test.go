@@ -29,7 +29,8 @@ import (
 // Scale benchmark settings. SANDBOX_AGENT_SCALE_N and
 // SANDBOX_AGENT_SCALE_DRIVER change the first two;
 // SANDBOX_AGENT_MAX_CONCURRENT_STARTS (the max_concurrent_starts key)
-// bounds the starts.
+// bounds the starts; SANDBOX_AGENT_SCALE_EGRESS (none, model, open) sets
+// the sandboxes' egress (default: the agents' default, model).
 const (
 	scaleDefaultN = 50
 	// scaleDefaultDriver is the CLI with the least CPU per fake-model turn
@@ -82,6 +83,12 @@ func BenchmarkScale(b *testing.B) {
 	if v := os.Getenv("SANDBOX_AGENT_SCALE_DRIVER"); v != "" {
 		driverName = v
 	}
+	egress := sandboxagent.Egress(os.Getenv("SANDBOX_AGENT_SCALE_EGRESS"))
+	switch egress {
+	case "", sandboxagent.EgressNone, sandboxagent.EgressModel, sandboxagent.EgressOpen:
+	default:
+		b.Fatalf("SANDBOX_AGENT_SCALE_EGRESS=%q: want none, model or open", egress)
+	}
 	// The start queue's width, as the command line reads it.
 	width := startlimit.DefaultWidth
 	if v := os.Getenv("SANDBOX_AGENT_MAX_CONCURRENT_STARTS"); v != "" {
@@ -120,6 +127,7 @@ func BenchmarkScale(b *testing.B) {
 			sandboxagent.WithConfig(cfg), // through the model proxy
 			sandboxagent.WithSandbox(func(o *sandboxagent.SandboxOptions) {
 				o.Labels = map[string]string{scaleLabel: run}
+				o.Egress = egress
 			}),
 		}
 	}

@@ -52,6 +52,8 @@
 #     drops from sak8s0, mangle POSTROUTING drops ICMP port-unreachable to
 #     sak8s0; kube-router's KUBE-ROUTER-*, KUBE-NWPLCY-*, KUBE-POD-FW-*
 #     chains and KUBE-SRC-*/KUBE-DST-*/kube-router-local-pods ipsets.
+#   - sandbox-agent's seccomp profile as a Localhost profile on the node
+#     (kubernetes_seccomp_localhost).
 #   - RuntimeClass gvisor (handler runsc): the pod in one gVisor sandbox
 #     (runsc and containerd-shim-runsc-v1 built from the module proxy,
 #     platform systrap, the pod's network through gVisor's own stack).
@@ -110,6 +112,8 @@ gvbin=$cache/gvisor-$GVISOR_VERSION                # likewise
 # What kubelet sets on the host whatever its root dir (kubelet's
 # setupKernelTunables); stop puts back the values found before.
 kubelet_sysctls="vm.overcommit_memory=1 vm.panic_on_oom=0 kernel.panic=10 kernel.panic_on_oops=1 kernel.keys.root_maxkeys=1000000 kernel.keys.root_maxbytes=25000000"
+# What bridge_up sets on the host (br_netfilter's); stop puts them back.
+bridge_sysctls="net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables"
 # Host paths kubelet and libcni may write whatever their configuration.
 host_paths="/var/lib/kubelet /var/log/containers /var/log/pods /var/lib/cni"
 
@@ -307,7 +311,9 @@ build() {
 }
 
 build_kube_router() {
-  [ -x "$krbin/kube-router" ] && return 0
+  local stamp="kube-router v$KUBE_ROUTER_VERSION, netlink $KUBE_ROUTER_NETLINK"
+  [ -x "$krbin/kube-router" ] && [ "$(cat "$krbin/.built" 2>/dev/null)" = "$stamp" ] && return 0
+  command -v go >/dev/null 2>&1 || die "go not found: Go builds kube-router (PATH=$PATH)"
   local m=github.com/cloudnativelabs/kube-router/v2 modcache src=$cache/kube-router-src tmp=$krbin.new
   log "building kube-router v$KUBE_ROUTER_VERSION into $krbin (once per version)"
   modcache=$(go env GOMODCACHE)
@@ -317,13 +323,16 @@ build_kube_router() {
   chmod -R u+w "$src"
   (cd "$src" && kgo mod edit -replace "github.com/vishvananda/netlink=github.com/vishvananda/netlink@$KUBE_ROUTER_NETLINK" &&
     kgo build -trimpath -ldflags "-s -w -X $m/pkg/version.Version=v$KUBE_ROUTER_VERSION" -o "$tmp/kube-router" ./cmd/kube-router)
+  echo "$stamp" >"$tmp/.built"
   rm -rf "$src" "$krbin"
   mv "$tmp" "$krbin"
   timing build_kube_router
 }
 
 build_gvisor() {
-  [ -x "$gvbin/runsc" ] && [ -x "$gvbin/containerd-shim-runsc-v1" ] && return 0
+  local stamp="gvisor $GVISOR_VERSION, shim without the OOM-score call" # change it with the patch
+  [ -x "$gvbin/runsc" ] && [ -x "$gvbin/containerd-shim-runsc-v1" ] && [ "$(cat "$gvbin/.built" 2>/dev/null)" = "$stamp" ] && return 0
+  command -v go >/dev/null 2>&1 || die "go not found: Go builds gVisor (PATH=$PATH)"
   local m=gvisor.dev/gvisor src=$cache/gvisor-src tmp=$gvbin.new f
   log "building gVisor $GVISOR_VERSION (runsc, containerd-shim-runsc-v1) into $gvbin (once per version)"
   (cd / && kgo mod download "$m@$GVISOR_VERSION")
@@ -339,6 +348,7 @@ build_gvisor() {
   mkdir -p "$tmp"
   (cd "$src" && kgo build -trimpath -ldflags "-s -w -X gvisor.dev/gvisor/runsc/version.version=$GVISOR_VERSION" -o "$tmp/runsc" ./runsc &&
     kgo build -trimpath -ldflags "-s -w" -o "$tmp/containerd-shim-runsc-v1" ./shim)
+  echo "$stamp" >"$tmp/.built"
   rm -rf "$src" "$gvbin"
   mv "$tmp" "$gvbin"
   timing build_gvisor
@@ -539,6 +549,11 @@ root = "$state/runsc"
   network = "sandbox"
 EOF
 
+  # sandbox-agent's seccomp profile as a Localhost profile (the kubelet's
+  # <root>/seccomp), named by its hash: kubernetes.LocalhostSeccompPath.
+  local prof=seccomp/sandbox-agent.json
+  install -D -m 0644 "$prof" "$state/kubelet/root/seccomp/sandbox-agent/$(sha256sum <"$prof" | cut -c1-64).json"
+
   printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 10\n' "$sock" "$sock" >"$state/crictl.yaml"
 
   # The pods' network: our bridge, no gateway, no masquerading, no route
@@ -624,14 +639,24 @@ bridge_up() {
   # A MAC of its own: a bridge without one takes its lowest port's, and
   # changes it as pods come and go (the pods' ARP entries for the host go stale).
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" address 02:42:0a:f4:4d:01 type bridge
-  sysctl -qw "net.ipv6.conf.$BRIDGE.disable_ipv6=1"
-  sysctl -qw net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1
+  # IPv6 off on the bridge (where the host has IPv6 at all); bridged
+  # traffic through iptables (br_netfilter: kube-router filters pod to
+  # pod there). The host's values are noted once and put back by stop.
+  [ -d /proc/sys/net/bridge ] || modprobe br_netfilter 2>/dev/null || die "br_netfilter: no /proc/sys/net/bridge (modprobe br_netfilter failed)"
+  local k
+  if [ ! -e "$state/bridge-sysctl.before" ]; then
+    for k in $bridge_sysctls; do echo "$k $(cat "/proc/sys/${k//.//}")"; done >"$state/bridge-sysctl.before"
+  fi
+  for k in $bridge_sysctls; do sysctl -qw "$k=1"; done
+  if [ -e "/proc/sys/net/ipv6/conf/$BRIDGE/disable_ipv6" ]; then sysctl -qw "net.ipv6.conf.$BRIDGE.disable_ipv6=1"; fi
   ip addr replace "$NODE_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   if command -v iptables >/dev/null 2>&1; then
     iptables -C FORWARD "${fwd_rule[@]}" 2>/dev/null || iptables -I FORWARD 1 "${fwd_rule[@]}"
     iptables -t mangle -C POSTROUTING "${icmp_rule[@]}" 2>/dev/null || iptables -t mangle -A POSTROUTING "${icmp_rule[@]}"
-    ip6tables -C FORWARD "${v6_rule[@]}" 2>/dev/null || ip6tables -I FORWARD 1 "${v6_rule[@]}"
+    if [ -d /proc/sys/net/ipv6 ]; then
+      ip6tables -C FORWARD "${v6_rule[@]}" 2>/dev/null || ip6tables -I FORWARD 1 "${v6_rule[@]}"
+    fi
   fi
 }
 
@@ -652,10 +677,13 @@ note_host() {
 
 # --- the cluster.
 
-cluster_up() {
+cluster_up() { # the whole cluster (kube-router unless netpol is off)
+  [ -e "$state/netpol.off" ] || pid_of kube-router >/dev/null || return 1
+  core_up
+}
+core_up() { # the cluster without its policy engine
   local n
-  for n in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-router; do
-    [ "$n" = kube-router ] && [ -e "$state/netpol.off" ] && continue
+  for n in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet; do
     pid_of "$n" >/dev/null || return 1
   done
   kctl get --raw /readyz >/dev/null 2>&1 && node_ready
@@ -680,20 +708,21 @@ kube_router_clean() { # its chains and ipsets
   command -v iptables >/dev/null 2>&1 || return 0
   for c in INPUT FORWARD OUTPUT; do
     while n=$(iptables -L "$c" -n --line-numbers 2>/dev/null | awk '$2 ~ /^KUBE-ROUTER-/ {print $1; exit}') && [ -n "$n" ]; do
-      iptables -D "$c" "$n"
+      iptables -D "$c" "$n" || break
     done
   done
-  for t in $(iptables -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-(ROUTER-|NWPLCY-|POD-FW-)/ {print $2}'); do iptables -F "$t"; done
-  for t in $(iptables -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-(ROUTER-|NWPLCY-|POD-FW-)/ {print $2}'); do iptables -X "$t"; done
+  # Best effort, each step: verify_clean reports what is left.
+  for t in $(iptables -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-(ROUTER-|NWPLCY-|POD-FW-)/ {print $2}'); do iptables -F "$t" || true; done
+  for t in $(iptables -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-(ROUTER-|NWPLCY-|POD-FW-)/ {print $2}'); do iptables -X "$t" || true; done
   if command -v ipset >/dev/null 2>&1; then
-    for n in $(ipset list -n 2>/dev/null | grep -E '^(inet6:)?(KUBE-(SRC|DST)-|kube-router-local-pods)'); do ipset destroy "$n"; done
+    for n in $(ipset list -n 2>/dev/null | grep -E '^(inet6:)?(KUBE-(SRC|DST)-|kube-router-local-pods)'); do ipset destroy "$n" || true; done
   fi
 }
 # netpol off|on: stop enforcing NetworkPolicy (kube-router and its rules
 # gone, the cluster otherwise as it was), or enforce it again: the tests of
 # a cluster whose network plugin ignores policies.
 do_netpol() {
-  cluster_up || die "the cluster is not running (bash .ci/k8s.sh start)"
+  core_up || die "the cluster is not running (bash .ci/k8s.sh start)"
   case ${1:-} in
     off)
       touch "$state/netpol.off"
@@ -716,6 +745,11 @@ default_sa() { kctl -n default get serviceaccount default && kctl -n default get
 do_start() {
   exec 3>&1 1>&2 # stdout is for the kubeconfig's path only
   if cluster_up; then
+    if [ -e "$state/netpol.off" ]; then
+      log "NetworkPolicy was switched off (k8s.sh netpol off): enforcing it again"
+      start_kube_router
+      rm -f "$state/netpol.off"
+    fi
     log "the cluster is running ($state)"
     echo "$kubeconfig" >&3
     return 0
@@ -792,6 +826,7 @@ do_start() {
   spawn kubelet "$bin/kubelet" --config="$state/kubelet/config.yaml" --kubeconfig="$state/node.kubeconfig" \
     --root-dir="$state/kubelet/root" --hostname-override="$NODE" --node-ip="$NODE_IP"
   wait_until kubelet 120 "node $NODE Ready" node_ready
+  timing kubelet
   start_kube_router
   timing kube_router
   wait_until kube-controller-manager 60 "node $NODE without taints" node_untainted
@@ -909,6 +944,12 @@ do_stop() {
   fi
   # kubelet's kernel settings: back to the host's, unless someone changed them since.
   local k before want now
+  if [ -f "$state/bridge-sysctl.before" ]; then
+    while read -r k before; do
+      f=/proc/sys/${k//.//}
+      if [ -e "$f" ] && [ "$(cat "$f")" = 1 ] && [ "$before" != 1 ]; then echo "$before" >"$f"; fi
+    done <"$state/bridge-sysctl.before"
+  fi
   if [ -f "$state/sysctl.before" ]; then
     while read -r k before; do
       for want in $kubelet_sysctls; do

@@ -29,6 +29,9 @@ type settings struct {
 	// podPidsLimit is the kubelet's podPidsLimit, for clusters whose RBAC
 	// does not let us read it (nodes/proxy).
 	podPidsLimit int64
+	// seccompLocalhost: pods under sandbox-agent's seccomp profile, a
+	// Localhost profile every node holds.
+	seccompLocalhost bool
 	// gatewayURL and gatewayKey: the OpenAI/Anthropic compatible gateway
 	// the CLIs other than opencode use against real models.
 	gatewayURL string
@@ -78,6 +81,7 @@ var settingsKeys = []configfile.Key[settings]{
 	configfile.String("kubeconfig", "KUBECONFIG", func(s *settings) *string { return &s.kubeconfig }),
 	configfile.String("kubernetes_namespace", "SANDBOX_AGENT_KUBERNETES_NAMESPACE", func(s *settings) *string { return &s.namespace }),
 	configfile.Int("kubernetes_pod_pids_limit", 1, func(s *settings, n int64) { s.podPidsLimit = n }),
+	configfile.Bool("kubernetes_seccomp_localhost", configfile.EnvName("kubernetes_seccomp_localhost"), func(s *settings) *bool { return &s.seccompLocalhost }),
 	configfile.String("gateway_url", "GATEWAY_URL", func(s *settings) *string { return &s.gatewayURL }),
 	configfile.String("gateway_key", "GATEWAY_KEY", func(s *settings) *string { return &s.gatewayKey }),
 	configfile.Int("max_concurrent_starts", 1, func(s *settings, n int64) { s.maxConcurrentStarts = int(n) }),

@@ -42,7 +42,7 @@ func connect(ctx context.Context, s settings, policy catalog.Policy) (*engine, e
 		if policy == catalog.PolicyNever {
 			pull = corev1.PullNever
 		}
-		rt, err := kubernetes.New(ctx, kubernetes.Options{Kubeconfig: s.kubeconfig, Namespace: s.namespace, PullPolicy: pull, PodPidsLimit: s.podPidsLimit})
+		rt, err := kubernetes.New(ctx, kubernetes.Options{Kubeconfig: s.kubeconfig, Namespace: s.namespace, PullPolicy: pull, PodPidsLimit: s.podPidsLimit, SeccompLocalhost: s.seccompLocalhost})
 		if err != nil {
 			return nil, err
 		}

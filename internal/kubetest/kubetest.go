@@ -38,7 +38,8 @@ func Runtime(t testing.TB) *kubernetes.Runtime {
 	}
 	// 50m a sandbox: the 2-core test node holds ~35 sandboxes at once
 	// (the scale round); their limits are the library's defaults.
-	rt, err := kubernetes.New(context.Background(), kubernetes.Options{Namespace: ns, PullPolicy: corev1.PullIfNotPresent, CPURequest: "50m"})
+	// .ci/k8s.sh puts sandbox-agent's seccomp profile on the node.
+	rt, err := kubernetes.New(context.Background(), kubernetes.Options{Namespace: ns, PullPolicy: corev1.PullIfNotPresent, CPURequest: "50m", SeccompLocalhost: true})
 	if err != nil {
 		prereq.Missing(t, "no cluster: %v", err)
 	}

@@ -41,8 +41,10 @@ var (
 
 // PodError is a sandbox's pod failing in a way the cluster reported after
 // it accepted the pod. errors.Is matches Err: sandboxagent.ErrImageNotFound,
-// ErrUnschedulable, ErrEvicted, sandboxagent.ErrOutOfMemory or
-// sandboxagent.ErrContainerNotFound.
+// ErrUnschedulable, ErrEvicted, sandboxagent.ErrOutOfMemory,
+// sandboxagent.ErrContainerNotFound, or sandboxagent.ErrHardening (a
+// *sandboxagent.HardeningError: the node cannot load the Localhost
+// seccomp profile, Options.SeccompLocalhost).
 type PodError struct {
 	Pod     string
 	Reason  string // the cluster's word: ErrImageNeverPull, Unschedulable, Evicted, OOMKilled…
@@ -103,6 +105,12 @@ type Options struct {
 	// not let this client read the kubelet's configuration (nodes/proxy);
 	// Inspect reports it as the sandbox's pids limit.
 	PodPidsLimit int64
+	// SeccompLocalhost runs pods under sandbox-agent's own seccomp
+	// profile as a Localhost profile, which every node must hold at
+	// <kubelet root>/seccomp/sandbox-agent/<sha256 of the file>.json
+	// (LocalhostSeccompPath); a node without it fails the pod's start.
+	// Off (the default): the node's RuntimeDefault.
+	SeccompLocalhost bool
 }
 
 // Runtime runs sandboxes as pods of one namespace. Safe for concurrent use.
@@ -191,8 +199,9 @@ func (r *Runtime) Clientset() kubernetes.Interface { return r.cs }
 
 // Features: Kubernetes exec has argv and stdio only, pods cannot mount the
 // caller's folders, and a pod whose process ended stays until deleted.
+// With SeccompLocalhost, a sandbox's seccomp profile is a node's file.
 func (r *Runtime) Features() sandboxagent.RuntimeFeatures {
-	return sandboxagent.RuntimeFeatures{}
+	return sandboxagent.RuntimeFeatures{Seccomp: r.opts.SeccompLocalhost}
 }
 
 // Info asks the API server for its version.

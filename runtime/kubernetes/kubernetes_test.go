@@ -2,6 +2,8 @@ package kubernetes
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/seccomp"
 )
 
 func fakeRuntime(t *testing.T) (*Runtime, *fake.Clientset) {
@@ -241,6 +244,9 @@ func TestCreateFailsTyped(t *testing.T) {
 	}{
 		"never pull": {waiting("ErrImageNeverPull"), sandboxagent.ErrImageNotFound},
 		"backoff":    {waiting("ImagePullBackOff"), sandboxagent.ErrImageNotFound},
+		"seccomp profile missing": {corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{
+			{Name: containerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerError",
+				Message: `failed to create containerd container: cannot load seccomp profile "/var/lib/kubelet/seccomp/sandbox-agent/x.json": no such file or directory`}}}}}, sandboxagent.ErrHardening},
 		"unschedulable": {corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{
 			{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes"}}}, ErrUnschedulable},
 		"evicted": {corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"}, ErrEvicted},
@@ -281,5 +287,65 @@ func TestListSkipsPodsBeingDeleted(t *testing.T) {
 	got, err := r.List(context.Background(), map[string]string{sandboxagent.LabelManaged: "true"})
 	if err != nil || len(got) != 1 || got[0].Name != "a" {
 		t.Fatalf("list %+v %v", got, err)
+	}
+}
+
+// With SeccompLocalhost a sandbox's profile is the node's file named by
+// the profile's hash, and Inspect reads it back as the profile's digest;
+// without it (or without a profile: EngineSeccomp) the node's
+// RuntimeDefault, read back as none. Another version's file reads back
+// as a path that matches no digest.
+func TestPodForSeccompLocalhost(t *testing.T) {
+	ours := seccomp.Profile()
+	for _, tc := range []struct {
+		name      string
+		localhost bool
+		profile   []byte
+		wantType  corev1.SeccompProfileType
+		wantState string
+	}{
+		{"localhost", true, ours, corev1.SeccompProfileTypeLocalhost, seccomp.Digest(ours)},
+		{"localhost, engine default asked", true, nil, corev1.SeccompProfileTypeRuntimeDefault, ""},
+		{"off", false, ours, corev1.SeccompProfileTypeRuntimeDefault, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := fakeRuntime(t)
+			r.opts.SeccompLocalhost = tc.localhost
+			if got := r.Features().Seccomp; got != tc.localhost {
+				t.Errorf("Features().Seccomp = %v", got)
+			}
+			spec := hardenedSpec()
+			spec.Seccomp = tc.profile
+			// The root labels the sandbox with the digest, a value no
+			// Kubernetes label can hold: it travels as an annotation.
+			spec.Labels["sandbox-agent.seccomp"] = seccomp.Digest(ours)
+			pod, _, err := r.podFor(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := pod.Spec.Containers[0].SecurityContext.SeccompProfile
+			if p == nil || p.Type != tc.wantType {
+				t.Fatalf("seccomp profile %+v, want type %s", p, tc.wantType)
+			}
+			if tc.wantType == corev1.SeccompProfileTypeLocalhost {
+				sum := sha256.Sum256(ours)
+				if want := "sandbox-agent/" + hex.EncodeToString(sum[:]) + ".json"; p.LocalhostProfile == nil || *p.LocalhostProfile != want {
+					t.Errorf("localhost profile %v, want %s", p.LocalhostProfile, want)
+				}
+			}
+			if got := stateOf(pod).Seccomp; got != tc.wantState {
+				t.Errorf("Inspect: seccomp %q, want %q", got, tc.wantState)
+			}
+			if _, ok := pod.Labels["sandbox-agent.seccomp"]; ok || pod.Annotations["sandbox-agent.seccomp"] != seccomp.Digest(ours) {
+				t.Errorf("labels %v, annotations %v: want the digest as an annotation", pod.Labels, pod.Annotations)
+			}
+			if st := stateOf(pod); st.Labels["sandbox-agent.seccomp"] != seccomp.Digest(ours) || st.Labels[sandboxagent.LabelManaged] != "true" {
+				t.Errorf("Inspect: labels %v, want the digest and the pod's labels", st.Labels)
+			}
+		})
+	}
+	other := "sandbox-agent/" + strings.Repeat("0", 64) + ".json"
+	if got := seccompOf(&corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &other}); got != "localhost/"+other {
+		t.Errorf("another version's file reads back as %q", got)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 )
@@ -68,6 +69,9 @@ func (r *Runtime) podFor(spec sandboxagent.ContainerSpec) (*corev1.Pod, *corev1.
 		ReadOnlyRootFilesystem:   ptr(spec.ReadonlyRootfs),
 		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		Capabilities:             &corev1.Capabilities{},
+	}
+	if r.opts.SeccompLocalhost && len(spec.Seccomp) > 0 {
+		sc.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr(LocalhostSeccompPath(spec.Seccomp))}
 	}
 	if spec.Privileged {
 		sc.AllowPrivilegeEscalation = nil // the API refuses privileged without escalation
@@ -125,8 +129,12 @@ func (r *Runtime) podFor(spec sandboxagent.ContainerSpec) (*corev1.Pod, *corev1.
 		// the sandbox's (commands run over exec).
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 	}
-	podLabels := map[string]string{}
+	podLabels, annotations := map[string]string{}, map[string]string{}
 	for k, v := range spec.Labels {
+		if isOurs(k) && len(validation.IsValidLabelValue(v)) > 0 {
+			annotations[k] = v // a value no label can hold (a digest); stateOf reads it back
+			continue
+		}
 		podLabels[k] = v
 	}
 	hostNetwork := false
@@ -193,7 +201,7 @@ func (r *Runtime) podFor(spec sandboxagent.ContainerSpec) (*corev1.Pod, *corev1.
 		deadline = n
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Labels: podLabels},
+		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Labels: podLabels, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			Containers:                    []corev1.Container{ctr},
 			RestartPolicy:                 corev1.RestartPolicyNever,
@@ -342,6 +350,13 @@ func startFailure(pod *corev1.Pod) error {
 	if cs != nil && cs.State.Waiting != nil && imageReasons[cs.State.Waiting.Reason] {
 		return &PodError{Pod: pod.Name, Reason: cs.State.Waiting.Reason, Message: cs.State.Waiting.Message, Err: sandboxagent.ErrImageNotFound}
 	}
+	if cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason == "CreateContainerError" && strings.Contains(cs.State.Waiting.Message, "seccomp profile") {
+		// The node lacks the Localhost profile (SeccompLocalhost): the
+		// kubelet would retry for ever.
+		return &PodError{Pod: pod.Name, Reason: cs.State.Waiting.Reason, Message: cs.State.Waiting.Message, Err: &sandboxagent.HardeningError{
+			Setting: "seccomp", Want: "sandbox-agent's profile as the node's Localhost profile (docs/kubernetes.md)", Got: "the node cannot load it",
+		}}
+	}
 	if cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason == "CreateContainerConfigError" {
 		return &PodError{Pod: pod.Name, Reason: cs.State.Waiting.Reason, Message: cs.State.Waiting.Message, Err: sandboxagent.ErrInvalidArgument}
 	}
@@ -404,6 +419,20 @@ func stateOf(pod *corev1.Pod) sandboxagent.ContainerState {
 		ID: pod.Name, Name: pod.Name, Labels: pod.Labels, Created: pod.CreationTimestamp.Time,
 		Status: sandboxagent.StatusUnknown,
 	}
+	// Our labels whose values no label can hold are annotations (podFor).
+	cloned := false
+	for k, v := range pod.Annotations {
+		if !isOurs(k) {
+			continue
+		}
+		if !cloned {
+			st.Labels, cloned = maps.Clone(pod.Labels), true
+			if st.Labels == nil {
+				st.Labels = map[string]string{}
+			}
+		}
+		st.Labels[k] = v
+	}
 	switch pod.Status.Phase {
 	case corev1.PodPending:
 		st.Status = sandboxagent.StatusCreated
@@ -445,6 +474,7 @@ func stateOf(pod *corev1.Pod) sandboxagent.ContainerState {
 		st.Privileged = sc.Privileged != nil && *sc.Privileged
 		st.NoNewPrivileges = sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation
 		st.ReadonlyRootfs = sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem
+		st.Seccomp = seccompOf(sc.SeccompProfile)
 		if sc.Capabilities != nil {
 			for _, cp := range sc.Capabilities.Drop {
 				st.CapDrop = append(st.CapDrop, string(cp))
@@ -480,3 +510,6 @@ func stateOf(pod *corev1.Pod) sandboxagent.ContainerState {
 	}
 	return st
 }
+
+// isOurs reports whether a label key is sandbox-agent's own.
+func isOurs(key string) bool { return strings.HasPrefix(key, "sandbox-agent.") }

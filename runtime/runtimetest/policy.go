@@ -21,9 +21,9 @@ my $s = IO::Socket::INET->new(PeerAddr => $h, PeerPort => $p, Proto => 'tcp', Ti
 if ($s) { print "open\n"; exit 0 }
 print(($! =~ /refused/i) ? "refused\n" : "blocked\n");`
 
-// listenScript accepts connections on $1 for a minute, answering each.
+// listenScript accepts connections on $1, answering each, until the
+// exec is cancelled.
 const listenScript = `my $s = IO::Socket::INET->new(LocalPort => $ARGV[0], Listen => 16, ReuseAddr => 1) or die "listen: $!";
-alarm 60;
 while (my $c = $s->accept) { print $c "hi\n"; close $c }`
 
 // policyEnforced: with a sandbox listening in each, an isolated sandbox
@@ -64,13 +64,17 @@ func (s *suite) policyEnforced(t *testing.T) {
 	isoIP := listen(iso)
 	// The control, retried: a new pod's rules may take a moment (a
 	// default-deny plugin refuses everything until they exist).
-	deadline := time.Now().Add(30 * time.Second)
-	for v := connect(peer, openIP); v != "open"; v = connect(peer, openIP) {
-		if time.Now().After(deadline) {
-			t.Fatalf("control: an open sandbox cannot reach another (%s): the pod network does not work, so the isolation checks would prove nothing", v)
+	control := func() {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for v := connect(peer, openIP); v != "open"; v = connect(peer, openIP) {
+			if time.Now().After(deadline) {
+				t.Fatalf("control: an open sandbox cannot reach another (%s): the pod network does not work, so the isolation checks would prove nothing", v)
+			}
+			time.Sleep(500 * time.Millisecond)
 		}
-		time.Sleep(500 * time.Millisecond)
 	}
+	control()
 	if v := connect(iso, openIP); v == "open" {
 		t.Errorf("the isolated sandbox reached an open one at %s:%s (egress not enforced)", openIP, policyPort)
 	} else {
@@ -80,6 +84,11 @@ func (s *suite) policyEnforced(t *testing.T) {
 		t.Errorf("an open sandbox reached the isolated one at %s:%s (ingress not enforced)", isoIP, policyPort)
 	} else {
 		t.Logf("open sandbox -> isolated: %s", v)
+	}
+	// Both listeners were up throughout: "refused" above was a filter.
+	control()
+	if v := connect(iso, "127.0.0.1"); v != "open" {
+		t.Errorf("the isolated sandbox's listener is gone (%s): the check of its ingress proves nothing", v)
 	}
 }
 
