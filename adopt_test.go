@@ -296,6 +296,12 @@ func TestAdoptRefuses(t *testing.T) {
 	for name, mod := range map[string]func(*ContainerState){
 		"no profile":      func(s *ContainerState) { s.Seccomp = "" },
 		"profile unnamed": func(s *ContainerState) { s.Seccomp = older },
+		// A label naming what is not a digest (a Kubernetes Localhost path
+		// other than ours) proves nothing.
+		"not a digest": func(s *ContainerState) {
+			s.Seccomp, s.Labels = "localhost/other.json", maps.Clone(s.Labels)
+			s.Labels[labelSeccomp] = "localhost/other.json"
+		},
 	} {
 		if err := adopt(&adoptRuntime{fakeRuntime: rt.fakeRuntime, mod: mod}, st); !errors.As(err, &he) || he.Setting != "seccomp" {
 			t.Errorf("%s: %v", name, err)

@@ -550,7 +550,7 @@ func checkHardening(want ContainerSpec, got ContainerState) error {
 		return out
 	}
 	seccomp := seccomp.Digest(want.Seccomp)
-	if seccomp != "" && got.Seccomp != "" && got.Seccomp == got.Labels[labelSeccomp] {
+	if seccomp != "" && strings.HasPrefix(got.Seccomp, "sha256:") && got.Seccomp == got.Labels[labelSeccomp] {
 		// Our profile as another version of sandbox-agent made it (the
 		// label is the host's, set at creation): an upgraded host adopts
 		// its sandboxes. At creation the label is this profile's.

@@ -354,6 +354,13 @@ build_gvisor() {
   timing build_gvisor
 }
 
+# sandbox-agent's seccomp profile as a Localhost profile (the kubelet's
+# <root>/seccomp), where kubernetes_seccomp_localhost pods look for it.
+install_seccomp() {
+  command -v go >/dev/null 2>&1 || die "go not found: the seccomp profile is installed by go run ./cmd/sandbox-agent (PATH=$PATH)"
+  quiet go run ./cmd/sandbox-agent seccomp install --kubelet-root "$state/kubelet/root"
+}
+
 docker_up() { # Docker's engine answers (.ci/setup starts it); waits a while for one that is starting
   command -v docker >/dev/null 2>&1 || die "no docker CLI (bash .ci/setup installs Docker)"
   for _ in $(seq 60); do docker version >/dev/null 2>&1 && return 0; sleep 1; done
@@ -548,11 +555,6 @@ root = "$state/runsc"
   platform = "systrap"
   network = "sandbox"
 EOF
-
-  # sandbox-agent's seccomp profile as a Localhost profile (the kubelet's
-  # <root>/seccomp), named by its hash: kubernetes.LocalhostSeccompPath.
-  local prof=seccomp/sandbox-agent.json
-  install -D -m 0644 "$prof" "$state/kubelet/root/seccomp/sandbox-agent/$(sha256sum <"$prof" | cut -c1-64).json"
 
   printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 10\n' "$sock" "$sock" >"$state/crictl.yaml"
 
@@ -750,6 +752,7 @@ do_start() {
       start_kube_router
       rm -f "$state/netpol.off"
     fi
+    install_seccomp # this checkout's profile
     log "the cluster is running ($state)"
     echo "$kubeconfig" >&3
     return 0
@@ -774,6 +777,7 @@ do_start() {
 
   ports_free
   certs_configs
+  install_seccomp
   bridge_up
   timing certs_configs
 

@@ -86,6 +86,7 @@ func commands() map[string]command {
 		"images":     {"list, resolve and build the agent images", runImages},
 		"fake-model": {"serve the scripted fake model", runFakeModel},
 		"serve":      {"serve the HTTP API and the web inspector", runServe},
+		"seccomp":    {"install the seccomp profile on a Kubernetes node", runSeccomp},
 	}
 }
 

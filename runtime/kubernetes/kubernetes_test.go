@@ -328,7 +328,12 @@ func TestPodForSeccompLocalhost(t *testing.T) {
 				t.Fatalf("seccomp profile %+v, want type %s", p, tc.wantType)
 			}
 			if tc.wantType == corev1.SeccompProfileTypeLocalhost {
-				sum := sha256.Sum256(ours)
+				// The file holds the compacted profile: its SHA-256 is the name.
+				file, err := LocalhostSeccompFile(ours)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sum := sha256.Sum256(file)
 				if want := "sandbox-agent/" + hex.EncodeToString(sum[:]) + ".json"; p.LocalhostProfile == nil || *p.LocalhostProfile != want {
 					t.Errorf("localhost profile %v, want %s", p.LocalhostProfile, want)
 				}
@@ -344,8 +349,16 @@ func TestPodForSeccompLocalhost(t *testing.T) {
 			}
 		})
 	}
-	other := "sandbox-agent/" + strings.Repeat("0", 64) + ".json"
-	if got := seccompOf(&corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &other}); got != "localhost/"+other {
-		t.Errorf("another version's file reads back as %q", got)
+	// Another version's file reads back as its digest (adoption compares
+	// it with the sandbox's label); any other Localhost file as its path.
+	for path, want := range map[string]string{
+		"sandbox-agent/" + strings.Repeat("0a", 32) + ".json": "sha256:" + strings.Repeat("0a", 32),
+		"sandbox-agent/" + strings.Repeat("0A", 32) + ".json": "localhost/sandbox-agent/" + strings.Repeat("0A", 32) + ".json",
+		"other/profile.json":      "localhost/other/profile.json",
+		"sandbox-agent/../x.json": "localhost/sandbox-agent/../x.json",
+	} {
+		if got := seccompOf(&corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &path}); got != want {
+			t.Errorf("Localhost %q reads back as %q, want %q", path, got, want)
+		}
 	}
 }

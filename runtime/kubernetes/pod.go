@@ -350,7 +350,7 @@ func startFailure(pod *corev1.Pod) error {
 	if cs != nil && cs.State.Waiting != nil && imageReasons[cs.State.Waiting.Reason] {
 		return &PodError{Pod: pod.Name, Reason: cs.State.Waiting.Reason, Message: cs.State.Waiting.Message, Err: sandboxagent.ErrImageNotFound}
 	}
-	if cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason == "CreateContainerError" && strings.Contains(cs.State.Waiting.Message, "seccomp profile") {
+	if cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason == "CreateContainerError" && strings.Contains(cs.State.Waiting.Message, "seccomp") {
 		// The node lacks the Localhost profile (SeccompLocalhost): the
 		// kubelet would retry for ever.
 		return &PodError{Pod: pod.Name, Reason: cs.State.Waiting.Reason, Message: cs.State.Waiting.Message, Err: &sandboxagent.HardeningError{

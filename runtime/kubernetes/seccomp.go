@@ -1,8 +1,10 @@
 package kubernetes
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
+	"encoding/json"
+	"regexp"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -10,28 +12,37 @@ import (
 )
 
 // LocalhostSeccompPath is where, under a node's kubelet seccomp directory
-// (<kubelet root>/seccomp), the node holds profile for Options.SeccompLocalhost:
-// sandbox-agent/<SHA-256 of the file's bytes>.json. The name carries the
-// content, so a node holding another version's profile fails the pod's
-// start instead of passing for this one:
-//
-//	install -D -m 0644 seccomp/sandbox-agent.json \
-//	  "/var/lib/kubelet/seccomp/sandbox-agent/$(sha256sum < seccomp/sandbox-agent.json | cut -c1-64).json"
+// (<kubelet root>/seccomp), the node holds profile for
+// Options.SeccompLocalhost: sandbox-agent/<hex of seccomp.Digest>.json.
+// The name carries the content, so a node holding another version's
+// profile does not pass for this one, and Inspect reads the digest back
+// from the pod. `sandbox-agent seccomp install` writes the file.
 func LocalhostSeccompPath(profile []byte) string {
-	sum := sha256.Sum256(profile)
-	return "sandbox-agent/" + hex.EncodeToString(sum[:]) + ".json"
+	return "sandbox-agent/" + strings.TrimPrefix(seccomp.Digest(profile), "sha256:") + ".json"
 }
 
-// seccompOf is what Inspect reports for a pod's profile: sandbox-agent's
-// digest (seccomp.Digest) when the pod names this version's file, ""
-// for the node's RuntimeDefault (or none), else the Localhost path, which
+// LocalhostSeccompFile is the file's content: the compacted profile, so
+// that its SHA-256 is the hex in LocalhostSeccompPath.
+func LocalhostSeccompFile(profile []byte) ([]byte, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, profile); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+var localhostName = regexp.MustCompile(`^sandbox-agent/([0-9a-f]{64})\.json$`)
+
+// seccompOf is what Inspect reports for a pod's profile: the digest its
+// LocalhostSeccompPath names (this version's profile or another's), ""
+// for the node's RuntimeDefault (or none), else "localhost/PATH", which
 // matches no digest.
 func seccompOf(p *corev1.SeccompProfile) string {
 	if p == nil || p.Type != corev1.SeccompProfileTypeLocalhost || p.LocalhostProfile == nil {
 		return ""
 	}
-	if ours := seccomp.Profile(); *p.LocalhostProfile == LocalhostSeccompPath(ours) {
-		return seccomp.Digest(ours)
+	if m := localhostName.FindStringSubmatch(*p.LocalhostProfile); m != nil {
+		return "sha256:" + m[1]
 	}
 	return "localhost/" + *p.LocalhostProfile
 }
