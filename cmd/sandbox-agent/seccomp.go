@@ -60,23 +60,7 @@ func installSeccomp(root string) (string, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return "", fmt.Errorf("seccomp install: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".profile-*")
-	if err != nil {
-		return "", fmt.Errorf("seccomp install: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // gone after the rename; left by a failure before it
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("seccomp install: %w", err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("seccomp install: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("seccomp install: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := writeFileAtomic(path, data, 0o644); err != nil {
 		return "", fmt.Errorf("seccomp install: %w", err)
 	}
 	return path, nil

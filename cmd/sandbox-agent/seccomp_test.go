@@ -42,7 +42,7 @@ func TestSeccompInstall(t *testing.T) {
 		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o644 {
 			t.Errorf("mode %v %v", fi.Mode(), err)
 		}
-		if left, _ := filepath.Glob(filepath.Join(root, "seccomp", "sandbox-agent", ".profile-*")); len(left) != 0 {
+		if left, _ := filepath.Glob(filepath.Join(root, "seccomp", "sandbox-agent", ".sandbox-agent-*")); len(left) != 0 {
 			t.Errorf("temporary files left: %v", left)
 		}
 	}

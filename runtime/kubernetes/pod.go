@@ -416,22 +416,17 @@ func mainContainer(pod *corev1.Pod) *corev1.Container {
 // stateOf reports a pod in the library's words, hardening as recorded.
 func stateOf(pod *corev1.Pod) sandboxagent.ContainerState {
 	st := sandboxagent.ContainerState{
-		ID: pod.Name, Name: pod.Name, Labels: pod.Labels, Created: pod.CreationTimestamp.Time,
+		ID: pod.Name, Name: pod.Name, Labels: maps.Clone(pod.Labels), Created: pod.CreationTimestamp.Time,
 		Status: sandboxagent.StatusUnknown,
 	}
 	// Our labels whose values no label can hold are annotations (podFor).
-	cloned := false
 	for k, v := range pod.Annotations {
-		if !isOurs(k) {
-			continue
-		}
-		if !cloned {
-			st.Labels, cloned = maps.Clone(pod.Labels), true
+		if isOurs(k) {
 			if st.Labels == nil {
 				st.Labels = map[string]string{}
 			}
+			st.Labels[k] = v
 		}
-		st.Labels[k] = v
 	}
 	switch pod.Status.Phase {
 	case corev1.PodPending:
