@@ -129,17 +129,22 @@ type Record struct {
 	BytesOut    int64     `json:"bytes_out"`     // response body bytes to the sandbox
 	FirstByteMS float64   `json:"first_byte_ms"` // latency to the upstream's response headers
 	DurationMS  float64   `json:"duration_ms"`
+	Model       string    `json:"model,omitempty"`  // the model the response named
 	Usage       *Usage    `json:"usage,omitempty"`  // nil when the response reported none
 	Error       string    `json:"error,omitempty"`  // why it failed; never a secret
 	Denied      bool      `json:"denied,omitempty"` // refused by the route allow-list (403), never forwarded
 }
 
-// Usage is the token usage an upstream reported in its response: the
-// maximum seen of each count, since streams report input and cumulative
-// output in separate events.
+// Usage is the token usage an upstream reported in its response, the
+// same for every wire API: the maximum seen of each count, since streams
+// report input and cumulative output in separate events. InputTokens
+// counts every input token; CacheReadTokens and CacheWriteTokens are the
+// part of them read from, and written to, the upstream's prompt cache.
 type Usage struct {
-	InputTokens  int64 `json:"input_tokens"`
-	OutputTokens int64 `json:"output_tokens"`
+	InputTokens      int64 `json:"input_tokens"`
+	OutputTokens     int64 `json:"output_tokens"`
+	CacheReadTokens  int64 `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int64 `json:"cache_write_tokens,omitempty"`
 }
 
 // Proxy is one sandbox's proxy: one upstream, one key, one token. It is an
@@ -304,7 +309,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.Status, rec.BytesIn, rec.BytesOut = cw.status, in.n.Load(), cw.n
 		rec.FirstByteMS, rec.DurationMS = ms(x.firstByte), ms(time.Since(x.start))
 		if x.scan != nil {
-			rec.Usage = x.scan.finish()
+			rec.Usage, rec.Model = x.scan.finish()
 		}
 		switch {
 		case rec.Error != "" || x.err == "" && cw.err == nil:

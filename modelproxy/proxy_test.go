@@ -710,7 +710,7 @@ func TestStreamNotBuffered(t *testing.T) {
 				t.Errorf("rest %q, %v", rest, err)
 			}
 			rec := rc.next(t)
-			if rec.Usage == nil || *rec.Usage != (Usage{11, 7}) || rec.BytesOut != int64(len(tc.first+tc.rest)) {
+			if rec.Usage == nil || *rec.Usage != (Usage{InputTokens: 11, OutputTokens: 7}) || rec.BytesOut != int64(len(tc.first+tc.rest)) {
 				t.Errorf("record %+v usage %v", rec, rec.Usage)
 			}
 		})
@@ -750,7 +750,7 @@ func TestUsageFakemodel(t *testing.T) {
 			if code != 200 || !strings.Contains(body, tc.end) {
 				t.Fatalf("got %d %s", code, body)
 			}
-			if rec := rc.next(t); rec.Usage == nil || *rec.Usage != (Usage{11, 7}) || rec.BytesOut != int64(len(body)) {
+			if rec := rc.next(t); rec.Usage == nil || *rec.Usage != (Usage{InputTokens: 11, OutputTokens: 7}) || rec.BytesOut != int64(len(body)) {
 				t.Errorf("record %+v usage %v", rec, rec.Usage)
 			}
 		})
@@ -764,13 +764,29 @@ func TestUsageFixtures(t *testing.T) {
 		name, ctype, body string
 		want              *Usage
 	}{
-		{"sse crlf no space", "text/event-stream; charset=utf-8", "data:{\"usage\":{\"input_tokens\":5,\"output_tokens\":2}}\r\n\r\ndata:{\"usage\":{\"output_tokens\":9}}", &Usage{5, 9}},
-		{"sse long line skipped", "text/event-stream", huge + "data: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n", &Usage{3, 4}},
+		{"sse crlf no space", "text/event-stream; charset=utf-8", "data:{\"usage\":{\"input_tokens\":5,\"output_tokens\":2}}\r\n\r\ndata:{\"usage\":{\"output_tokens\":9}}", &Usage{InputTokens: 5, OutputTokens: 9}},
+		{"sse long line skipped", "text/event-stream", huge + "data: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n", &Usage{InputTokens: 3, OutputTokens: 4}},
 		{"sse no usage", "text/event-stream", "data: {\"usage\":null}\n\ndata: [DONE]\n\n", nil},
-		{"json nested", "application/json", `{"a":[{"b":{"usage":{"input_tokens":8,"output_tokens":1}}}],"usage":{"output_tokens":6}}`, &Usage{8, 6}},
+		{"json nested", "application/json", `{"a":[{"b":{"usage":{"input_tokens":8,"output_tokens":1}}}],"usage":{"output_tokens":6}}`, &Usage{InputTokens: 8, OutputTokens: 6}},
 		{"json no usage", "application/json", `{"error":{"message":"rate limited"}}`, nil},
 		{"json too large", "application/json", `{"usage":{"input_tokens":1},"pad":"` + strings.Repeat("x", maxJSONBody) + `"}`, nil},
 		{"plain text", "text/plain", `{"usage":{"input_tokens":1}}`, nil},
+		{"absurd counts ignored", "application/json", `{"usage":{"input_tokens":1e300,"output_tokens":-5}}`, nil},
+		// Real shapes, with the prompt cache: each API's counts, normalized.
+		{"anthropic stream cached", "text/event-stream", "event: message_start\n" +
+			`data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[],"usage":{"input_tokens":12,"cache_creation_input_tokens":100,"cache_read_input_tokens":2000,"output_tokens":1}}}` + "\n\n" +
+			"event: message_delta\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":42}}` + "\n\n",
+			&Usage{InputTokens: 2112, OutputTokens: 42, CacheReadTokens: 2000, CacheWriteTokens: 100}},
+		{"chat stream cached", "text/event-stream",
+			`data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-5.5","choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n" +
+				`data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-5.5","choices":[],"usage":{"prompt_tokens":500,"completion_tokens":20,"total_tokens":520,"prompt_tokens_details":{"cached_tokens":384}}}` + "\n\ndata: [DONE]\n\n",
+			&Usage{InputTokens: 500, OutputTokens: 20, CacheReadTokens: 384}},
+		{"deepseek cache hits", "application/json",
+			`{"id":"d1","model":"deepseek-v4-flash","choices":[],"usage":{"prompt_tokens":300,"completion_tokens":9,"prompt_cache_hit_tokens":256,"prompt_cache_miss_tokens":44}}`,
+			&Usage{InputTokens: 300, OutputTokens: 9, CacheReadTokens: 256}},
+		{"responses completed cached", "text/event-stream",
+			`data: {"type":"response.completed","response":{"id":"resp_1","model":"gpt-5.5","usage":{"input_tokens":900,"input_tokens_details":{"cached_tokens":512},"output_tokens":60,"output_tokens_details":{"reasoning_tokens":40},"total_tokens":960}}}` + "\n\n",
+			&Usage{InputTokens: 900, OutputTokens: 60, CacheReadTokens: 512}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -1162,5 +1178,22 @@ func TestTapEndIsLast(t *testing.T) {
 	defer x.mu.Unlock()
 	if x.ends != 1 || x.badTurn || x.overlap || x.calls[len(x.calls)-1] != "end" {
 		t.Errorf("calls %v (bad order %t, overlap %t)", x.calls, x.badTurn, x.overlap)
+	}
+}
+
+// The record names the model the response named: the first valid one.
+func TestUsageModel(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`{"type":"message_start","message":{"model":"claude-sonnet-4-5","usage":{"input_tokens":1}}}`, "claude-sonnet-4-5"},
+		{`{"type":"response.completed","response":{"model":"gpt-5.5","usage":{"input_tokens":1}}}`, "gpt-5.5"},
+		{`{"model":"has space","usage":{"input_tokens":1}}`, ""},
+		{`{"model":"esc\u001b[31m","usage":{"input_tokens":1}}`, ""},
+		{`{"model":"` + strings.Repeat("m", 129) + `","usage":{"input_tokens":1}}`, ""},
+	} {
+		s := &usageScanner{}
+		s.write([]byte(tc.body))
+		if _, got := s.finish(); got != tc.want {
+			t.Errorf("%s: model %q, want %q", tc.body, got, tc.want)
+		}
 	}
 }

@@ -23,6 +23,7 @@ type usageScanner struct {
 	overflow bool   // buf exceeded its bound; skip (the rest of) it
 	u        Usage
 	seen     bool
+	model    string // the first valid "model" seen
 }
 
 // newUsageScanner returns a scanner for an SSE or JSON response, else nil.
@@ -77,8 +78,9 @@ func (s *usageScanner) line() {
 	s.buf, s.overflow = s.buf[:0], false
 }
 
-// finish scans what is left and returns the usage, or nil if none was seen.
-func (s *usageScanner) finish() *Usage {
+// finish scans what is left and returns the usage, or nil if none was
+// seen, and the model the response named ("" if none).
+func (s *usageScanner) finish() (*Usage, string) {
 	switch {
 	case s.sse:
 		s.line() // a last line without newline
@@ -87,10 +89,10 @@ func (s *usageScanner) finish() *Usage {
 	}
 	s.buf = nil
 	if !s.seen {
-		return nil
+		return nil, s.model
 	}
 	u := s.u
-	return &u
+	return &u, s.model
 }
 
 func (s *usageScanner) parse(b []byte) {
@@ -102,13 +104,16 @@ func (s *usageScanner) parse(b []byte) {
 
 // walk looks for objects under a "usage" key at any depth: Anthropic puts
 // it in message.usage and at the top, OpenAI chat at the top, Responses in
-// response.usage.
+// response.usage. The model is the first "model" string beside or above
+// one (message.model, response.model, a chunk's model).
 func (s *usageScanner) walk(v any, isUsage bool) {
 	switch v := v.(type) {
 	case map[string]any:
 		if isUsage {
-			s.count(&s.u.InputTokens, v, "input_tokens", "prompt_tokens")
-			s.count(&s.u.OutputTokens, v, "output_tokens", "completion_tokens")
+			s.count(v)
+		}
+		if m, ok := v["model"].(string); ok && s.model == "" && validModel(m) {
+			s.model = m
 		}
 		for k, c := range v {
 			s.walk(c, k == "usage")
@@ -120,12 +125,55 @@ func (s *usageScanner) walk(v any, isUsage bool) {
 	}
 }
 
-// count raises *dst to the largest of m's counts under names.
-func (s *usageScanner) count(dst *int64, m map[string]any, names ...string) {
-	for _, n := range names {
-		if f, ok := m[n].(float64); ok {
-			*dst = max(*dst, int64(f))
-			s.seen = true
+// count reads one usage object in any of the wire APIs' shapes and raises
+// each count of s.u to the normalized value: input counts every input
+// token, cached ones included. OpenAI reports cached tokens inside its
+// input count (prompt_tokens_details / input_tokens_details.cached_tokens);
+// Anthropic outside it (cache_read_input_tokens, cache_creation_input_tokens).
+func (s *usageScanner) count(m map[string]any) {
+	n := func(m map[string]any, names ...string) (v int64, ok bool) {
+		for _, name := range names {
+			if f, isNum := m[name].(float64); isNum && f >= 0 && f < 1e15 {
+				v, ok = max(v, int64(f)), true
+			}
+		}
+		return v, ok
+	}
+	in, okIn := n(m, "input_tokens", "prompt_tokens")
+	out, okOut := n(m, "output_tokens", "completion_tokens")
+	read, okRead := n(m, "cache_read_input_tokens")
+	write, okWrite := n(m, "cache_creation_input_tokens")
+	in += read + write
+	for _, k := range []string{"prompt_tokens_details", "input_tokens_details"} {
+		if d, isObj := m[k].(map[string]any); isObj {
+			if c, ok := n(d, "cached_tokens"); ok {
+				read, okRead = max(read, min(c, in)), true
+			}
 		}
 	}
+	if c, ok := n(m, "prompt_cache_hit_tokens"); ok { // DeepSeek's, inside prompt_tokens
+		read, okRead = max(read, min(c, in)), true
+	}
+	if !okIn && !okOut && !okRead && !okWrite {
+		return
+	}
+	s.seen = true
+	s.u.InputTokens = max(s.u.InputTokens, in)
+	s.u.OutputTokens = max(s.u.OutputTokens, out)
+	s.u.CacheReadTokens = max(s.u.CacheReadTokens, read)
+	s.u.CacheWriteTokens = max(s.u.CacheWriteTokens, write)
+}
+
+// validModel: a model name worth recording (the upstream's text goes into
+// logs and metrics): short, printable ASCII, no blanks.
+func validModel(m string) bool {
+	if m == "" || len(m) > 128 {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		if c := m[i]; c <= ' ' || c > '~' {
+			return false
+		}
+	}
+	return true
 }
