@@ -58,6 +58,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/metering"
 )
 
 // Options configure one sandbox's proxy.
@@ -136,16 +138,10 @@ type Record struct {
 }
 
 // Usage is the token usage an upstream reported in its response, the
-// same for every wire API: the maximum seen of each count, since streams
-// report input and cumulative output in separate events. InputTokens
-// counts every input token; CacheReadTokens and CacheWriteTokens are the
-// part of them read from, and written to, the upstream's prompt cache.
-type Usage struct {
-	InputTokens      int64 `json:"input_tokens"`
-	OutputTokens     int64 `json:"output_tokens"`
-	CacheReadTokens  int64 `json:"cache_read_tokens,omitempty"`
-	CacheWriteTokens int64 `json:"cache_write_tokens,omitempty"`
-}
+// same for every wire API (see metering.Usage): the maximum seen of each
+// count, since streams report input and cumulative output in separate
+// events.
+type Usage = metering.Usage
 
 // Proxy is one sandbox's proxy: one upstream, one key, one token. It is an
 // http.Handler.
