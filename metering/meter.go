@@ -1,0 +1,205 @@
+package metering
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrBudgetExceeded: a budget is spent; the model proxy refuses the next
+// model request itself, without forwarding it. Raise the budget and the
+// next request goes through.
+var ErrBudgetExceeded = errors.New("budget exceeded")
+
+// Budget caps spending: tokens (input and output) and US dollars. Zero
+// means no limit of that kind.
+type Budget struct {
+	Tokens int64   `json:"tokens,omitempty"`
+	USD    float64 `json:"usd,omitempty"`
+}
+
+// Zero reports whether b limits nothing.
+func (b Budget) Zero() bool { return b.Tokens == 0 && b.USD == 0 }
+
+// Validate reports a negative or non-finite limit.
+func (b Budget) Validate() error {
+	if b.Tokens < 0 || !(Price{Input: b.USD}).valid() {
+		return fmt.Errorf("budget: limits must be finite and not negative (tokens %d, usd %v)", b.Tokens, b.USD)
+	}
+	return nil
+}
+
+// Spent is what a meter counted.
+type Spent struct {
+	Usage Usage `json:"usage"`
+	// CostUSD is the cost of the usage of priced models.
+	CostUSD float64 `json:"cost_usd"`
+	// UnpricedTokens are tokens of models with no price: their cost is
+	// unknown, and CostUSD leaves them out.
+	UnpricedTokens int64 `json:"unpriced_tokens,omitempty"`
+	// Requests counts the requests charged.
+	Requests int64 `json:"requests"`
+}
+
+// BudgetError is the error of a spent budget (errors.Is
+// ErrBudgetExceeded).
+type BudgetError struct {
+	Scope  string // what the budget is for: "agent", "tenant acme"
+	Budget Budget
+	Spent  Spent
+	// Reason says which limit was reached.
+	Reason string
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("%s budget exceeded: %s", e.Scope, e.Reason)
+}
+
+func (e *BudgetError) Unwrap() error { return ErrBudgetExceeded }
+
+// Meter counts the usage of one scope (an agent, a tenant) against its
+// budget, and against its parent's (a tenant's meter for its agents).
+// Safe for concurrent use. Requests in flight when a budget is reached
+// are charged when they end: a budget can be overrun by what those
+// requests cost, never by a request that started after it was spent.
+type Meter struct {
+	scope  string
+	prices Prices
+	parent *Meter
+	period time.Duration
+	now    func() time.Time
+
+	mu     sync.Mutex
+	budget Budget
+	spent  Spent
+	start  time.Time // of the current period
+}
+
+// MeterOptions configure a Meter.
+type MeterOptions struct {
+	// Scope names the budget in errors ("agent", "tenant acme").
+	Scope  string
+	Prices Prices
+	Budget Budget
+	// Parent is charged too, and its budget checked too.
+	Parent *Meter
+	// Period, when set, starts the count afresh every Period (counted in
+	// UTC from the Unix epoch: a day starts at midnight UTC).
+	Period time.Duration
+	// Now is the clock (tests); time.Now when nil.
+	Now func() time.Time
+}
+
+// NewMeter returns a meter.
+func NewMeter(o MeterOptions) (*Meter, error) {
+	if err := o.Budget.Validate(); err != nil {
+		return nil, err
+	}
+	if err := o.Prices.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Period < 0 {
+		return nil, fmt.Errorf("meter: negative period %v", o.Period)
+	}
+	m := &Meter{scope: o.Scope, prices: o.Prices, parent: o.Parent, period: o.Period, now: o.Now, budget: o.Budget}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	if m.scope == "" {
+		m.scope = "agent"
+	}
+	m.start = m.periodStart()
+	return m, nil
+}
+
+func (m *Meter) periodStart() time.Time {
+	if m.period == 0 {
+		return time.Time{}
+	}
+	return m.now().UTC().Truncate(m.period)
+}
+
+// roll starts a new period when the current one is over. m.mu held.
+func (m *Meter) roll() {
+	if m.period == 0 {
+		return
+	}
+	if s := m.periodStart(); s.After(m.start) {
+		m.start, m.spent = s, Spent{}
+	}
+}
+
+// Charge counts one request's usage of model, here and in the parents.
+func (m *Meter) Charge(model string, u Usage) {
+	for x := m; x != nil; x = x.parent {
+		x.mu.Lock()
+		x.roll()
+		x.spent.Usage = x.spent.Usage.Add(u)
+		x.spent.Requests++
+		if p, ok := x.prices.Lookup(model); ok {
+			x.spent.CostUSD += p.Cost(u)
+		} else {
+			x.spent.UnpricedTokens += u.Tokens()
+		}
+		x.mu.Unlock()
+	}
+}
+
+// Allow returns a *BudgetError when this meter's budget, or a parent's, is
+// spent: the next model request must not be forwarded.
+func (m *Meter) Allow() error {
+	for x := m; x != nil; x = x.parent {
+		if err := x.allow(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Meter) allow() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.roll()
+	b, s := m.budget, m.spent
+	var reason string
+	switch {
+	case b.Tokens > 0 && s.Usage.Tokens() >= b.Tokens:
+		reason = fmt.Sprintf("%d of %d tokens used", s.Usage.Tokens(), b.Tokens)
+	case b.USD > 0 && s.CostUSD >= b.USD:
+		reason = fmt.Sprintf("$%.6g of $%.6g spent", s.CostUSD, b.USD)
+	case b.USD > 0 && s.UnpricedTokens > 0:
+		// A dollar budget cannot be kept with costs it cannot see.
+		reason = fmt.Sprintf("%d tokens of a model with no price: the dollar budget cannot be kept (add the model to the prices)", s.UnpricedTokens)
+	default:
+		return nil
+	}
+	return &BudgetError{Scope: m.scope, Budget: b, Spent: s, Reason: reason}
+}
+
+// SetBudget replaces the budget (raise it and the next request goes
+// through).
+func (m *Meter) SetBudget(b Budget) error {
+	if err := b.Validate(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.budget = b
+	return nil
+}
+
+// Budget returns the budget.
+func (m *Meter) Budget() Budget {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.budget
+}
+
+// Spent returns what was counted (in the current period).
+func (m *Meter) Spent() Spent {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.roll()
+	return m.spent
+}

@@ -1,0 +1,112 @@
+package metering
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestMeterBudgets(t *testing.T) {
+	prices := Prices{"m": {Input: 1, Output: 2}}
+	for _, tc := range []struct {
+		name    string
+		budget  Budget
+		model   string
+		charges int
+		want    string // "" = allowed after the charges
+	}{
+		{"no budget", Budget{}, "m", 5, ""},
+		{"tokens left", Budget{Tokens: 100}, "m", 3, ""}, // 3 × 30 = 90
+		{"tokens spent", Budget{Tokens: 90}, "m", 3, "90 of 90 tokens"},
+		{"dollars left", Budget{USD: 1}, "m", 1, ""},
+		{"dollars spent", Budget{USD: 0.00005}, "m", 2, "$0.0001 of $5e-05 spent"},
+		{"dollars, model without price", Budget{USD: 100}, "other", 1, "no price"},
+		{"tokens, model without price", Budget{Tokens: 100}, "other", 1, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := NewMeter(MeterOptions{Prices: prices, Budget: tc.budget})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Allow(); err != nil {
+				t.Fatalf("refused before any charge: %v", err)
+			}
+			for range tc.charges {
+				m.Charge(tc.model, Usage{InputTokens: 10, OutputTokens: 20})
+			}
+			err = m.Allow()
+			var be *BudgetError
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (!errors.Is(err, ErrBudgetExceeded) || !errors.As(err, &be) || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("got %v, want ErrBudgetExceeded saying %q", err, tc.want)
+			case tc.want != "":
+				// Raising the budget lets the next request through.
+				if err := m.SetBudget(Budget{Tokens: 1 << 40, USD: 1 << 20}); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Allow(); err != nil && !strings.Contains(err.Error(), "no price") {
+					t.Errorf("after raising: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func TestMeterParent(t *testing.T) {
+	tenant, _ := NewMeter(MeterOptions{Scope: "tenant acme", Budget: Budget{Tokens: 50}})
+	a, _ := NewMeter(MeterOptions{Parent: tenant})
+	b, _ := NewMeter(MeterOptions{Parent: tenant})
+	a.Charge("m", Usage{InputTokens: 30, OutputTokens: 20})
+	if err := b.Allow(); !errors.Is(err, ErrBudgetExceeded) || !strings.Contains(err.Error(), "tenant acme") {
+		t.Fatalf("another agent of the tenant: %v, want the tenant's budget", err)
+	}
+	if s := b.Spent(); s.Requests != 0 {
+		t.Errorf("b charged: %+v", s)
+	}
+	if s := tenant.Spent(); s.Usage.Tokens() != 50 || s.Requests != 1 {
+		t.Errorf("tenant %+v", s)
+	}
+}
+
+func TestMeterPeriod(t *testing.T) {
+	now := time.Date(2026, 12, 2, 23, 59, 0, 0, time.UTC)
+	m, _ := NewMeter(MeterOptions{Budget: Budget{Tokens: 10}, Period: 24 * time.Hour, Now: func() time.Time { return now }})
+	m.Charge("m", Usage{InputTokens: 10})
+	if err := m.Allow(); err == nil {
+		t.Fatal("spent budget allowed")
+	}
+	now = now.Add(2 * time.Minute) // the next UTC day
+	if err := m.Allow(); err != nil {
+		t.Fatalf("a new day: %v", err)
+	}
+}
+
+func TestMeterRejects(t *testing.T) {
+	for _, o := range []MeterOptions{{Budget: Budget{Tokens: -1}}, {Budget: Budget{USD: -1}}, {Period: -time.Second}, {Prices: Prices{"m": {Input: -1}}}} {
+		if _, err := NewMeter(o); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}
+
+func TestMeterConcurrent(t *testing.T) {
+	tenant, _ := NewMeter(MeterOptions{})
+	m, _ := NewMeter(MeterOptions{Parent: tenant, Budget: Budget{Tokens: 1 << 40}})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 1000 {
+				m.Charge("m", Usage{InputTokens: 1})
+				_ = m.Allow()
+			}
+		})
+	}
+	wg.Wait()
+	if s := tenant.Spent(); s.Usage.InputTokens != 8000 || s.Requests != 8000 {
+		t.Errorf("tenant %+v", s)
+	}
+}
