@@ -93,6 +93,11 @@ type Options struct {
 	// route checks, before it is forwarded; a nil Exchange means not
 	// observed.
 	Tap func(method, path string) Exchange
+	// Meter, when set, is charged the usage of every response, and
+	// checked before each request is forwarded: once its budget (or a
+	// parent's) is spent, the proxy answers 402 itself, never forwarding
+	// the request, and its Record has Budget set.
+	Meter *metering.Meter
 }
 
 // Exchange sees one forwarded exchange as it passes, synchronously, on
@@ -135,6 +140,7 @@ type Record struct {
 	Usage       *Usage    `json:"usage,omitempty"`  // nil when the response reported none
 	Error       string    `json:"error,omitempty"`  // why it failed; never a secret
 	Denied      bool      `json:"denied,omitempty"` // refused by the route allow-list (403), never forwarded
+	Budget      bool      `json:"budget,omitempty"` // refused by the budget (402), never forwarded
 }
 
 // Usage is the token usage an upstream reported in its response, the
@@ -156,6 +162,7 @@ type Proxy struct {
 	tap       func(method, path string) Exchange
 	rp        *httputil.ReverseProxy
 	revoked   atomic.Bool
+	meter     *metering.Meter
 }
 
 // The places a credential can come in, and go out, besides the key query
@@ -222,7 +229,7 @@ func New(o Options) (*Proxy, error) {
 	}
 	p := &Proxy{
 		up: up, prefix: strings.TrimSuffix(up.Path, "/"), escPrefix: strings.TrimSuffix(up.EscapedPath(), "/"),
-		routes: routes, key: o.Key, token: []byte(o.Token), log: o.Log, tap: o.Tap,
+		routes: routes, key: o.Key, token: []byte(o.Token), log: o.Log, tap: o.Tap, meter: o.Meter,
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
@@ -306,6 +313,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.FirstByteMS, rec.DurationMS = ms(x.firstByte), ms(time.Since(x.start))
 		if x.scan != nil {
 			rec.Usage, rec.Model = x.scan.finish()
+			if p.meter != nil && rec.Usage != nil {
+				p.meter.Charge(rec.Model, *rec.Usage)
+			}
 		}
 		switch {
 		case rec.Error != "" || x.err == "" && cw.err == nil:
@@ -345,6 +355,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.Error, rec.Denied = "route not allowed: "+route, true
 		writeError(cw, http.StatusForbidden, "permission_error", "route not allowed: "+route+" (only the model API is forwarded)")
 		return
+	}
+	if p.meter != nil && r.Method == http.MethodPost && !strings.HasSuffix(r.URL.Path, "/count_tokens") {
+		// Only requests that cost are refused: listing models and
+		// counting tokens stay.
+		if err := p.meter.Allow(); err != nil {
+			rec.Error, rec.Budget = err.Error(), true
+			// 402: the SDKs the CLIs use retry 408, 409, 429 and 5xx,
+			// never this; they report it and the turn ends.
+			writeError(cw, http.StatusPaymentRequired, "budget_exceeded", err.Error())
+			return
+		}
 	}
 	if p.tap != nil {
 		x.tap = p.tap(r.Method, r.URL.Path)

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 )
 
 const testKey = "sk-real-KEY-do-not-leak-0123456789"
@@ -1196,4 +1197,58 @@ func TestUsageModel(t *testing.T) {
 			t.Errorf("%s: model %q, want %q", tc.body, got, tc.want)
 		}
 	}
+}
+
+// A budget: the proxy charges each response's usage and, once the budget
+// is spent, answers 402 itself; the upstream never sees the request.
+// Raising the budget lets the next one through.
+func TestBudget(t *testing.T) {
+	var forwarded atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		forwarded.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"model":"m-1","usage":{"input_tokens":30,"output_tokens":20}}`)
+	}))
+	defer up.Close()
+	meter, err := metering.NewMeter(metering.MeterOptions{Budget: metering.Budget{Tokens: 100}, Prices: metering.Prices{"m": {Input: 1, Output: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, purl, rc := startProxy(t, Options{Upstream: up.URL, Meter: meter})
+	post := func() (int, string) {
+		req := newReq(t, "POST", purl+"/v1/messages", "{}")
+		withToken(req, "X-Api-Key", testToken)
+		return do(t, req)
+	}
+	for i := range 2 { // 50 tokens each: the second reaches the budget
+		if code, _ := post(); code != 200 {
+			t.Fatalf("request %d: %d", i, code)
+		}
+		if rec := rc.next(t); rec.Budget || rec.Model != "m-1" {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	code, body := post()
+	rec := rc.next(t)
+	if code != http.StatusPaymentRequired || !strings.Contains(body, "100 of 100 tokens used") || !rec.Budget || forwarded.Load() != 2 {
+		t.Fatalf("past the budget: %d %s, record %+v, upstream saw %d requests", code, body, rec, forwarded.Load())
+	}
+	// Listing models and counting tokens cost nothing: not refused.
+	for _, r := range []*http.Request{newReq(t, "GET", purl+"/v1/models", ""), newReq(t, "POST", purl+"/v1/messages/count_tokens", "{}")} {
+		withToken(r, "X-Api-Key", testToken)
+		if code, _ := do(t, r); code != 200 {
+			t.Errorf("%s %s refused: %d", r.Method, r.URL.Path, code)
+		}
+		rc.next(t)
+	}
+	if s := meter.Spent(); s.Usage.Tokens() != 200 || s.CostUSD != 200.0/1e6 {
+		t.Errorf("spent %+v", s) // the two requests and the two free ones (the fake upstream reports usage for all)
+	}
+	if err := meter.SetBudget(metering.Budget{Tokens: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := post(); code != 200 {
+		t.Fatalf("after raising the budget: %d", code)
+	}
+	rc.next(t)
 }
