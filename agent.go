@@ -16,6 +16,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 	"github.com/sandbox-agent/sandbox-agent/internal/cliproc"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
@@ -47,9 +48,13 @@ type Agent struct {
 
 	secrets []string // the driver's own and the routed copy's: redacted everywhere
 
-	deniedMu sync.Mutex // guards the two below: egress denials wait here for the turn
-	inTurn   bool
-	denied   []Event
+	meter *metering.Meter // counts the model proxy's requests
+
+	deniedMu   sync.Mutex // guards the four below: egress denials and usage wait here for the turn
+	inTurn     bool
+	denied     []Event
+	turnSpent  metering.Spent // the running turn's model requests
+	turnBudget string         // why the proxy refused a request of the running turn ("": it did not)
 
 	// lock is the turn lock (a one-slot semaphore, so a wait can end with
 	// its context): held by a turn or a session call. The fields below it
@@ -82,6 +87,7 @@ type agentOptions struct {
 	memoryBytes, pids              int64
 	owner                          string
 	sandbox                        func(*SandboxOptions)
+	meter                          *metering.Meter
 }
 
 // AgentOption configures Start.
@@ -148,6 +154,15 @@ func WithResources(memoryBytes, pids int64) AgentOption {
 // sandbox with an owner, whatever becomes of the process that started
 // it: the server re-adopts it (Adopt) after a restart.
 func WithOwner(id string) AgentOption { return func(o *agentOptions) { o.owner = id } }
+
+// WithMeter counts the agent's model requests on m and holds them to its
+// budget (and its parent's: a tenant's): once spent, the model proxy
+// refuses the next request and the turn fails with
+// metering.ErrBudgetExceeded; m.SetBudget raises it. Give each agent its
+// own meter (TurnResult.Usage is counted per turn either way). Without
+// it the agent counts on a meter of its own with no budget. It applies
+// only where the model proxy carries the CLI's requests.
+func WithMeter(m *metering.Meter) AgentOption { return func(o *agentOptions) { o.meter = m } }
 
 // WithSandbox adjusts the sandbox options before the sandbox starts, after
 // every other option; several apply in order.
@@ -334,9 +349,14 @@ func newAgent(drv Driver, o agentOptions, cfg Config, image string, egress Egres
 		}
 		a.secrets = append(a.secrets, a.token)
 		var err error
+		if a.meter = o.meter; a.meter == nil {
+			if a.meter, err = metering.NewMeter(metering.MeterOptions{Prices: metering.DefaultPrices()}); err != nil {
+				return nil, SandboxOptions{}, err
+			}
+		}
 		a.proxy, err = modelproxy.New(modelproxy.Options{
 			Upstream: route.Upstream, Key: route.Key, Token: a.token, CACertFile: cfg.CACertFile, Log: a.modelRecord, APIs: route.proxyAPIs(),
-			Tap: a.tap,
+			Tap: a.tap, Meter: a.meter,
 		})
 		if err != nil {
 			return nil, SandboxOptions{}, fmt.Errorf("%w: %s: model proxy: %w", ErrInvalidArgument, drv.Name(), err)
@@ -380,9 +400,6 @@ func (a *Agent) Container() *Sandbox { return a.sb }
 // the model proxy (its key is the token), so calls through it keep the
 // real key out of the sandbox.
 func (a *Agent) Driver() Driver { return a.drv }
-
-// Image is the image the sandbox runs.
-func (a *Agent) Image() string { return a.image }
 
 // SessionID is the session the next turn continues ("" before the
 // first). It does not wait for a running turn: the turn's own session, as
@@ -500,6 +517,9 @@ type TurnResult struct {
 	// saw (nil without a model proxy): how many events it backed, which
 	// lines it did not, and the CLI's reply when it was not the model's.
 	Verification *trajectory.Verification
+	// Usage is what the turn's model requests used and cost, as the model
+	// proxy measured them (nil without a model proxy).
+	Usage *metering.Spent
 }
 
 // Ask runs one turn and returns the final reply.

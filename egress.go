@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 )
 
@@ -48,10 +49,28 @@ func CheckAllowHosts(hosts []string) error {
 	return nil
 }
 
-// modelRecord audits one request through the model proxy.
+// modelRecord audits one request through the model proxy and counts it
+// to the running turn.
 func (a *Agent) modelRecord(r modelproxy.Record) {
 	if a.net != nil {
 		a.net.Model(r)
+	}
+	a.deniedMu.Lock()
+	defer a.deniedMu.Unlock()
+	if !a.inTurn {
+		return
+	}
+	if r.Budget && a.turnBudget == "" {
+		a.turnBudget = r.Error
+	}
+	if r.Usage != nil {
+		a.turnSpent.Requests++
+		a.turnSpent.Usage = a.turnSpent.Usage.Add(*r.Usage)
+		if cost, ok := a.meter.Cost(r.Model, *r.Usage); ok {
+			a.turnSpent.CostUSD += cost
+		} else {
+			a.turnSpent.UnpricedTokens += r.Usage.Tokens()
+		}
 	}
 }
 
@@ -82,10 +101,18 @@ func (a *Agent) egressRecord(r egressproxy.Record) {
 // not grow the host's memory (egress.jsonl still has every line).
 const maxQueuedDenials = 1000
 
-func (a *Agent) setInTurn(on bool) {
+// setInTurn starts (on) or ends counting egress denials and model
+// requests to the turn; it returns what the turn's requests used and why
+// the budget refused one ("": none was refused).
+func (a *Agent) setInTurn(on bool) (metering.Spent, string) {
 	a.deniedMu.Lock()
 	defer a.deniedMu.Unlock()
 	a.inTurn = on
+	spent, budget := a.turnSpent, a.turnBudget
+	if on {
+		a.turnSpent, a.turnBudget = metering.Spent{}, ""
+	}
+	return spent, budget
 }
 
 // emitDenied emits the queued denials; called from the turn's goroutines.

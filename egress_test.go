@@ -13,10 +13,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 )
 
 // routedDriver is a fakeDriver that can be pointed at the model proxy.
@@ -380,5 +382,82 @@ func TestAgentEgressDeniedEventAndClose(t *testing.T) {
 	data, _ := os.ReadFile(filepath.Join(a.NetworkAuditDir(), "egress.jsonl"))
 	if !strings.Contains(string(data), `"host":"evil.example"`) {
 		t.Errorf("egress.jsonl: %s", data)
+	}
+}
+
+// A turn's model requests are counted on its result, as the proxy measured
+// them; a meter's budget stops the turn with metering.ErrBudgetExceeded
+// once spent (the upstream never sees the refused request), and raising
+// it lets the next turn through.
+func TestAgentTurnUsageAndBudget(t *testing.T) {
+	var forwarded atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		forwarded.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"model":"m-2026","usage":{"input_tokens":30,"output_tokens":20,"cache_read_input_tokens":10}}`)
+	}))
+	defer up.Close()
+	var client *http.Client
+	var token string
+	var codes []int
+	// The fake CLI makes two model requests per turn through the relay's
+	// socket, as a real one would, and reports the last status it got.
+	rt := relayRuntime(func(prompt string) (string, string, int) {
+		codes = codes[:0]
+		for range 2 {
+			req, _ := http.NewRequest("POST", "http://sandbox/v1/messages", strings.NewReader("{}"))
+			req.Header.Set("X-Api-Key", token)
+			resp, err := client.Do(req)
+			if err != nil {
+				return "", err.Error(), 1
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes = append(codes, resp.StatusCode)
+		}
+		return `{"session":"s1"}` + "\n" + `{"text":"ok"}` + "\n", "", 0
+	})
+	drv := &routedDriver{fakeDriver: fakeDriver{key: "sk-real-key-0123456789"}, upstream: up.URL + "/v1"}
+	meter, err := metering.NewMeter(metering.MeterOptions{Prices: metering.Prices{"m": {Input: 1, Output: 2, CacheRead: 0.5}}, Budget: metering.Budget{Tokens: 150}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.AuditRoot = filepath.Join(t.TempDir(), "audit")
+	a, err := Start(context.Background(), rt, drv, WithConfig(cfg), WithMeter(meter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	sock := filepath.Join(rt.created[0].Mounts[0].Source, "model.sock")
+	client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	token = a.Driver().(*routedDriver).key
+
+	// Turn 1: two requests of 50 tokens each, 40 uncached input.
+	res, err := a.Stream(context.Background(), "one", nil)
+	want := metering.Spent{Usage: metering.Usage{InputTokens: 80, OutputTokens: 40, CacheReadTokens: 20}, CostUSD: (60*1 + 40*2 + 20*0.5) / 1e6, Requests: 2}
+	if err != nil || res.Usage == nil || *res.Usage != want {
+		t.Fatalf("turn 1: %v, usage %+v, want %+v", err, res.Usage, want)
+	}
+	// Turn 2: the first request reaches 150 tokens, the second is refused.
+	res, err = a.Stream(context.Background(), "two", nil)
+	if !errors.Is(err, metering.ErrBudgetExceeded) || len(codes) != 2 || codes[1] != http.StatusPaymentRequired || forwarded.Load() != 3 {
+		t.Fatalf("turn 2: %v, statuses %v, upstream saw %d; want ErrBudgetExceeded after one forwarded request", err, codes, forwarded.Load())
+	}
+	if res.Usage == nil || res.Usage.Requests != 1 {
+		t.Errorf("turn 2 usage %+v", res.Usage)
+	}
+	data, _ := os.ReadFile(filepath.Join(a.NetworkAuditDir(), "model.jsonl"))
+	if !strings.Contains(string(data), `"budget":true`) {
+		t.Errorf("no budget refusal in model.jsonl: %s", data)
+	}
+	// Raised: the agent goes on.
+	if err := meter.SetBudget(metering.Budget{Tokens: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = a.Stream(context.Background(), "three", nil); err != nil || res.Usage.Requests != 2 {
+		t.Fatalf("after raising the budget: %v %+v", err, res.Usage)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandbox-agent/sandbox-agent/audit"
 	"github.com/sandbox-agent/sandbox-agent/internal/bounded"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
 
@@ -109,7 +110,13 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 		xres, xerr = a.sb.Run(ctx, req)
 		lines.Flush()
 	}
-	a.setInTurn(false) // no egress denial joins the turn after this
+	if a.proxy != nil {
+		// The CLI got its last response a moment before the proxy counted
+		// it. A request still open after this (a long-lived CLI's own,
+		// between turns) counts to no turn, only to the meter.
+		a.proxy.Settle(2 * time.Second)
+	}
+	spent, budget := a.setInTurn(false) // no egress denial or model request joins the turn after this
 	t.emitDenied()
 	res := TurnResult{ExitCode: xres.ExitCode, Duration: time.Since(t.started)}
 	stderr := t.redact(string(xres.Stderr))
@@ -160,6 +167,22 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 		case t.lines < t.firstLine && out.Reply == "":
 			err = &DriverError{Driver: a.drv.Name(), Message: ErrNoOutput.Error(), ExitCode: xres.ExitCode, Stderr: stderr, Err: ErrNoOutput}
 		}
+	}
+	if budget != "" {
+		// The proxy refused a request for the budget: that is the turn's
+		// outcome, whatever the CLI made of the refusal.
+		berr := a.meter.Allow()
+		if berr == nil { // raised meanwhile
+			berr = fmt.Errorf("%s: %w", budget, metering.ErrBudgetExceeded)
+		}
+		if err != nil {
+			err = fmt.Errorf("%s turn: %w (the CLI: %w)", a.drv.Name(), berr, err)
+		} else {
+			err = fmt.Errorf("%s turn: %w", a.drv.Name(), berr)
+		}
+	}
+	if a.proxy != nil {
+		res.Usage = &spent
 	}
 	if t.rec != nil && t.verification == nil { // the turn failed before its outcome
 		_, t.verification = t.verifyTurn("")

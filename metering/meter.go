@@ -203,3 +203,13 @@ func (m *Meter) Spent() Spent {
 	m.roll()
 	return m.spent
 }
+
+// Cost is what u of model costs at the meter's prices; false when the
+// model has none.
+func (m *Meter) Cost(model string, u Usage) (float64, bool) {
+	p, ok := m.prices.Lookup(model)
+	if !ok {
+		return 0, false
+	}
+	return p.Cost(u), true
+}

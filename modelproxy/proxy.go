@@ -163,6 +163,10 @@ type Proxy struct {
 	rp        *httputil.ReverseProxy
 	revoked   atomic.Bool
 	meter     *metering.Meter
+
+	activeMu sync.Mutex // guards the two below
+	active   int        // requests being served
+	idle     []chan struct{}
 }
 
 // The places a credential can come in, and go out, besides the key query
@@ -247,6 +251,46 @@ func New(o Options) (*Proxy, error) {
 // agent is closed. It is safe for concurrent use.
 func (p *Proxy) Revoke() { p.revoked.Store(true) }
 
+// Settle waits, up to timeout, until no request is being served (their
+// records logged, their usage charged); it reports whether that
+// happened. A CLI has the whole response a moment before the proxy logs
+// it: a turn settles before it counts its requests.
+func (p *Proxy) Settle(timeout time.Duration) bool {
+	p.activeMu.Lock()
+	if p.active == 0 {
+		p.activeMu.Unlock()
+		return true
+	}
+	ch := make(chan struct{})
+	p.idle = append(p.idle, ch)
+	p.activeMu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+func (p *Proxy) begin() {
+	p.activeMu.Lock()
+	p.active++
+	p.activeMu.Unlock()
+}
+
+func (p *Proxy) end() {
+	p.activeMu.Lock()
+	defer p.activeMu.Unlock()
+	if p.active--; p.active == 0 {
+		for _, ch := range p.idle {
+			close(ch)
+		}
+		p.idle = nil
+	}
+}
+
 // BaseURL is the base URL to give the sandbox's CLI: local ("http://HOST:PORT"
 // as the sandbox reaches the proxy) plus the upstream's path, so the CLI's
 // request paths map one to one onto the upstream's.
@@ -302,6 +346,8 @@ func (x *exchange) end(err error) {
 
 // ServeHTTP checks the token and the path, then proxies the request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.begin()
+	defer p.end() // first deferred, last run: after the record is logged
 	x := &exchange{start: time.Now()}
 	rec := Record{Time: x.start.UTC(), Method: r.Method, Path: p.redactString(r.URL.Path)}
 	cw := &countWriter{ResponseWriter: w, red: p.newRedactor()}

@@ -79,7 +79,7 @@ func (a *agent) view(r store.Agent) agentView {
 	if a == nil || a.ag == nil {
 		return v
 	}
-	v.Image, v.Container = a.ag.Image(), a.ag.Container().Name()
+	v.Image, v.Container = a.ag.State().Image, a.ag.Container().Name()
 	v.SessionID, v.Status = a.ag.SessionID(), statusIdle
 	if last, ok := a.lastTurn(); ok {
 		v.Turns = max(v.Turns, last.Turn)
@@ -219,7 +219,7 @@ func (s *Server) record(a *agent, status string) (store.Agent, error) {
 		if r.Adopt, err = json.Marshal(st); err != nil {
 			return store.Agent{}, err
 		}
-		r.Image, r.SandboxID, r.SandboxName, r.SessionID, r.Turns = a.ag.Image(), a.ag.Container().ID(), a.ag.Container().Name(), st.Session, st.Turns
+		r.Image, r.SandboxID, r.SandboxName, r.SessionID, r.Turns = a.ag.State().Image, a.ag.Container().ID(), a.ag.Container().Name(), st.Session, st.Turns
 	}
 	return r, nil
 }
