@@ -20,6 +20,7 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/gc"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
@@ -177,12 +178,12 @@ func TestIntegrationAdopt(t *testing.T) {
 			if _, err := os.Lstat(filepath.Join(st.SocketDir, "model.sock")); err != nil {
 				t.Errorf("socket after SIGKILL: %v", err)
 			}
-			gc, err := sandboxagent.GC(ctx, rt, sandboxagent.GCOptions{DryRun: true})
+			swept, err := gc.Run(ctx, rt, gc.Options{DryRun: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !gcKept(gc, st.SandboxID, "owned by server "+owner) {
-				t.Errorf("gc did not keep the owned sandbox: %+v", gc)
+			if !gcKept(swept, st.SandboxID, "owned by server "+owner) {
+				t.Errorf("gc did not keep the owned sandbox: %+v", swept)
 			}
 			t.Logf("the dead host's CLI processes before adoption: %s", turnProcs(ctx, rt, st.SandboxID))
 
@@ -302,7 +303,7 @@ func runAdoptChild(t *testing.T, url string, c adoptChild) adoptOut {
 }
 
 // gcKept reports whether gc kept the container with that reason.
-func gcKept(res sandboxagent.GCResult, id, reason string) bool {
+func gcKept(res gc.Result, id, reason string) bool {
 	for _, e := range res.Kept {
 		if e.ID == id && e.Reason == reason {
 			return true

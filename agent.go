@@ -16,6 +16,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 	"github.com/sandbox-agent/sandbox-agent/internal/cliproc"
+	"github.com/sandbox-agent/sandbox-agent/internal/labels"
 	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
@@ -236,7 +237,7 @@ func (o *agentOptions) sandboxOptions(cfg Config, image string, egress Egress, a
 		Env: o.env, MemoryBytes: o.memoryBytes, PidsLimit: o.pids,
 	}
 	if o.owner != "" {
-		s.Labels = map[string]string{labelOwner: o.owner}
+		s.Labels = map[string]string{labels.Owner: o.owner}
 	}
 	if o.sandbox != nil {
 		o.sandbox(&s)

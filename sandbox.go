@@ -20,6 +20,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
 	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
+	"github.com/sandbox-agent/sandbox-agent/internal/labels"
 	"github.com/sandbox-agent/sandbox-agent/safetar"
 	"github.com/sandbox-agent/sandbox-agent/seccomp"
 )
@@ -33,16 +34,6 @@ const (
 	LabelMaxLifetime = "sandbox-agent.max-lifetime"
 	LabelHost        = "sandbox-agent.host"
 	LabelPID         = "sandbox-agent.pid"
-	// labelOwner is the stable identity of the server owning the sandbox
-	// (WithOwner): GC keeps it running whatever became of LabelPID.
-	labelOwner = "sandbox-agent.owner"
-	// labelSeccomp is the digest of the seccomp profile the sandbox was
-	// created with (seccomp.Digest): adoption accepts a profile of another
-	// version of sandbox-agent by it.
-	labelSeccomp = "sandbox-agent.seccomp"
-	// labelSockets names the sandbox's socket folder (its base name), so
-	// gc can remove it when the owner died.
-	labelSockets = "sandbox-agent.sockets"
 )
 
 // DefaultCaps is the documented minimum of capabilities a sandbox keeps
@@ -250,7 +241,7 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	case !FeaturesOf(rt).Seccomp:
 		spec.Seccomp = nil // the node's RuntimeDefault (docs/kubernetes.md)
 	case spec.Seccomp != nil:
-		spec.Labels[labelSeccomp] = seccomp.Digest(spec.Seccomp)
+		spec.Labels[labels.Seccomp] = seccomp.Digest(spec.Seccomp)
 	}
 	host, err := openBoundary(opts, boundary.Open)
 	if err != nil {
@@ -333,7 +324,7 @@ func (s *Sandbox) useProxies() {
 // one mount of a sandbox.
 func mountSockets(spec *ContainerSpec, dir string) {
 	spec.Mounts = append(spec.Mounts, Mount{Source: dir, Target: boundary.SocketDir, ReadOnly: true})
-	spec.Labels[labelSockets] = filepath.Base(dir)
+	spec.Labels[labels.Sockets] = filepath.Base(dir)
 }
 
 // openBoundary checks the egress options and opens the host side of the
@@ -550,7 +541,7 @@ func checkHardening(want ContainerSpec, got ContainerState) error {
 		return out
 	}
 	seccomp := seccomp.Digest(want.Seccomp)
-	if seccomp != "" && strings.HasPrefix(got.Seccomp, "sha256:") && got.Seccomp == got.Labels[labelSeccomp] {
+	if seccomp != "" && strings.HasPrefix(got.Seccomp, "sha256:") && got.Seccomp == got.Labels[labels.Seccomp] {
 		// Our profile as another version of sandbox-agent made it (the
 		// label is the host's, set at creation): an upgraded host adopts
 		// its sandboxes. At creation the label is this profile's.

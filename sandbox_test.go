@@ -459,40 +459,6 @@ func TestExecValidation(t *testing.T) {
 	}
 }
 
-func TestGCPolicy(t *testing.T) {
-	host := hostname()
-	now := time.Now()
-	f := &fakeRuntime{list: []ContainerState{
-		{ID: "mine-alive", Running: true, Labels: map[string]string{LabelManaged: "true", LabelHost: host, LabelPID: itoa(osGetpid())}},
-		{ID: "mine-dead-owner", Running: true, Labels: map[string]string{LabelManaged: "true", LabelHost: host, LabelPID: "999999999"}},
-		{ID: "other-host-exited", Status: StatusExited, Labels: map[string]string{LabelManaged: "true", LabelHost: "elsewhere"}},
-		{ID: "other-host-running", Running: true, Labels: map[string]string{LabelManaged: "true", LabelHost: "elsewhere"}},
-		{ID: "other-host-creating", Status: StatusCreated, Created: now, Labels: map[string]string{LabelManaged: "true", LabelHost: "elsewhere"}},
-		{ID: "foreign", Running: true, Labels: map[string]string{LabelManaged: "false"}},
-	}}
-	res, err := GC(context.Background(), f, GCOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.Join(f.removed, ","); got != "mine-dead-owner,other-host-exited" {
-		t.Errorf("removed %s", got)
-	}
-	if len(res.Kept) != 3 {
-		t.Errorf("kept %+v", res.Kept)
-	}
-	f.removed = nil
-	if _, err := GC(context.Background(), f, GCOptions{All: true}); err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.Join(f.removed, ","); strings.Contains(got, "foreign") || len(f.removed) != 5 {
-		t.Errorf("--all removed %s", got)
-	}
-	f.removed = nil
-	if _, err := GC(context.Background(), f, GCOptions{All: true, DryRun: true}); err != nil || len(f.removed) != 0 {
-		t.Errorf("dry run removed %v (%v)", f.removed, err)
-	}
-}
-
 // imageSourceFunc adapts a function to ImageSource.
 type imageSourceFunc func(ctx context.Context, ref string) error
 

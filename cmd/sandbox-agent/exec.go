@@ -14,6 +14,7 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/config"
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
+	"github.com/sandbox-agent/sandbox-agent/gc"
 	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
 	"github.com/sandbox-agent/sandbox-agent/internal/termsafe"
 )
@@ -278,7 +279,7 @@ func runGC(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(err)
 	}
-	res, err := sandboxagent.GC(ctx, rt, sandboxagent.GCOptions{All: *all, DryRun: *dry})
+	res, err := gc.Run(ctx, rt, gc.Options{All: *all, DryRun: *dry})
 	verb := "removed"
 	if *dry {
 		verb = "would remove"

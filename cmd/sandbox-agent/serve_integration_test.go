@@ -23,6 +23,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
+	"github.com/sandbox-agent/sandbox-agent/gc"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -574,7 +575,7 @@ func TestServeKilled(t *testing.T) {
 		return errors.Is(err, sandboxagent.ErrContainerNotFound)
 	})
 	t.Logf("sandbox %s gone %v after SIGKILL (keepalive %d s)", a.Container, time.Since(killed).Round(time.Second), keepalive)
-	res, err := sandboxagent.GC(context.Background(), rt, sandboxagent.GCOptions{DryRun: true})
+	res, err := gc.Run(context.Background(), rt, gc.Options{DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/gc"
 )
 
 // gc: GC removes a sandbox of ours whose owner process on this host is
@@ -39,7 +40,7 @@ func (s *suite) gc(t *testing.T) {
 		t.Fatalf("a container whose command is true did not stop (AutoRemove false): %+v %v", st, err)
 	}
 
-	dry, err := sandboxagent.GC(ctx, s.Runtime, sandboxagent.GCOptions{DryRun: true})
+	dry, err := gc.Run(ctx, s.Runtime, gc.Options{DryRun: true})
 	if err != nil {
 		t.Fatalf("GC dry run: %v", err)
 	}
@@ -52,7 +53,7 @@ func (s *suite) gc(t *testing.T) {
 		}
 	}
 
-	res, err := sandboxagent.GC(ctx, s.Runtime, sandboxagent.GCOptions{})
+	res, err := gc.Run(ctx, s.Runtime, gc.Options{})
 	if err != nil {
 		t.Fatalf("GC: %v", err)
 	}
@@ -124,7 +125,7 @@ func deadPID(t *testing.T) string {
 	return ""
 }
 
-func gcHas(entries []sandboxagent.GCEntry, id string) bool {
+func gcHas(entries []gc.Entry, id string) bool {
 	for _, e := range entries {
 		if e.ID == id {
 			return true
