@@ -15,6 +15,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
 
@@ -34,6 +35,7 @@ type agentFlags struct {
 	timeout    time.Duration
 	noAudit    bool
 	auditRoot  string
+	budget     metering.Budget
 }
 
 func (f *agentFlags) register(fs *flag.FlagSet) {
@@ -45,6 +47,8 @@ func (f *agentFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeout, "timeout", 0, "turn timeout (default: timeout_ask)")
 	fs.BoolVar(&f.noAudit, "no-audit", false, "do not write the audit trail")
 	fs.StringVar(&f.auditRoot, "audit-root", "", "audit root folder (default: audit_root)")
+	fs.Int64Var(&f.budget.Tokens, "budget-tokens", 0, "stop the run once its model requests used this many tokens, input and output (0: no limit)")
+	fs.Float64Var(&f.budget.USD, "budget-usd", 0, "stop the run once its model requests cost this many US dollars at the prices (0: no limit)")
 }
 
 // fakeKey is a fresh random key for one fake-model run, so a test of the
@@ -167,11 +171,16 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts s
 	if err != nil {
 		return nil, func() {}, err
 	}
+	meter, err := metering.NewMeter(metering.MeterOptions{Prices: metering.DefaultPrices(), Budget: f.budget})
+	if err != nil {
+		return nil, func() {}, fmt.Errorf("%w: %w", sandboxagent.ErrInvalidArgument, err)
+	}
 	drv, stop, err := a.newDriver(name, f)
 	if err != nil {
 		return nil, stop, err
 	}
 	agentOpts := append([]sandboxagent.AgentOption{
+		sandboxagent.WithMeter(meter),
 		sandboxagent.WithConfig(cfg), sandboxagent.WithModel(f.model), sandboxagent.WithImage(f.image),
 		sandboxagent.WithNetwork(f.network),
 		sandboxagent.WithEgress(opts.Egress, allow...),
@@ -197,13 +206,16 @@ type resultLine struct {
 	// Verification: the check of the turn's events against the model
 	// proxy's record (absent without a model proxy).
 	Verification *trajectory.Verification `json:"verification,omitempty"`
+	// Usage: what the turn's model requests used and cost, as the model
+	// proxy counted them (absent without a model proxy).
+	Usage *metering.Spent `json:"usage,omitempty"`
 }
 
 func runAsk(ctx context.Context, a *app, args []string) int {
 	fs := flag.NewFlagSet("ask", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: sandbox-agent ask --driver NAME [flags] PROMPT\n\nRuns one turn of an agent CLI in a throw-away sandbox and prints the reply.\nExit codes: 0 ok, 1 the agent CLI failed, 124 timeout, 125 sandbox-agent failed.\n\nflags:")
+		fmt.Fprintln(a.stderr, "usage: sandbox-agent ask --driver NAME [flags] PROMPT\n\nRuns one turn of an agent CLI in a throw-away sandbox and prints the reply.\nExit codes: 0 ok, 1 the agent CLI failed, 3 a budget was spent, 124 timeout, 125 sandbox-agent failed.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	driver := fs.String("driver", "opencode", "agent CLI: "+strings.Join(drivers.Names(), ", "))
@@ -257,6 +269,8 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 		return exitOK
 	case errors.Is(turnErr, sandboxagent.ErrTimeout):
 		return exitTimeout
+	case errors.Is(turnErr, metering.ErrBudgetExceeded):
+		return exitBudget
 	case isAgentFailure(turnErr):
 		return exitAgentFailed
 	default:
@@ -269,7 +283,7 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 // output.go: the reply is the agent's text, hostile like all of it.
 func (a *app) printResult(enc *json.Encoder, asJSON bool, res sandboxagent.TurnResult, turnErr error) {
 	if asJSON {
-		rl := resultLine{Kind: "result", Reply: res.Reply, SessionID: res.SessionID, ExitCode: res.ExitCode, AuditDir: res.AuditDir, Verification: res.Verification}
+		rl := resultLine{Kind: "result", Reply: res.Reply, SessionID: res.SessionID, ExitCode: res.ExitCode, AuditDir: res.AuditDir, Verification: res.Verification, Usage: res.Usage}
 		if turnErr != nil {
 			rl.Error = turnErr.Error()
 		}

@@ -20,6 +20,7 @@ import (
 // code through, so ours sit where docker run puts its own (125).
 const (
 	exitOK      = 0
+	exitBudget  = 3   // a budget (--budget-tokens, --budget-usd) was spent: the model proxy refused a request
 	exitTimeout = 124 // the turn or command timed out (as coreutils timeout)
 	exitError   = 125 // sandbox-agent failed: usage, engine, image, I/O
 )
