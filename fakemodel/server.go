@@ -66,6 +66,9 @@ type Request struct {
 	// sticky), or -1 (no tools offered, script exhausted, not a completion).
 	Step   int `json:"step"`
 	Status int `json:"status"` // HTTP status answered
+	// Usage is the token usage the response reported (nil when it
+	// reported none: an error).
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Server is the fake model. It implements http.Handler; Start serves it on
@@ -397,7 +400,11 @@ func (s *Server) decide(r *http.Request, body []byte, api string, tools []toolDe
 		}
 		rp.usage = Usage{InputTokens: estimateTokens(len(body)), OutputTokens: estimateTokens(out)}
 	}
-	s.recordLocked(r, body, api, rp.step, rp.status)
+	var u *Usage
+	if rp.status == http.StatusOK {
+		u = &rp.usage
+	}
+	s.recordLocked(r, body, api, rp.step, rp.status, u)
 	return rp
 }
 
@@ -508,13 +515,13 @@ func (s *Server) recordSimple(r *http.Request, body []byte, status int) {
 func (s *Server) record(r *http.Request, body []byte, api string, step, status int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.recordLocked(r, body, api, step, status)
+	s.recordLocked(r, body, api, step, status, nil)
 }
 
-func (s *Server) recordLocked(r *http.Request, body []byte, api string, step, status int) {
+func (s *Server) recordLocked(r *http.Request, body []byte, api string, step, status int, usage *Usage) {
 	rec := Request{
 		Seq: len(s.reqs) + 1, Time: time.Now().UTC(), Method: r.Method, Path: r.URL.Path,
-		Query: r.URL.RawQuery, Header: redact(r.Header), API: api, Step: step, Status: status,
+		Query: r.URL.RawQuery, Header: redact(r.Header), API: api, Step: step, Status: status, Usage: usage,
 	}
 	if len(bytes.TrimSpace(body)) > 0 {
 		if json.Valid(body) {
