@@ -10,6 +10,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/config"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 )
 
 // Kinds of error, the "kind" of every JSON error body. A public interface:
@@ -35,7 +36,10 @@ const (
 	KindTimeout           = "timeout"
 	KindOutputLimit       = "output_limit"
 	KindInterrupted       = "interrupted"
-	KindInternal          = "internal"
+	// KindBudgetExceeded: the agent's or the tenant's budget is spent;
+	// the model proxy refused the turn's request (status 402).
+	KindBudgetExceeded = "budget_exceeded"
+	KindInternal       = "internal"
 )
 
 // apiError is an error with the status and kind it answers with.
@@ -86,6 +90,9 @@ func classify(err error) (int, errorBody) {
 		status, body.Kind = ae.status, ae.kind
 	case errors.As(err, &mbe):
 		status, body.Kind = http.StatusRequestEntityTooLarge, KindTooLarge
+	case errors.Is(err, metering.ErrBudgetExceeded):
+		// Before driver_error: the CLI reported the refusal too.
+		status, body.Kind = http.StatusPaymentRequired, KindBudgetExceeded
 	case errors.Is(err, sandboxagent.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		status, body.Kind = http.StatusGatewayTimeout, KindTimeout
 	case errors.As(err, &de):

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/store"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
@@ -36,6 +37,9 @@ type turnResult struct {
 	// Verification: the turn's events checked against the model proxy's
 	// record (the library's TurnResult.Verification).
 	Verification *trajectory.Verification `json:"verification,omitempty"`
+	// Usage: what the turn's model requests used and cost, as the model
+	// proxy counted them (the library's TurnResult.Usage).
+	Usage *metering.Spent `json:"usage,omitempty"`
 }
 
 // turnJSON is the JSON of a turn record, with or without its events.
@@ -44,9 +48,10 @@ func turnJSON(t sandboxagent.TurnRecord, events bool) turnResult {
 		Turn: t.Turn, Prompt: t.Prompt, Reply: t.Reply, SessionID: t.SessionID, ExitCode: t.ExitCode,
 		Started: t.Started, DurationMS: t.Duration.Milliseconds(), AuditDir: t.AuditDir, Running: t.Running,
 		EventCount: t.EventCount, Dropped: t.EventCount - len(t.Events), Verification: t.Verification,
+		Usage: t.Usage,
 	}
 	if t.Running {
-		r.Reply, r.SessionID, r.ExitCode, r.DurationMS, r.AuditDir, r.Verification = "", "", 0, 0, "", nil
+		r.Reply, r.SessionID, r.ExitCode, r.DurationMS, r.AuditDir, r.Verification, r.Usage = "", "", 0, 0, "", nil, nil
 	}
 	if t.Err != nil {
 		_, body := classify(turnError(t.Err))
