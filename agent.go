@@ -351,7 +351,7 @@ func newAgent(drv Driver, o agentOptions, cfg Config, image string, egress Egres
 		a.secrets = append(a.secrets, a.token)
 		var err error
 		if a.meter = o.meter; a.meter == nil {
-			if a.meter, err = metering.NewMeter(metering.MeterOptions{Prices: metering.DefaultPrices()}); err != nil {
+			if a.meter, err = metering.NewMeter(metering.MeterOptions{Prices: cfg.Prices}); err != nil {
 				return nil, SandboxOptions{}, err
 			}
 		}

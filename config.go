@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 )
 
 // Config is the library's configuration, loaded once (config.Load) and
@@ -67,6 +68,11 @@ type Config struct {
 	// docs/security.md.
 	OCIRuntime string
 
+	// Prices turn the model proxy's token counts into dollars (a
+	// TurnResult's Usage, dollar budgets): metering.DefaultPrices, with
+	// the config key "prices" added or replacing.
+	Prices metering.Prices
+
 	// PerTurn starts the agent CLI afresh for every turn even when its
 	// driver has a long-lived mode (LongLived), which agents use by default.
 	PerTurn bool
@@ -122,6 +128,7 @@ func DefaultConfig() Config {
 			AuditSessionBytes: 512 << 20,
 			AuditDayBytes:     4 << 30,
 		},
+		Prices:             metering.DefaultPrices(),
 		AuditEnabled:       true,
 		AuditRoot:          filepath.Join(os.TempDir(), fmt.Sprintf("sandbox-agent-%d", os.Getuid())),
 		AuditRetentionDays: 7,

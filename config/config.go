@@ -3,6 +3,7 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/internal/configfile"
 	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 )
 
 // Error is an invalid configuration value, naming the key and the source
@@ -82,6 +84,14 @@ var keys = []configfile.Key[sandboxagent.Config]{
 		c.OCIRuntime = strings.TrimSpace(raw)
 		return hardening.CheckOCIRuntime(c.OCIRuntime)
 	}},
+	{Name: "prices", Env: "SANDBOX_AGENT_PRICES", Object: true, Apply: func(c *sandboxagent.Config, raw string) error {
+		p, err := ParsePrices(raw)
+		if err != nil {
+			return err
+		}
+		c.Prices = metering.DefaultPrices().Merge(p)
+		return nil
+	}},
 	configfile.Bool("per_turn", "SANDBOX_AGENT_PER_TURN", func(c *sandboxagent.Config) *bool { return &c.PerTurn }),
 	configfile.Bool("audit", "SANDBOX_AGENT_AUDIT", func(c *sandboxagent.Config) *bool { return &c.AuditEnabled }),
 	configfile.String("audit_root", "SANDBOX_AGENT_AUDIT_ROOT", func(c *sandboxagent.Config) *string { return &c.AuditRoot }),
@@ -137,4 +147,20 @@ func ParseDisk(v string) (int64, error) {
 		return 0, fmt.Errorf("%w: disk %q: want a size of at least 64m, like 10g, or none", sandboxagent.ErrInvalidArgument, v)
 	}
 	return n, nil
+}
+
+// ParsePrices reads the prices key: a JSON object of model names to
+// prices in US dollars per million tokens ({"my-model": {"input": 1,
+// "output": 4, "cache_read": 0.1, "cache_write": 1.25}}).
+func ParsePrices(raw string) (metering.Prices, error) {
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var p metering.Prices
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("%w: prices: want an object of model names to {\"input\", \"output\", \"cache_read\", \"cache_write\"} in US dollars per million tokens: %w", sandboxagent.ErrInvalidArgument, err)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", sandboxagent.ErrInvalidArgument, err)
+	}
+	return p, nil
 }

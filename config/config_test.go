@@ -185,3 +185,30 @@ func TestParseDisk(t *testing.T) {
 		t.Errorf("10g: %d %v", n, err)
 	}
 }
+
+func TestPrices(t *testing.T) {
+	c, err := Load(writeConfig(t, `{"prices": {"my-model": {"input": 1, "output": 4, "cache_read": 0.1}, "gpt-5.5": {"input": 2, "output": 8}}}`), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.Prices["my-model"]; p.Input != 1 || p.Output != 4 || p.CacheRead != 0.1 {
+		t.Errorf("my-model %+v", p)
+	}
+	if p := c.Prices["gpt-5.5"]; p.Input != 2 {
+		t.Errorf("gpt-5.5 not replaced: %+v", p)
+	}
+	if _, ok := c.Prices["claude-sonnet-4-5"]; !ok {
+		t.Error("the built-in prices are gone")
+	}
+	env := map[string]string{"SANDBOX_AGENT_PRICES": `{"env-model": {"input": 3, "output": 3}}`}
+	if c, err = Load("", func(k string) string { return env[k] }); err != nil || c.Prices["env-model"].Input != 3 {
+		t.Errorf("from the environment: %v %+v", err, c.Prices["env-model"])
+	}
+	for _, bad := range []string{`{"m": {"input": -1}}`, `{"m": {"inptu": 1}}`, `{"m": 3}`, `[1]`, `{"": {}}`} {
+		env := map[string]string{"SANDBOX_AGENT_PRICES": bad}
+		var ce *Error
+		if _, err := Load("", func(k string) string { return env[k] }); !errors.As(err, &ce) || ce.Key != "prices" || !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("prices %s: %v", bad, err)
+		}
+	}
+}

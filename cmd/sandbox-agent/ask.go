@@ -171,7 +171,7 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts s
 	if err != nil {
 		return nil, func() {}, err
 	}
-	meter, err := metering.NewMeter(metering.MeterOptions{Prices: metering.DefaultPrices(), Budget: f.budget})
+	meter, err := metering.NewMeter(metering.MeterOptions{Prices: cfg.Prices, Budget: f.budget})
 	if err != nil {
 		return nil, func() {}, fmt.Errorf("%w: %w", sandboxagent.ErrInvalidArgument, err)
 	}

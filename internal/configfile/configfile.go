@@ -6,6 +6,7 @@
 package configfile
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,9 @@ type Key[T any] struct {
 	Name  string
 	Env   string
 	Apply func(c *T, raw string) error
+	// Object: the file may give a JSON object, applied as its compact
+	// JSON (the environment variable's form).
+	Object bool
 }
 
 // Error is an invalid value, naming the key and where it came from (a
@@ -99,7 +103,7 @@ func applyFile[T any](c *T, path string, keys []Key[T], others []string) error {
 			}
 			return &Error{Key: name, Source: path, Err: errors.New("unknown key")}
 		}
-		s, err := scalar(raw[name])
+		s, err := scalar(raw[name], k.Object)
 		if err != nil {
 			return &Error{Key: name, Source: path, Err: err}
 		}
@@ -112,7 +116,7 @@ func applyFile[T any](c *T, path string, keys []Key[T], others []string) error {
 
 // scalar turns a JSON string, number, boolean or array of strings into
 // the text form the environment would carry (an array: comma-separated).
-func scalar(raw json.RawMessage) (string, error) {
+func scalar(raw json.RawMessage, object bool) (string, error) {
 	var v any
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return "", err
@@ -134,6 +138,16 @@ func scalar(raw json.RawMessage) (string, error) {
 		return strconv.FormatFloat(t, 'f', -1, 64), nil
 	case bool:
 		return strconv.FormatBool(t), nil
+	case map[string]any:
+		if !object {
+			break
+		}
+		// An object travels as its JSON, as the environment carries it.
+		var b bytes.Buffer
+		if err := json.Compact(&b, raw); err != nil {
+			return "", err
+		}
+		return b.String(), nil
 	}
 	return "", fmt.Errorf("want a string, number or boolean, got %s", raw)
 }
