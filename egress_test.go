@@ -394,7 +394,7 @@ func TestAgentTurnUsageAndBudget(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		forwarded.Add(1)
 		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"model":"m-2026","usage":{"input_tokens":30,"output_tokens":20,"cache_read_input_tokens":10}}`)
+		io.WriteString(w, `{"model":"m-20260101","usage":{"input_tokens":30,"output_tokens":20,"cache_read_input_tokens":10}}`)
 	}))
 	defer up.Close()
 	var client *http.Client

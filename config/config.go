@@ -4,6 +4,7 @@ package config
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -156,7 +157,11 @@ func ParsePrices(raw string) (metering.Prices, error) {
 	dec := json.NewDecoder(strings.NewReader(raw))
 	dec.DisallowUnknownFields()
 	var p metering.Prices
-	if err := dec.Decode(&p); err != nil {
+	err := dec.Decode(&p)
+	if err == nil && dec.More() {
+		err = errors.New("text after the object")
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: prices: want an object of model names to {\"input\", \"output\", \"cache_read\", \"cache_write\"} in US dollars per million tokens: %w", sandboxagent.ErrInvalidArgument, err)
 	}
 	if err := p.Validate(); err != nil {

@@ -204,7 +204,7 @@ func TestPrices(t *testing.T) {
 	if c, err = Load("", func(k string) string { return env[k] }); err != nil || c.Prices["env-model"].Input != 3 {
 		t.Errorf("from the environment: %v %+v", err, c.Prices["env-model"])
 	}
-	for _, bad := range []string{`{"m": {"input": -1}}`, `{"m": {"inptu": 1}}`, `{"m": 3}`, `[1]`, `{"": {}}`} {
+	for _, bad := range []string{`{"m": {"input": -1}}`, `{"m": {"inptu": 1}}`, `{"m": 3}`, `[1]`, `{"": {}}`, `{} {}`} {
 		env := map[string]string{"SANDBOX_AGENT_PRICES": bad}
 		var ce *Error
 		if _, err := Load("", func(k string) string { return env[k] }); !errors.As(err, &ce) || ce.Key != "prices" || !errors.Is(err, sandboxagent.ErrInvalidArgument) {

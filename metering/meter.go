@@ -84,8 +84,9 @@ type MeterOptions struct {
 	Budget Budget
 	// Parent is charged too, and its budget checked too.
 	Parent *Meter
-	// Period, when set, starts the count afresh every Period (counted in
-	// UTC from the Unix epoch: a day starts at midnight UTC).
+	// Period, when set, starts the count afresh every Period, counted in
+	// UTC from time.Time's zero (year 1): a day starts at midnight UTC, a
+	// week (168h) on Monday.
 	Period time.Duration
 	// Now is the clock (tests); time.Now when nil.
 	Now func() time.Time

@@ -7,6 +7,7 @@ package metering
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -22,18 +23,29 @@ type Usage struct {
 	CacheWriteTokens int64 `json:"cache_write_tokens,omitempty"`
 }
 
-// Add returns u plus v.
+// Add returns u plus v; a count stops at the largest int64 (a hostile
+// upstream's counts must not wrap a budget's total below its limit).
 func (u Usage) Add(v Usage) Usage {
 	return Usage{
-		InputTokens:      u.InputTokens + v.InputTokens,
-		OutputTokens:     u.OutputTokens + v.OutputTokens,
-		CacheReadTokens:  u.CacheReadTokens + v.CacheReadTokens,
-		CacheWriteTokens: u.CacheWriteTokens + v.CacheWriteTokens,
+		InputTokens:      sat(u.InputTokens, v.InputTokens),
+		OutputTokens:     sat(u.OutputTokens, v.OutputTokens),
+		CacheReadTokens:  sat(u.CacheReadTokens, v.CacheReadTokens),
+		CacheWriteTokens: sat(u.CacheWriteTokens, v.CacheWriteTokens),
 	}
 }
 
 // Tokens is the total a token budget counts: input and output.
-func (u Usage) Tokens() int64 { return u.InputTokens + u.OutputTokens }
+func (u Usage) Tokens() int64 { return sat(u.InputTokens, u.OutputTokens) }
+
+// sat adds two counts, negative ones as zero, stopping at the largest
+// int64.
+func sat(a, b int64) int64 {
+	a, b = max(a, 0), max(b, 0)
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
 
 // Price is what a model costs, in US dollars per million tokens: input
 // (not from the cache), output, input read from the prompt cache, and
@@ -62,26 +74,26 @@ func (p Price) valid() bool {
 }
 
 // Prices maps model names to prices. A name matches a model of the same
-// name, or one that continues it after a "-" (a dated snapshot such as
-// "claude-sonnet-4-5-20250929" matches "claude-sonnet-4-5"); the longest
-// matching name wins.
+// name, or a dated snapshot of it ("claude-sonnet-4-5-20250929" or
+// "gpt-5.5-2026-04-23" match "claude-sonnet-4-5" and "gpt-5.5"); any other
+// continuation is another model ("gpt-5.5-pro" is not "gpt-5.5") and
+// has no price unless it is listed.
 type Prices map[string]Price
+
+// datedSuffix is what a dated snapshot adds to its model's name.
+var datedSuffix = regexp.MustCompile(`^-(\d{8}|\d{4}-\d{2}-\d{2})$`)
 
 // Lookup finds the price of model.
 func (ps Prices) Lookup(model string) (Price, bool) {
 	if p, ok := ps[model]; ok {
 		return p, true
 	}
-	best := ""
-	for name := range ps {
-		if len(name) > len(best) && strings.HasPrefix(model, name+"-") {
-			best = name
+	for name, p := range ps {
+		if rest, ok := strings.CutPrefix(model, name); ok && datedSuffix.MatchString(rest) {
+			return p, true
 		}
 	}
-	if best == "" {
-		return Price{}, false
-	}
-	return ps[best], true
+	return Price{}, false
 }
 
 // Validate reports a price that is negative or not a number.

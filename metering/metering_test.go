@@ -17,6 +17,9 @@ func TestLookup(t *testing.T) {
 		{"claude-sonnet-4-20250514", 1, true},
 		{"claude-sonnet-45", 0, false}, // continues without "-"
 		{"gpt-5.5x", 0, false},
+		{"gpt-5.5-pro", 0, false}, // another model, not a snapshot
+		{"gpt-5.5-2026-04-23", 3, true},
+		{"claude-sonnet-4-5-2025092", 0, false},
 		{"", 0, false},
 	} {
 		p, ok := ps.Lookup(tc.model)
@@ -38,6 +41,10 @@ func TestCost(t *testing.T) {
 	// Counts that do not add up never make a negative cost.
 	if got := p.Cost(Usage{InputTokens: 1, CacheReadTokens: 10}); got < 0 {
 		t.Errorf("negative cost %v", got)
+	}
+	huge := Usage{InputTokens: math.MaxInt64 - 1, OutputTokens: math.MaxInt64}
+	if s := huge.Add(huge); s.InputTokens != math.MaxInt64 || s.Tokens() != math.MaxInt64 {
+		t.Errorf("sums wrapped: %+v %d", s, s.Tokens())
 	}
 	if s := u.Add(u); s.InputTokens != 4224 || s.Tokens() != 4224+84 || s.CacheWriteTokens != 200 {
 		t.Errorf("sum %+v", s)

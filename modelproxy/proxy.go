@@ -54,6 +54,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -270,6 +271,11 @@ func (p *Proxy) Settle(timeout time.Duration) bool {
 	case <-ch:
 		return true
 	case <-t.C:
+		p.activeMu.Lock()
+		defer p.activeMu.Unlock()
+		if i := slices.Index(p.idle, ch); i >= 0 {
+			p.idle = slices.Delete(p.idle, i, i+1)
+		}
 		return false
 	}
 }
@@ -409,7 +415,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rec.Error, rec.Budget = err.Error(), true
 			// 402: the SDKs the CLIs use retry 408, 409, 429 and 5xx,
 			// never this; they report it and the turn ends.
-			writeError(cw, http.StatusPaymentRequired, "budget_exceeded", err.Error())
+			// No numbers in what the CLI sees: pi retries an error whose
+			// text matches a status such as 429 or 500 anywhere.
+			writeError(cw, http.StatusPaymentRequired, "budget_exceeded", "budget exceeded: the host refuses further model requests")
 			return
 		}
 	}

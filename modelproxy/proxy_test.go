@@ -782,6 +782,9 @@ func TestUsageFixtures(t *testing.T) {
 			`data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-5.5","choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n" +
 				`data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-5.5","choices":[],"usage":{"prompt_tokens":500,"completion_tokens":20,"total_tokens":520,"prompt_tokens_details":{"cached_tokens":384}}}` + "\n\ndata: [DONE]\n\n",
 			&Usage{InputTokens: 500, OutputTokens: 20, CacheReadTokens: 384}},
+		{"gateway: prompt_tokens with anthropic's cache fields", "application/json",
+			`{"model":"m","usage":{"prompt_tokens":300,"completion_tokens":9,"cache_read_input_tokens":200,"prompt_tokens_details":{"cached_tokens":200}}}`,
+			&Usage{InputTokens: 300, OutputTokens: 9, CacheReadTokens: 200}},
 		{"deepseek cache hits", "application/json",
 			`{"id":"d1","model":"deepseek-v4-flash","choices":[],"usage":{"prompt_tokens":300,"completion_tokens":9,"prompt_cache_hit_tokens":256,"prompt_cache_miss_tokens":44}}`,
 			&Usage{InputTokens: 300, OutputTokens: 9, CacheReadTokens: 256}},
@@ -1207,7 +1210,7 @@ func TestBudget(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		forwarded.Add(1)
 		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"model":"m-1","usage":{"input_tokens":30,"output_tokens":20}}`)
+		io.WriteString(w, `{"model":"m-20261201","usage":{"input_tokens":30,"output_tokens":20}}`)
 	}))
 	defer up.Close()
 	meter, err := metering.NewMeter(metering.MeterOptions{Budget: metering.Budget{Tokens: 100}, Prices: metering.Prices{"m": {Input: 1, Output: 1}}})
@@ -1224,13 +1227,14 @@ func TestBudget(t *testing.T) {
 		if code, _ := post(); code != 200 {
 			t.Fatalf("request %d: %d", i, code)
 		}
-		if rec := rc.next(t); rec.Budget || rec.Model != "m-1" {
+		if rec := rc.next(t); rec.Budget || rec.Model != "m-20261201" {
 			t.Fatalf("record %+v", rec)
 		}
 	}
 	code, body := post()
 	rec := rc.next(t)
-	if code != http.StatusPaymentRequired || !strings.Contains(body, "100 of 100 tokens used") || !rec.Budget || forwarded.Load() != 2 {
+	if code != http.StatusPaymentRequired || !strings.Contains(body, "budget exceeded") || strings.ContainsAny(body, "0123456789") ||
+		!strings.Contains(rec.Error, "100 of 100 tokens used") || !rec.Budget || forwarded.Load() != 2 {
 		t.Fatalf("past the budget: %d %s, record %+v, upstream saw %d requests", code, body, rec, forwarded.Load())
 	}
 	// Listing models and counting tokens cost nothing: not refused.
@@ -1251,4 +1255,26 @@ func TestBudget(t *testing.T) {
 		t.Fatalf("after raising the budget: %d", code)
 	}
 	rc.next(t)
+}
+
+// A Settle that times out leaves no waiter behind.
+func TestSettleTimeout(t *testing.T) {
+	p := &Proxy{}
+	p.begin()
+	if p.Settle(10 * time.Millisecond) {
+		t.Fatal("settled with a request open")
+	}
+	p.activeMu.Lock()
+	n := len(p.idle)
+	p.activeMu.Unlock()
+	if n != 0 {
+		t.Errorf("%d waiters left", n)
+	}
+	done := make(chan bool)
+	go func() { done <- p.Settle(5 * time.Second) }()
+	time.Sleep(10 * time.Millisecond)
+	p.end()
+	if !<-done {
+		t.Error("did not settle when the request ended")
+	}
 }

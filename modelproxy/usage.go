@@ -3,6 +3,7 @@ package modelproxy
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"mime"
 	"net/http"
 	"strings"
@@ -143,7 +144,11 @@ func (s *usageScanner) count(m map[string]any) {
 	out, okOut := n(m, "output_tokens", "completion_tokens")
 	read, okRead := n(m, "cache_read_input_tokens")
 	write, okWrite := n(m, "cache_creation_input_tokens")
-	in += read + write
+	if _, chat := m["prompt_tokens"]; !chat {
+		// Anthropic's input leaves the cache out. A gateway that reports
+		// prompt_tokens (cache included) beside these adds nothing.
+		in = sat(in, sat(read, write))
+	}
 	for _, k := range []string{"prompt_tokens_details", "input_tokens_details"} {
 		if d, isObj := m[k].(map[string]any); isObj {
 			if c, ok := n(d, "cached_tokens"); ok {
@@ -176,4 +181,12 @@ func validModel(m string) bool {
 		}
 	}
 	return true
+}
+
+// sat adds two counts without wrapping.
+func sat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }

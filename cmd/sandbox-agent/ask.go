@@ -267,10 +267,10 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 	switch {
 	case turnErr == nil:
 		return exitOK
+	case errors.Is(turnErr, metering.ErrBudgetExceeded): // first, as serve ranks it
+		return exitBudget
 	case errors.Is(turnErr, sandboxagent.ErrTimeout):
 		return exitTimeout
-	case errors.Is(turnErr, metering.ErrBudgetExceeded):
-		return exitBudget
 	case isAgentFailure(turnErr):
 		return exitAgentFailed
 	default:
