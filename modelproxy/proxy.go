@@ -142,6 +142,9 @@ type Record struct {
 	Error       string    `json:"error,omitempty"`  // why it failed; never a secret
 	Denied      bool      `json:"denied,omitempty"` // refused by the route allow-list (403), never forwarded
 	Budget      bool      `json:"budget,omitempty"` // refused by the budget (402), never forwarded
+	// Estimated: the response reported no usage the proxy could read; the
+	// meter was charged an estimate from the bytes (Usage stays nil).
+	Estimated bool `json:"estimated,omitempty"`
 }
 
 // Usage is the token usage an upstream reported in its response, the
@@ -365,9 +368,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.FirstByteMS, rec.DurationMS = ms(x.firstByte), ms(time.Since(x.start))
 		if x.scan != nil {
 			rec.Usage, rec.Model = x.scan.finish()
-			if p.meter != nil && rec.Usage != nil {
-				p.meter.Charge(rec.Model, *rec.Usage)
+		}
+		if p.meter != nil && costly(r) && cw.status/100 == 2 {
+			u := rec.Usage
+			if u == nil {
+				// Answered, but no usage was measured: the client left
+				// before the last event, the stream reported none, a line
+				// passed the scanner's bound. Every CLI asks for usage, so
+				// this is charged, from the bytes (4 a token, the framing
+				// counted: more than the model's count, never less free).
+				u, rec.Estimated = &Usage{InputTokens: (rec.BytesIn + 3) / 4, OutputTokens: (rec.BytesOut + 3) / 4}, true
 			}
+			p.meter.Charge(rec.Model, *u)
 		}
 		switch {
 		case rec.Error != "" || x.err == "" && cw.err == nil:
@@ -408,7 +420,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(cw, http.StatusForbidden, "permission_error", "route not allowed: "+route+" (only the model API is forwarded)")
 		return
 	}
-	if p.meter != nil && r.Method == http.MethodPost && !strings.HasSuffix(r.URL.Path, "/count_tokens") {
+	if p.meter != nil && costly(r) {
 		// Only requests that cost are refused: listing models and
 		// counting tokens stay.
 		if err := p.meter.Allow(); err != nil {
@@ -687,4 +699,10 @@ func (t *teeBody) Close() error {
 	err := t.rc.Close()
 	t.red.header(t.res.Trailer)
 	return err
+}
+
+// costly reports whether r is a request a model charges for: a POST, but
+// not Anthropic's token count.
+func costly(r *http.Request) bool {
+	return r.Method == http.MethodPost && !strings.HasSuffix(r.URL.Path, "/count_tokens")
 }

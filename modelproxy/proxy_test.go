@@ -1245,8 +1245,8 @@ func TestBudget(t *testing.T) {
 		}
 		rc.next(t)
 	}
-	if s := meter.Spent(); s.Usage.Tokens() != 200 || s.CostUSD != 200.0/1e6 {
-		t.Errorf("spent %+v", s) // the two requests and the two free ones (the fake upstream reports usage for all)
+	if s := meter.Spent(); s.Usage.Tokens() != 100 || s.CostUSD != 100.0/1e6 || s.Requests != 2 {
+		t.Errorf("spent %+v", s) // the two completions; the free ones are not charged, whatever the upstream reports
 	}
 	if err := meter.SetBudget(metering.Budget{Tokens: 1000}); err != nil {
 		t.Fatal(err)
@@ -1276,5 +1276,39 @@ func TestSettleTimeout(t *testing.T) {
 	p.end()
 	if !<-done {
 		t.Error("did not settle when the request ended")
+	}
+}
+
+// A response without a usage the proxy can read is charged an estimate
+// from its bytes: a sandbox cannot get answers for free by asking for a
+// stream without usage, or by leaving before the last event.
+func TestBudgetChargesUnmeasured(t *testing.T) {
+	body := strings.Repeat("x", 4000)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\""+body+"\"}}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer up.Close()
+	meter, err := metering.NewMeter(metering.MeterOptions{Budget: metering.Budget{Tokens: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, purl, rc := startProxy(t, Options{Upstream: up.URL, Meter: meter})
+	req := newReq(t, "POST", purl+"/chat/completions", `{"stream":true}`)
+	withToken(req, "Authorization", testToken)
+	if code, _ := do(t, req); code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	rec := rc.next(t)
+	if !rec.Estimated || rec.Usage != nil {
+		t.Errorf("record %+v", rec)
+	}
+	if s := meter.Spent(); s.Usage.OutputTokens < 1000 || s.Requests != 1 {
+		t.Errorf("spent %+v: want at least 1000 output tokens estimated from 4 KB", s)
+	}
+	req = newReq(t, "POST", purl+"/chat/completions", `{"stream":true}`)
+	withToken(req, "Authorization", testToken)
+	if code, _ := do(t, req); code != http.StatusPaymentRequired {
+		t.Errorf("the estimate did not count against the budget: %d", code)
 	}
 }
