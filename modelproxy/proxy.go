@@ -142,8 +142,8 @@ type Record struct {
 	Error       string    `json:"error,omitempty"`  // why it failed; never a secret
 	Denied      bool      `json:"denied,omitempty"` // refused by the route allow-list (403), never forwarded
 	Budget      bool      `json:"budget,omitempty"` // refused by the budget (402), never forwarded
-	// Estimated: the response reported no usage the proxy could read; the
-	// meter was charged an estimate from the bytes (Usage stays nil).
+	// Estimated: the response reported no usage the proxy could read;
+	// Usage is an estimate from the bytes, and the meter was charged it.
 	Estimated bool `json:"estimated,omitempty"`
 }
 
@@ -378,6 +378,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				// this is charged, from the bytes (4 a token, the framing
 				// counted: more than the model's count, never less free).
 				u, rec.Estimated = &Usage{InputTokens: (rec.BytesIn + 3) / 4, OutputTokens: (rec.BytesOut + 3) / 4}, true
+				rec.Usage = u // so that the turn counts it too
 			}
 			p.meter.Charge(rec.Model, *u)
 		}
