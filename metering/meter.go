@@ -1,6 +1,7 @@
 package metering
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -70,6 +71,8 @@ type Meter struct {
 	period time.Duration
 	now    func() time.Time
 
+	slots chan struct{} // admitted requests in flight (Admit)
+
 	mu     sync.Mutex
 	budget Budget
 	spent  Spent
@@ -103,7 +106,8 @@ func NewMeter(o MeterOptions) (*Meter, error) {
 	if o.Period < 0 {
 		return nil, fmt.Errorf("meter: negative period %v", o.Period)
 	}
-	m := &Meter{scope: o.Scope, prices: o.Prices, parent: o.Parent, period: o.Period, now: o.Now, budget: o.Budget}
+	m := &Meter{scope: o.Scope, prices: o.Prices, parent: o.Parent, period: o.Period, now: o.Now, budget: o.Budget,
+		slots: make(chan struct{}, MaxInFlight)}
 	if m.now == nil {
 		m.now = time.Now
 	}
@@ -213,4 +217,44 @@ func (m *Meter) Cost(model string, u Usage) (float64, bool) {
 		return 0, false
 	}
 	return p.Cost(u), true
+}
+
+// MaxInFlight bounds the requests one meter admits at once while a budget
+// is set (its own or a parent's): a request's usage is known only when it
+// ends, so a budget can be overrun by at most what this many requests
+// cost, not by any number started together.
+const MaxInFlight = 8
+
+// Admit is Allow for a request about to be forwarded: while a budget is
+// set it waits (until ctx ends) for one of MaxInFlight slots, then checks
+// the budget again, since the requests it waited for may have spent it.
+// release, never nil, frees the slot once the request's usage is charged.
+func (m *Meter) Admit(ctx context.Context) (release func(), err error) {
+	if err := m.Allow(); err != nil {
+		return func() {}, err
+	}
+	if !m.budgeted() {
+		return func() {}, nil
+	}
+	select {
+	case m.slots <- struct{}{}:
+	case <-ctx.Done():
+		return func() {}, ctx.Err()
+	}
+	release = func() { <-m.slots }
+	if err := m.Allow(); err != nil {
+		release()
+		return func() {}, err
+	}
+	return release, nil
+}
+
+// budgeted reports whether m or a parent has a budget.
+func (m *Meter) budgeted() bool {
+	for x := m; x != nil; x = x.parent {
+		if !x.Budget().Zero() {
+			return true
+		}
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package metering
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -108,5 +109,38 @@ func TestMeterConcurrent(t *testing.T) {
 	wg.Wait()
 	if s := tenant.Spent(); s.Usage.InputTokens != 8000 || s.Requests != 8000 {
 		t.Errorf("tenant %+v", s)
+	}
+}
+
+// With a budget set, at most MaxInFlight requests are admitted at once;
+// the next waits for a slot and is checked against the budget again.
+func TestMeterAdmit(t *testing.T) {
+	m, _ := NewMeter(MeterOptions{Budget: Budget{Tokens: 100}})
+	var releases []func()
+	for range MaxInFlight {
+		rel, err := m.Admit(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		releases = append(releases, rel)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := m.Admit(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a request past MaxInFlight: %v, want it to wait", err)
+	}
+	got := make(chan error, 1)
+	go func() { _, err := m.Admit(context.Background()); got <- err }()
+	m.Charge("m", Usage{InputTokens: 100}) // one of those in flight spent the budget
+	releases[0]()
+	if err := <-got; !errors.Is(err, ErrBudgetExceeded) {
+		t.Errorf("admitted after the budget was spent: %v", err)
+	}
+	// Without a budget nothing waits.
+	free, _ := NewMeter(MeterOptions{})
+	for range 3 * MaxInFlight {
+		if _, err := free.Admit(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

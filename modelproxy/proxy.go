@@ -316,6 +316,7 @@ type exchange struct {
 	firstByte time.Duration
 	scan      *usageScanner
 	err       string
+	release   func() // the meter's slot (Meter.Admit); nil without one
 
 	// The tap, if any. mu serializes its calls (RequestBody comes from the
 	// transport's goroutine); after ended, none is made.
@@ -382,6 +383,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			p.meter.Charge(rec.Model, *u)
 		}
+		if x.release != nil {
+			x.release()
+		}
 		switch {
 		case rec.Error != "" || x.err == "" && cw.err == nil:
 		case r.Context().Err() != nil: // the failure is the client leaving
@@ -424,13 +428,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.meter != nil && costly(r) {
 		// Only requests that cost are refused: listing models and
 		// counting tokens stay.
-		if err := p.meter.Allow(); err != nil {
+		var err error
+		// Released by the deferred record, after the charge.
+		x.release, err = p.meter.Admit(r.Context())
+		if errors.Is(err, metering.ErrBudgetExceeded) {
 			rec.Error, rec.Budget = err.Error(), true
 			// 402: the SDKs the CLIs use retry 408, 409, 429 and 5xx,
 			// never this; they report it and the turn ends.
 			// No numbers in what the CLI sees: pi retries an error whose
 			// text matches a status such as 429 or 500 anywhere.
 			writeError(cw, http.StatusPaymentRequired, "budget_exceeded", "budget exceeded: the host refuses further model requests")
+			return
+		}
+		if err != nil { // the client left while waiting for a slot
+			rec.Error = "client canceled"
 			return
 		}
 	}
