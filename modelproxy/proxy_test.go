@@ -772,6 +772,12 @@ func TestUsageFixtures(t *testing.T) {
 		{"json no usage", "application/json", `{"error":{"message":"rate limited"}}`, nil},
 		{"json too large", "application/json", `{"usage":{"input_tokens":1},"pad":"` + strings.Repeat("x", maxJSONBody) + `"}`, nil},
 		{"plain text", "text/plain", `{"usage":{"input_tokens":1}}`, nil},
+		{"sse overlong line, usage at its end", "text/event-stream",
+			`data: {"type":"response.completed","response":{"instructions":"` + strings.Repeat("i", maxSSELine) + `","usage":{"input_tokens":700,"output_tokens":30},"user":null}}` + "\n\n",
+			&Usage{InputTokens: 700, OutputTokens: 30}},
+		{"json too large, usage at its end", "application/json",
+			`{"pad":"` + strings.Repeat("x", maxJSONBody) + `","usage":{"prompt_tokens":5,"completion_tokens":6}}`,
+			&Usage{InputTokens: 5, OutputTokens: 6}},
 		{"absurd counts ignored", "application/json", `{"usage":{"input_tokens":1e300,"output_tokens":-5}}`, nil},
 		// Real shapes, with the prompt cache: each API's counts, normalized.
 		{"anthropic stream cached", "text/event-stream", "event: message_start\n" +

@@ -14,6 +14,10 @@ import (
 const (
 	maxSSELine  = 1 << 20 // longer data lines are skipped
 	maxJSONBody = 4 << 20 // longer JSON bodies are not scanned
+	// maxTail is how much of an overlong line or body is kept, its end:
+	// where a Responses response.completed (which repeats the request's
+	// instructions and tools) carries its usage.
+	maxTail = 64 << 10
 )
 
 // usageScanner extracts token usage from a response as it streams past:
@@ -22,6 +26,7 @@ type usageScanner struct {
 	sse      bool
 	buf      []byte // the current SSE line, or the JSON body so far
 	overflow bool   // buf exceeded its bound; skip (the rest of) it
+	tail     []byte // the last maxTail bytes of an overflowing line or body
 	u        Usage
 	seen     bool
 	model    string // the first valid "model" seen
@@ -60,14 +65,43 @@ func (s *usageScanner) write(b []byte) {
 }
 
 func (s *usageScanner) add(b []byte, limit int) {
-	if s.overflow {
-		return
+	if !s.overflow && len(s.buf)+len(b) > limit {
+		s.overflow = true
+		s.keepTail(s.buf)
+		s.buf = s.buf[:0]
 	}
-	if len(s.buf)+len(b) > limit {
-		s.overflow, s.buf = true, s.buf[:0]
+	if s.overflow {
+		s.keepTail(b)
 		return
 	}
 	s.buf = append(s.buf, b...)
+}
+
+// keepTail appends b to the tail, keeping its last maxTail bytes.
+func (s *usageScanner) keepTail(b []byte) {
+	if len(b) >= maxTail {
+		s.tail = append(s.tail[:0], b[len(b)-maxTail:]...)
+		return
+	}
+	if over := len(s.tail) + len(b) - maxTail; over > 0 {
+		s.tail = append(s.tail[:0], s.tail[over:]...)
+	}
+	s.tail = append(s.tail, b...)
+}
+
+// parseTail reads the last "usage" object of an overlong line or body,
+// when its tail holds it whole.
+func (s *usageScanner) parseTail() {
+	i := bytes.LastIndex(s.tail, []byte(`"usage":`))
+	if i < 0 {
+		return
+	}
+	var v any
+	if json.NewDecoder(bytes.NewReader(s.tail[i+len(`"usage":`):])).Decode(&v) == nil {
+		if m, ok := v.(map[string]any); ok {
+			s.count(m)
+		}
+	}
 }
 
 // line scans the completed SSE line in buf and starts the next one.
@@ -76,7 +110,10 @@ func (s *usageScanner) line() {
 	if d, ok := bytes.CutPrefix(l, []byte("data:")); ok && !s.overflow && bytes.Contains(d, []byte(`"usage"`)) {
 		s.parse(d)
 	}
-	s.buf, s.overflow = s.buf[:0], false
+	if s.overflow {
+		s.parseTail()
+	}
+	s.buf, s.overflow, s.tail = s.buf[:0], false, s.tail[:0]
 }
 
 // finish scans what is left and returns the usage, or nil if none was
@@ -87,6 +124,8 @@ func (s *usageScanner) finish() (*Usage, string) {
 		s.line() // a last line without newline
 	case !s.overflow:
 		s.parse(s.buf)
+	default:
+		s.parseTail()
 	}
 	s.buf = nil
 	if !s.seen {
