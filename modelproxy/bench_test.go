@@ -14,23 +14,33 @@ import (
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 )
 
-// The two benchmarks stream the same chat-completions SSE answer (about
-// 1 KiB of text in 32 deltas) from a fakemodel on loopback, directly and
-// through a Proxy served on a Unix socket, as deployed.
-func BenchmarkStreamDirect(b *testing.B)   { benchStream(b, false) }
-func BenchmarkStreamViaProxy(b *testing.B) { benchStream(b, true) }
+// The benchmarks stream the same chat-completions SSE answer (about 1 KiB
+// of text in 32 deltas) from a fakemodel on loopback, directly, through a
+// Proxy served on a Unix socket, as deployed, and through one that meters
+// each request against a budget (Admit, the usage's charge).
+func BenchmarkStreamDirect(b *testing.B)          { benchStream(b, false, false) }
+func BenchmarkStreamViaProxy(b *testing.B)        { benchStream(b, true, false) }
+func BenchmarkStreamViaProxyMetered(b *testing.B) { benchStream(b, true, true) }
 
-func benchStream(b *testing.B, viaProxy bool) {
+func benchStream(b *testing.B, viaProxy, metered bool) {
 	fm := textModel(b, b.N)
 
 	tr := &http.Transport{DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	url, cred := fm.URL()+"/v1/chat/completions", testKey
 	if viaProxy {
-		p, err := New(Options{Upstream: fm.URL() + "/v1", Key: testKey, Token: testToken, Log: func(r Record) {
-			if r.Error != "" {
+		var meter *metering.Meter
+		if metered {
+			var err error
+			if meter, err = metering.NewMeter(metering.MeterOptions{Prices: metering.DefaultPrices(), Budget: metering.Budget{Tokens: 1 << 50}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		p, err := New(Options{Upstream: fm.URL() + "/v1", Key: testKey, Token: testToken, Meter: meter, Log: func(r Record) {
+			if r.Error != "" || metered && (r.Usage == nil || r.Estimated) {
 				b.Errorf("proxy: %+v", r)
 			}
 		}})
