@@ -21,6 +21,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/store"
 )
 
@@ -61,6 +62,11 @@ type CreateRequest struct {
 	// Disk is the sandbox's disk limit ("10g"; "none":
 	// no limit), like the disk config key.
 	Disk string `json:"disk,omitempty"`
+	// Budget caps what the agent's model requests may use, in tokens
+	// and/or US dollars (docs/metering.md); a turn past it fails with kind
+	// budget_exceeded. It counts from the agent's start in this server
+	// process (an adopted agent counts afresh).
+	Budget *metering.Budget `json:"budget,omitempty"`
 }
 
 // Starter starts the agent req describes. stop, never nil on success,

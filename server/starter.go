@@ -11,6 +11,7 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/config"
 	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 )
 
 // StarterOptions configure NewStarter.
@@ -149,12 +150,20 @@ func requestOptions(base *sandboxagent.Config, ociRuntimes []string, req CreateR
 	default:
 		cfg.OCIRuntime = req.OCIRuntime
 	}
-	return []sandboxagent.AgentOption{
+	opts := []sandboxagent.AgentOption{}
+	if req.Budget != nil {
+		meter, err := metering.NewMeter(metering.MeterOptions{Prices: cfg.Prices, Budget: *req.Budget})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", sandboxagent.ErrInvalidArgument, err)
+		}
+		opts = append(opts, sandboxagent.WithMeter(meter))
+	}
+	return append(opts,
 		sandboxagent.WithConfig(cfg),
 		sandboxagent.WithModel(req.Model),
 		sandboxagent.WithImage(req.Image),
 		sandboxagent.WithEgress(egress, allow...),
 		sandboxagent.WithEnv(req.Env),
 		sandboxagent.WithResources(memory, req.Pids),
-	}, nil
+	), nil
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 )
 
 // A create request may name only the server's OCI runtime or one its
@@ -63,5 +64,25 @@ func TestRequestDisk(t *testing.T) {
 				t.Errorf("disk %q on a server with %d: %v", tc.req, tc.base.DiskBytes, err)
 			}
 		})
+	}
+}
+
+// A create request's budget is checked: negative or not finite limits are
+// invalid arguments.
+func TestRequestBudget(t *testing.T) {
+	base := sandboxagent.DefaultConfig()
+	for _, tc := range []struct {
+		b  metering.Budget
+		ok bool
+	}{
+		{metering.Budget{Tokens: 1000}, true},
+		{metering.Budget{USD: 2.5}, true},
+		{metering.Budget{Tokens: -1}, false},
+		{metering.Budget{USD: -0.1}, false},
+	} {
+		_, err := requestOptions(&base, nil, CreateRequest{Driver: "pi", Budget: &tc.b})
+		if tc.ok != (err == nil) || err != nil && !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+			t.Errorf("budget %+v: %v", tc.b, err)
+		}
 	}
 }
