@@ -301,7 +301,7 @@ func TestAdoptRefuses(t *testing.T) {
 		// other than ours) proves nothing.
 		"not a digest": func(s *ContainerState) {
 			s.Seccomp, s.Labels = "localhost/other.json", maps.Clone(s.Labels)
-			s.Labels[labelSeccomp] = "localhost/other.json"
+			s.Labels[labels.Seccomp] = "localhost/other.json"
 		},
 	} {
 		if err := adopt(&adoptRuntime{fakeRuntime: rt.fakeRuntime, mod: mod}, st); !errors.As(err, &he) || he.Setting != "seccomp" {
