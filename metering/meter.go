@@ -43,6 +43,31 @@ type Spent struct {
 	Requests int64 `json:"requests"`
 }
 
+// Add returns s plus t (counts saturating).
+func (s Spent) Add(t Spent) Spent {
+	return Spent{Usage: s.Usage.Add(t.Usage), CostUSD: s.CostUSD + t.CostUSD,
+		UnpricedTokens: sat(s.UnpricedTokens, t.UnpricedTokens), Requests: sat(s.Requests, t.Requests)}
+}
+
+// ErrLedger: a meter's shared count (its Ledger) cannot be read; the
+// model proxy refuses the request (a budget it cannot check is not kept).
+var ErrLedger = errors.New("budget ledger unavailable")
+
+// Ledger keeps a meter's count where several processes share one budget
+// (serve's replicas on one database: a tenant's budget). A meter with one
+// adds each charge there and reads the shared total before it admits a
+// request.
+type Ledger interface {
+	// Add adds s to scope's count for the period starting at period (the
+	// zero time: no period) and returns the new total.
+	Add(ctx context.Context, scope string, period time.Time, s Spent) (Spent, error)
+	// Total is scope's count for the period.
+	Total(ctx context.Context, scope string, period time.Time) (Spent, error)
+}
+
+// ledgerTimeout bounds one call to a Ledger.
+const ledgerTimeout = 10 * time.Second
+
 // BudgetError is the error of a spent budget (errors.Is
 // ErrBudgetExceeded).
 type BudgetError struct {
@@ -73,10 +98,13 @@ type Meter struct {
 
 	slots chan struct{} // admitted requests in flight (Admit)
 
-	mu     sync.Mutex
-	budget Budget
-	spent  Spent
-	start  time.Time // of the current period
+	ledger Ledger
+
+	mu      sync.Mutex
+	budget  Budget
+	spent   Spent
+	pending Spent     // charged here, not yet added to the ledger
+	start   time.Time // of the current period
 }
 
 // MeterOptions configure a Meter.
@@ -93,6 +121,11 @@ type MeterOptions struct {
 	Period time.Duration
 	// Now is the clock (tests); time.Now when nil.
 	Now func() time.Time
+	// Ledger, when set, keeps the count, shared under Scope with other
+	// processes' meters of the same scope: each charge is added there
+	// (kept and added later when the ledger fails), and each admission
+	// reads the shared total (and fails with ErrLedger when it cannot).
+	Ledger Ledger
 }
 
 // NewMeter returns a meter.
@@ -107,7 +140,7 @@ func NewMeter(o MeterOptions) (*Meter, error) {
 		return nil, fmt.Errorf("meter: negative period %v", o.Period)
 	}
 	m := &Meter{scope: o.Scope, prices: o.Prices, parent: o.Parent, period: o.Period, now: o.Now, budget: o.Budget,
-		slots: make(chan struct{}, MaxInFlight)}
+		slots: make(chan struct{}, MaxInFlight), ledger: o.Ledger}
 	if m.now == nil {
 		m.now = time.Now
 	}
@@ -126,29 +159,72 @@ func (m *Meter) periodStart() time.Time {
 }
 
 // roll starts a new period when the current one is over. m.mu held.
+// What the ledger has not taken of the period that ended is dropped with
+// it.
 func (m *Meter) roll() {
 	if m.period == 0 {
 		return
 	}
 	if s := m.periodStart(); s.After(m.start) {
-		m.start, m.spent = s, Spent{}
+		m.start, m.spent, m.pending = s, Spent{}, Spent{}
 	}
 }
 
 // Charge counts one request's usage of model, here and in the parents.
 func (m *Meter) Charge(model string, u Usage) {
 	for x := m; x != nil; x = x.parent {
-		x.mu.Lock()
-		x.roll()
-		x.spent.Usage = x.spent.Usage.Add(u)
-		x.spent.Requests++
+		d := Spent{Usage: u, Requests: 1}
 		if p, ok := x.prices.Lookup(model); ok {
-			x.spent.CostUSD += p.Cost(u)
+			d.CostUSD = p.Cost(u)
 		} else {
-			x.spent.UnpricedTokens += u.Tokens()
+			d.UnpricedTokens = u.Tokens()
 		}
-		x.mu.Unlock()
+		x.charge(d)
 	}
+}
+
+func (m *Meter) charge(d Spent) {
+	m.mu.Lock()
+	m.roll()
+	m.spent = m.spent.Add(d)
+	if m.ledger == nil {
+		m.mu.Unlock()
+		return
+	}
+	m.pending = m.pending.Add(d)
+	m.mu.Unlock()
+	m.sync(context.Background())
+}
+
+// sync adds what is pending to the ledger and takes its total as the
+// count; on failure the pending charges wait for the next sync.
+func (m *Meter) sync(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, ledgerTimeout)
+	defer cancel()
+	m.mu.Lock()
+	m.roll()
+	p, start := m.pending, m.start
+	m.pending = Spent{}
+	m.mu.Unlock()
+	var total Spent
+	var err error
+	if p == (Spent{}) {
+		total, err = m.ledger.Total(ctx, m.scope, start)
+	} else {
+		total, err = m.ledger.Add(ctx, m.scope, start, p)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !start.Equal(m.start) { // the period ended meanwhile
+		return nil
+	}
+	if err != nil {
+		m.pending = m.pending.Add(p)
+		return fmt.Errorf("meter %s: %w: %w", m.scope, ErrLedger, err)
+	}
+	// Charges made meanwhile are pending still: counted on top.
+	m.spent = total.Add(m.pending)
+	return nil
 }
 
 // Allow returns a *BudgetError when this meter's budget, or a parent's, is
@@ -163,6 +239,11 @@ func (m *Meter) Allow() error {
 }
 
 func (m *Meter) allow() error {
+	if m.ledger != nil {
+		if err := m.sync(context.Background()); err != nil {
+			return err
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.roll()
@@ -201,8 +282,13 @@ func (m *Meter) Budget() Budget {
 	return m.budget
 }
 
-// Spent returns what was counted (in the current period).
+// Spent returns what was counted (in the current period): with a
+// Ledger, the shared total when it can be read, else what this meter
+// knows.
 func (m *Meter) Spent() Spent {
+	if m.ledger != nil {
+		_ = m.sync(context.Background())
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.roll()
@@ -258,3 +344,40 @@ func (m *Meter) budgeted() bool {
 	}
 	return false
 }
+
+// Tenants gives each tenant one meter, all with the same budget, period
+// and prices (a server's per-tenant budget), their counts in the Ledger
+// when one is set (shared by the server's replicas). Safe for concurrent
+// use.
+type Tenants struct {
+	opts MeterOptions
+	mu   sync.Mutex
+	m    map[string]*Meter
+}
+
+// NewTenants checks o (its Scope and Parent are ignored: each tenant's
+// meter is scoped "tenant NAME").
+func NewTenants(o MeterOptions) (*Tenants, error) {
+	o.Parent = nil
+	if _, err := NewMeter(o); err != nil {
+		return nil, err
+	}
+	return &Tenants{opts: o, m: map[string]*Meter{}}, nil
+}
+
+// Meter is tenant's meter, made on first use.
+func (t *Tenants) Meter(tenant string) *Meter {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m, ok := t.m[tenant]; ok {
+		return m
+	}
+	o := t.opts
+	o.Scope = "tenant " + tenant
+	m, _ := NewMeter(o) // o was checked by NewTenants
+	t.m[tenant] = m
+	return m
+}
+
+// Budget is every tenant's budget.
+func (t *Tenants) Budget() Budget { return t.opts.Budget }

@@ -144,3 +144,122 @@ func TestMeterAdmit(t *testing.T) {
 		}
 	}
 }
+
+// memLedger is a Ledger in memory, shared by the meters of a test as a
+// database is by replicas; fail makes its calls fail.
+type memLedger struct {
+	mu     sync.Mutex
+	counts map[string]Spent
+	fail   bool
+	adds   int
+}
+
+func (l *memLedger) key(scope string, period time.Time) string { return scope + "@" + period.String() }
+
+func (l *memLedger) Add(_ context.Context, scope string, period time.Time, s Spent) (Spent, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fail {
+		return Spent{}, errors.New("database down")
+	}
+	l.adds++
+	if l.counts == nil {
+		l.counts = map[string]Spent{}
+	}
+	k := l.key(scope, period)
+	l.counts[k] = l.counts[k].Add(s)
+	return l.counts[k], nil
+}
+
+func (l *memLedger) Total(_ context.Context, scope string, period time.Time) (Spent, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fail {
+		return Spent{}, errors.New("database down")
+	}
+	return l.counts[l.key(scope, period)], nil
+}
+
+func (l *memLedger) setFail(v bool) { l.mu.Lock(); l.fail = v; l.mu.Unlock() }
+
+// Two meters of one scope on one ledger (two replicas, one tenant): what
+// one charges, the other's budget sees; a ledger that fails keeps the
+// charges pending (added once it works again) and fails admissions with
+// ErrLedger; a new period counts afresh.
+func TestMeterLedger(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	l := &memLedger{}
+	opts := MeterOptions{Scope: "tenant acme", Budget: Budget{Tokens: 100}, Period: 24 * time.Hour, Now: clock, Ledger: l}
+	a, err := NewMeter(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := NewMeter(opts)
+	a.Charge("m", Usage{InputTokens: 40, OutputTokens: 20})
+	if err := b.Allow(); err != nil {
+		t.Fatalf("60 of 100 spent through the other replica: %v", err)
+	}
+	if got := b.Spent().Usage.Tokens(); got != 60 {
+		t.Errorf("the other replica counts %d tokens, want 60", got)
+	}
+	b.Charge("m", Usage{InputTokens: 30})
+	if err := a.Allow(); err != nil {
+		t.Fatalf("90 of 100: %v", err)
+	}
+
+	l.setFail(true)
+	a.Charge("m", Usage{OutputTokens: 10}) // kept pending
+	if err := a.Allow(); !errors.Is(err, ErrLedger) || errors.Is(err, ErrBudgetExceeded) {
+		t.Fatalf("ledger down: %v, want ErrLedger", err)
+	}
+	if _, err := a.Admit(context.Background()); !errors.Is(err, ErrLedger) {
+		t.Fatalf("Admit with the ledger down: %v", err)
+	}
+	l.setFail(false)
+	// The pending charge reaches the ledger at a's next sync (its
+	// admission): the budget is then spent for both.
+	for _, x := range []struct {
+		name string
+		m    *Meter
+	}{{"a", a}, {"b", b}} {
+		name, m := x.name, x.m
+		var be *BudgetError
+		if err := m.Allow(); !errors.As(err, &be) || be.Scope != "tenant acme" || be.Spent.Usage.Tokens() != 100 {
+			t.Errorf("replica %s after the ledger is back: %v, want 100 of 100 tokens spent", name, err)
+		}
+	}
+
+	now = now.Add(24 * time.Hour) // the next day
+	if err := b.Allow(); err != nil {
+		t.Errorf("a new period: %v", err)
+	}
+	a.Charge("m", Usage{InputTokens: 5})
+	if got := b.Spent().Usage.Tokens(); got != 5 {
+		t.Errorf("the new period counts %d tokens, want 5", got)
+	}
+}
+
+// A tenant's meter is one per name, shared by every agent meter under it.
+func TestTenants(t *testing.T) {
+	ts, err := NewTenants(MeterOptions{Budget: Budget{Tokens: 50}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts.Meter("acme") != ts.Meter("acme") || ts.Meter("acme") == ts.Meter("other") {
+		t.Fatal("one meter per tenant")
+	}
+	first, _ := NewMeter(MeterOptions{Parent: ts.Meter("acme")})
+	second, _ := NewMeter(MeterOptions{Parent: ts.Meter("acme")})
+	first.Charge("m", Usage{InputTokens: 50})
+	var be *BudgetError
+	if err := second.Allow(); !errors.As(err, &be) || be.Scope != "tenant acme" {
+		t.Errorf("the second agent of a spent tenant: %v", err)
+	}
+	if err := ts.Meter("other").Allow(); err != nil {
+		t.Errorf("another tenant: %v", err)
+	}
+	if _, err := NewTenants(MeterOptions{Budget: Budget{Tokens: -1}}); err == nil {
+		t.Error("a negative budget accepted")
+	}
+}

@@ -440,6 +440,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(cw, http.StatusPaymentRequired, "budget_exceeded", "budget exceeded: the host refuses further model requests")
 			return
 		}
+		if errors.Is(err, metering.ErrLedger) {
+			// A shared budget that cannot be read is not kept: refuse.
+			rec.Error, rec.Budget = err.Error(), true
+			writeError(cw, http.StatusServiceUnavailable, "budget_unavailable", "the host cannot check the budget now")
+			return
+		}
 		if err != nil { // the client left while waiting for a slot
 			rec.Error = "client canceled"
 			return

@@ -257,6 +257,7 @@ func (s *Server) adopt(ctx context.Context, rec store.Agent) (*agent, error) {
 	if err := json.Unmarshal(rec.Request, &req); err != nil {
 		return nil, fmt.Errorf("agent %s: stored request: %w", rec.ID, err)
 	}
+	req.Tenant = rec.Tenant
 	lastSeq, err := s.st.LastSeq(ctx, rec.ID)
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %w", rec.ID, err)

@@ -244,6 +244,7 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	req.Tenant = p.tenant
 	if req.Driver == "" {
 		writeError(w, badRequest("driver: required"))
 		return

@@ -67,6 +67,9 @@ type CreateRequest struct {
 	// budget_exceeded. It counts from the agent's start in this server
 	// process (an adopted agent counts afresh).
 	Budget *metering.Budget `json:"budget,omitempty"`
+	// Tenant is whose agent it is: the server sets it for the Starter and
+	// the Adopter (a tenant's budget); never read from a request.
+	Tenant string `json:"-"`
 }
 
 // Starter starts the agent req describes. stop, never nil on success,

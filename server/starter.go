@@ -35,6 +35,10 @@ type StarterOptions struct {
 	// every sandbox's otherwise: none by default, so a tenant cannot swap
 	// the runtime an operator chose (on the engine, the cluster or here).
 	OCIRuntimes []string
+	// Tenants, when set, are the tenants' meters: each agent's meter (its
+	// request's budget, or none) counts toward its tenant's too, and the
+	// tenant's budget stops every agent of the tenant.
+	Tenants *metering.Tenants
 }
 
 // NewStarter returns the Starter that sandbox-agent serve uses: the
@@ -46,7 +50,7 @@ func NewStarter(o StarterOptions) Starter {
 		if o.Runtime == nil || o.Driver == nil {
 			return nil, nil, fmt.Errorf("server: NewStarter: Runtime and Driver are required")
 		}
-		opts, err := requestOptions(o.Config, o.OCIRuntimes, req)
+		opts, err := requestOptions(o.Config, o.OCIRuntimes, o.Tenants, req)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -75,7 +79,7 @@ func NewAdopter(o StarterOptions) Adopter {
 		if err := json.Unmarshal(state, &st); err != nil {
 			return nil, nil, fmt.Errorf("%w: stored agent state: %w", sandboxagent.ErrInvalidArgument, err)
 		}
-		opts, err := requestOptions(o.Config, o.OCIRuntimes, req)
+		opts, err := requestOptions(o.Config, o.OCIRuntimes, o.Tenants, req)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -93,7 +97,7 @@ func NewAdopter(o StarterOptions) Adopter {
 }
 
 // requestOptions are the agent options a CreateRequest asks for.
-func requestOptions(base *sandboxagent.Config, ociRuntimes []string, req CreateRequest) ([]sandboxagent.AgentOption, error) {
+func requestOptions(base *sandboxagent.Config, ociRuntimes []string, tenants *metering.Tenants, req CreateRequest) ([]sandboxagent.AgentOption, error) {
 	var cfg sandboxagent.Config
 	if base != nil {
 		cfg = *base
@@ -151,8 +155,15 @@ func requestOptions(base *sandboxagent.Config, ociRuntimes []string, req CreateR
 		cfg.OCIRuntime = req.OCIRuntime
 	}
 	opts := []sandboxagent.AgentOption{}
-	if req.Budget != nil {
-		meter, err := metering.NewMeter(metering.MeterOptions{Prices: cfg.Prices, Budget: *req.Budget})
+	if req.Budget != nil || tenants != nil {
+		mo := metering.MeterOptions{Prices: cfg.Prices}
+		if req.Budget != nil {
+			mo.Budget = *req.Budget
+		}
+		if tenants != nil {
+			mo.Parent = tenants.Meter(req.Tenant)
+		}
+		meter, err := metering.NewMeter(mo)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", sandboxagent.ErrInvalidArgument, err)
 		}

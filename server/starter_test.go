@@ -28,7 +28,7 @@ func TestRequestOCIRuntime(t *testing.T) {
 		{"not allowed", gvisor, []string{"kata"}, "runc", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := requestOptions(&tc.base, tc.allowed, CreateRequest{Driver: "pi", OCIRuntime: tc.req})
+			_, err := requestOptions(&tc.base, tc.allowed, nil, CreateRequest{Driver: "pi", OCIRuntime: tc.req})
 			if tc.ok != (err == nil) || err != nil && !errors.Is(err, sandboxagent.ErrInvalidArgument) {
 				t.Errorf("oci_runtime %q on a server with %q: %v", tc.req, tc.base.OCIRuntime, err)
 			}
@@ -59,7 +59,7 @@ func TestRequestDisk(t *testing.T) {
 		{"too small", sandboxagent.DefaultConfig(), "1m", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := requestOptions(&tc.base, nil, CreateRequest{Driver: "pi", Disk: tc.req})
+			_, err := requestOptions(&tc.base, nil, nil, CreateRequest{Driver: "pi", Disk: tc.req})
 			if tc.ok != (err == nil) || err != nil && !errors.Is(err, sandboxagent.ErrInvalidArgument) {
 				t.Errorf("disk %q on a server with %d: %v", tc.req, tc.base.DiskBytes, err)
 			}
@@ -80,7 +80,7 @@ func TestRequestBudget(t *testing.T) {
 		{metering.Budget{Tokens: -1}, false},
 		{metering.Budget{USD: -0.1}, false},
 	} {
-		_, err := requestOptions(&base, nil, CreateRequest{Driver: "pi", Budget: &tc.b})
+		_, err := requestOptions(&base, nil, nil, CreateRequest{Driver: "pi", Budget: &tc.b})
 		if tc.ok != (err == nil) || err != nil && !errors.Is(err, sandboxagent.ErrInvalidArgument) {
 			t.Errorf("budget %+v: %v", tc.b, err)
 		}

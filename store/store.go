@@ -16,6 +16,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -118,6 +120,25 @@ type Lease struct {
 	Expires time.Time
 }
 
+// Spend is what a metered scope (a tenant's budget) used in one period,
+// summed over every process that shares the store. Counts stop at the
+// largest int64.
+type Spend struct {
+	Scope string
+	// Period is the start of the period (the zero time: a budget without
+	// one), UTC, to the microsecond.
+	Period           time.Time
+	InputTokens      int64
+	OutputTokens     int64
+	CacheReadTokens  int64
+	CacheWriteTokens int64
+	UnpricedTokens   int64
+	Requests         int64
+	// CostNanoUSD is the priced usage's cost in billionths of a dollar
+	// (integers: sums that do not drift across replicas).
+	CostNanoUSD int64
+}
+
 // Store is the server's durable state. Implementations are safe for
 // concurrent use, by one process and by several sharing the database.
 type Store interface {
@@ -180,5 +201,51 @@ type Store interface {
 	// ReleaseLease frees the lease if holder holds it (no error when not).
 	ReleaseLease(ctx context.Context, agentID, holder string) error
 
+	// AddSpend adds s's counts (negative ones as zero) to its scope's
+	// period, atomically, and returns the new total.
+	AddSpend(ctx context.Context, s Spend) (Spend, error)
+	// GetSpend is a scope's total for a period (zero counts when nothing
+	// was added).
+	GetSpend(ctx context.Context, scope string, period time.Time) (Spend, error)
+
 	Close() error
+}
+
+// SpendColumns are the spend table's count columns, in the order of
+// Spend.Counts and Spend.CountFields.
+var SpendColumns = []string{"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "unpriced_tokens", "requests", "cost_nano_usd"}
+
+// Counts are s's counts in SpendColumns' order, negative ones as zero:
+// what AddSpend adds.
+func (s Spend) Counts() []any {
+	out := make([]any, 0, len(SpendColumns))
+	for _, v := range []int64{s.InputTokens, s.OutputTokens, s.CacheReadTokens, s.CacheWriteTokens, s.UnpricedTokens, s.Requests, s.CostNanoUSD} {
+		out = append(out, max(v, 0))
+	}
+	return out
+}
+
+// CountFields point at s's counts in SpendColumns' order (for Scan).
+func (s *Spend) CountFields() []any {
+	return []any{&s.InputTokens, &s.OutputTokens, &s.CacheReadTokens, &s.CacheWriteTokens, &s.UnpricedTokens, &s.Requests, &s.CostNanoUSD}
+}
+
+// AddSpendSQL is the statement both stores run for AddSpend, with
+// placeholder(i) (1-based) for the driver's parameters: scope, period,
+// then the counts. Each sum stops at the largest int64 (a hostile
+// upstream's counts must not wrap a budget's total, nor fail the write).
+func AddSpendSQL(placeholder func(int) string) string {
+	var cols, vals, set, ret strings.Builder
+	vals.WriteString(placeholder(1) + ", " + placeholder(2))
+	for i, c := range SpendColumns {
+		sep := ", "
+		if i == 0 {
+			sep = ""
+		}
+		cols.WriteString(", " + c)
+		vals.WriteString(", " + placeholder(i+3))
+		fmt.Fprintf(&set, "%s%[2]s = CASE WHEN spend.%[2]s > 9223372036854775807 - excluded.%[2]s THEN 9223372036854775807 ELSE spend.%[2]s + excluded.%[2]s END", sep, c)
+		ret.WriteString(sep + c)
+	}
+	return "INSERT INTO spend (scope, period" + cols.String() + ") VALUES (" + vals.String() + ") ON CONFLICT (scope, period) DO UPDATE SET " + set.String() + " RETURNING " + ret.String()
 }

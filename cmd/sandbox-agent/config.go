@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/config"
 	"github.com/sandbox-agent/sandbox-agent/internal/configfile"
 	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/runtime/startlimit"
 	"github.com/sandbox-agent/sandbox-agent/server"
 )
@@ -48,6 +51,11 @@ type settings struct {
 	state                string
 	serveTenantMaxAgents int
 	serveTenantMaxTurns  int
+	// serveTenantBudget caps each tenant's model usage per
+	// serveTenantBudgetPeriod (0: over the state's life), shared by the
+	// replicas through the state.
+	serveTenantBudget       metering.Budget
+	serveTenantBudgetPeriod time.Duration
 	// serveLeaseTTL: how long a turn's lease outlives a dead replica.
 	serveLeaseTTL time.Duration
 	// serveOCIRuntimes: the OCI runtimes a create request may choose
@@ -91,6 +99,16 @@ var settingsKeys = []configfile.Key[settings]{
 	configfile.String("state", "SANDBOX_AGENT_STATE", func(s *settings) *string { return &s.state }),
 	configfile.Int("serve_tenant_max_agents", 0, func(s *settings, n int64) { s.serveTenantMaxAgents = int(n) }),
 	configfile.Int("serve_tenant_max_turns", 0, func(s *settings, n int64) { s.serveTenantMaxTurns = int(n) }),
+	configfile.Int("serve_tenant_budget_tokens", 0, func(s *settings, n int64) { s.serveTenantBudget.Tokens = n }),
+	{Name: "serve_tenant_budget_usd", Env: configfile.EnvName("serve_tenant_budget_usd"), Apply: func(s *settings, raw string) error {
+		v, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return fmt.Errorf("want a number of US dollars, at least 0, got %q", raw)
+		}
+		s.serveTenantBudget.USD = v
+		return nil
+	}},
+	configfile.Duration("serve_tenant_budget_period", func(s *settings) *time.Duration { return &s.serveTenantBudgetPeriod }),
 	configfile.Duration("serve_lease_ttl", func(s *settings) *time.Duration { return &s.serveLeaseTTL }),
 	configfile.List("serve_oci_runtimes", "SANDBOX_AGENT_SERVE_OCI_RUNTIMES", func(s *settings) *[]string { return &s.serveOCIRuntimes }, func(names []string) error {
 		for _, n := range names {

@@ -21,6 +21,7 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/server"
 )
 
@@ -106,6 +107,16 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	starterOpts, err := a.serveStarter(ctx, *noAudit, *auditRoot, *instance)
 	if err != nil {
 		return a.fail(err)
+	}
+	if b := a.cli.serveTenantBudget; !b.Zero() {
+		// Every tenant's budget, its count in the state: the replicas
+		// on one database share it.
+		starterOpts.Tenants, err = metering.NewTenants(metering.MeterOptions{
+			Prices: a.cfg.Prices, Budget: b, Period: a.cli.serveTenantBudgetPeriod, Ledger: server.StoreLedger(st),
+		})
+		if err != nil {
+			return a.fail(fmt.Errorf("serve: tenant budget: %w", err))
+		}
 	}
 	srv, err := server.New(server.Options{
 		Start: server.NewStarter(starterOpts), Adopt: server.NewAdopter(starterOpts), Store: st, Exclusive: st.exclusive,

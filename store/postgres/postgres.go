@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -557,4 +559,41 @@ func (s *Store) ReleaseLease(ctx context.Context, agentID, holder string) error 
 		return fmt.Errorf("postgres: release lease of agent %q: %w", agentID, err)
 	}
 	return nil
+}
+
+var addSpendSQL = store.AddSpendSQL(func(i int) string { return "$" + strconv.Itoa(i) })
+
+func (s *Store) AddSpend(ctx context.Context, sp store.Spend) (store.Spend, error) {
+	out := store.Spend{Scope: sp.Scope, Period: periodTime(sp.Period)}
+	if err := s.pool.QueryRow(ctx, addSpendSQL, append([]any{sp.Scope, periodArg(sp.Period)}, sp.Counts()...)...).Scan(out.CountFields()...); err != nil {
+		return store.Spend{}, fmt.Errorf("postgres: add spend of %q: %w", sp.Scope, err)
+	}
+	return out, nil
+}
+
+func (s *Store) GetSpend(ctx context.Context, scope string, period time.Time) (store.Spend, error) {
+	out := store.Spend{Scope: scope, Period: periodTime(period)}
+	err := s.pool.QueryRow(ctx, `SELECT `+strings.Join(store.SpendColumns, ", ")+` FROM spend WHERE scope = $1 AND period = $2`,
+		scope, periodArg(period)).Scan(out.CountFields()...)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return store.Spend{}, fmt.Errorf("postgres: spend of %q: %w", scope, err)
+	}
+	return out, nil
+}
+
+// periodArg is a period's key: microseconds since the Unix epoch, 0 for
+// the zero time.
+func periodArg(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+// periodTime is t as the key keeps it.
+func periodTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return time.UnixMicro(t.UnixMicro()).UTC()
 }

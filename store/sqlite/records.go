@@ -2,8 +2,10 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/store"
@@ -332,4 +334,41 @@ func (s *Store) ReleaseLease(ctx context.Context, agentID, holder string) error 
 		return fmt.Errorf("sqlite: release lease of agent %q: %w", agentID, err)
 	}
 	return nil
+}
+
+var addSpendSQL = store.AddSpendSQL(func(int) string { return "?" })
+
+func (s *Store) AddSpend(ctx context.Context, sp store.Spend) (store.Spend, error) {
+	out := store.Spend{Scope: sp.Scope, Period: stored(sp.Period)}
+	err := s.write(ctx, func(c *conn) error {
+		return c.get(ctx, out.CountFields(), addSpendSQL, append([]any{sp.Scope, periodArg(sp.Period)}, sp.Counts()...)...)
+	})
+	if err != nil {
+		return store.Spend{}, fmt.Errorf("sqlite: add spend of %q: %w", sp.Scope, err)
+	}
+	return out, nil
+}
+
+func (s *Store) GetSpend(ctx context.Context, scope string, period time.Time) (store.Spend, error) {
+	out := store.Spend{Scope: scope, Period: stored(period)}
+	err := s.read(ctx, func(c *conn) error {
+		err := c.get(ctx, out.CountFields(), `SELECT `+strings.Join(store.SpendColumns, ", ")+` FROM spend WHERE scope = ? AND period = ?`, scope, periodArg(period))
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return store.Spend{}, fmt.Errorf("sqlite: spend of %q: %w", scope, err)
+	}
+	return out, nil
+}
+
+// periodArg is a period's key: microseconds since the Unix epoch, 0 for
+// the zero time.
+func periodArg(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
 }

@@ -80,6 +80,12 @@ func (a *alternate) AcquireLease(ctx context.Context, agentID, holder string, tt
 func (a *alternate) ReleaseLease(ctx context.Context, agentID, holder string) error {
 	return a.next().ReleaseLease(ctx, agentID, holder)
 }
+func (a *alternate) AddSpend(ctx context.Context, sp store.Spend) (store.Spend, error) {
+	return a.next().AddSpend(ctx, sp)
+}
+func (a *alternate) GetSpend(ctx context.Context, scope string, period time.Time) (store.Spend, error) {
+	return a.next().GetSpend(ctx, scope, period)
+}
 
 func (a *alternate) Close() error {
 	var errs []error

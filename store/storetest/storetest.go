@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -44,6 +45,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"LeaseRace", testLeaseRace},
 		{"ClaimRace", testClaimRace},
 		{"Canceled", testCanceled},
+		{"Spend", testSpend},
+		{"SpendConcurrent", testSpendConcurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -838,6 +841,59 @@ func testLeaseExpiry(t *testing.T, s store.Store) {
 
 // parallel runs f(0..n-1) at once (released together) and returns their
 // errors.
+// Spend adds up per scope and period (the zero period apart), starts at
+// zero, treats negative counts as zero, and stops each count at the
+// largest int64 instead of wrapping or failing.
+func testSpend(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	day := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	got, err := s.GetSpend(ctx, "tenant a", day)
+	must(t, err)
+	check(t, "nothing added", got, store.Spend{Scope: "tenant a", Period: day})
+	add := store.Spend{Scope: "tenant a", Period: day, InputTokens: 10, OutputTokens: 5, CacheReadTokens: 3, CacheWriteTokens: 2, UnpricedTokens: 1, Requests: 1, CostNanoUSD: 700}
+	got, err = s.AddSpend(ctx, add)
+	must(t, err)
+	check(t, "first add", got, add)
+	got, err = s.AddSpend(ctx, store.Spend{Scope: "tenant a", Period: day, InputTokens: 1, OutputTokens: -50, Requests: 1, CostNanoUSD: 300})
+	must(t, err)
+	want := add
+	want.InputTokens, want.Requests, want.CostNanoUSD = 11, 2, 1000
+	check(t, "second add (a negative count as zero)", got, want)
+	got, err = s.GetSpend(ctx, "tenant a", day)
+	must(t, err)
+	check(t, "read back", got, want)
+	for _, other := range []struct {
+		scope  string
+		period time.Time
+	}{{"tenant b", day}, {"tenant a", day.AddDate(0, 0, 1)}, {"tenant a", time.Time{}}} {
+		got, err := s.GetSpend(ctx, other.scope, other.period)
+		must(t, err)
+		check(t, "another scope or period", got, store.Spend{Scope: other.scope, Period: other.period})
+	}
+	big := store.Spend{Scope: "tenant c", InputTokens: math.MaxInt64 - 1, CostNanoUSD: math.MaxInt64}
+	_, err = s.AddSpend(ctx, big)
+	must(t, err)
+	got, err = s.AddSpend(ctx, store.Spend{Scope: "tenant c", InputTokens: 5, CostNanoUSD: 5, Requests: 1})
+	must(t, err)
+	check(t, "saturated", got, store.Spend{Scope: "tenant c", InputTokens: math.MaxInt64, CostNanoUSD: math.MaxInt64, Requests: 1})
+}
+
+// Concurrent adds (replicas charging one tenant) lose none.
+func testSpendConcurrent(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	const n = 40
+	errs := parallel(n, func(i int) error {
+		_, err := s.AddSpend(ctx, store.Spend{Scope: "tenant", InputTokens: int64(i), OutputTokens: 1, Requests: 1, CostNanoUSD: 10})
+		return err
+	})
+	for _, err := range errs {
+		must(t, err)
+	}
+	got, err := s.GetSpend(ctx, "tenant", time.Time{})
+	must(t, err)
+	check(t, "total", got, store.Spend{Scope: "tenant", InputTokens: n * (n - 1) / 2, OutputTokens: n, Requests: n, CostNanoUSD: 10 * n})
+}
+
 func parallel(n int, f func(i int) error) []error {
 	errs := make([]error, n)
 	start := make(chan struct{})

@@ -1,0 +1,62 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"math"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/metering"
+	"github.com/sandbox-agent/sandbox-agent/store/sqlite"
+)
+
+// Two servers' tenant meters on one SQLite file (replicas on one
+// database): what an agent of one spends, an agent of the other cannot
+// spend again; dollars survive the round trip through billionths.
+func TestStoreLedgerSharesTenantBudgets(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.db")
+	prices := metering.Prices{"m": {Input: 1, Output: 2}} // per million tokens
+	var tenants []*metering.Tenants
+	for range 2 {
+		st, err := sqlite.Open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		ts, err := metering.NewTenants(metering.MeterOptions{Prices: prices, Budget: metering.Budget{Tokens: 1000},
+			Period: 24 * time.Hour, Ledger: StoreLedger(st)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tenants = append(tenants, ts)
+	}
+	one, _ := metering.NewMeter(metering.MeterOptions{Prices: prices, Parent: tenants[0].Meter("acme")})
+	two, _ := metering.NewMeter(metering.MeterOptions{Prices: prices, Parent: tenants[1].Meter("acme")})
+	one.Charge("m", metering.Usage{InputTokens: 600, OutputTokens: 100})
+	if err := two.Allow(); err != nil {
+		t.Fatalf("700 of 1000 spent: %v", err)
+	}
+	two.Charge("m", metering.Usage{InputTokens: 300})
+	var be *metering.BudgetError
+	if err := one.Allow(); !errors.As(err, &be) || be.Scope != "tenant acme" {
+		t.Fatalf("the tenant's 1000 tokens spent across two servers: %v", err)
+	}
+	got := tenants[1].Meter("acme").Spent()
+	if got.Usage.Tokens() != 1000 || got.Requests != 2 || math.Abs(got.CostUSD-0.0011) > 1e-12 {
+		t.Errorf("shared count %+v, want 1000 tokens, 2 requests, $0.0011", got)
+	}
+	if err := tenants[0].Meter("other").Allow(); err != nil {
+		t.Errorf("another tenant: %v", err)
+	}
+}
+
+func TestNanoUSD(t *testing.T) {
+	for in, want := range map[float64]int64{0: 0, 0.0011: 1_100_000, -1: 0, math.NaN(): 0, math.Inf(1): math.MaxInt64, 1e30: math.MaxInt64, 1.5e-9: 2} {
+		if got := nanoUSD(in); got != want {
+			t.Errorf("nanoUSD(%v) = %d, want %d", in, got, want)
+		}
+	}
+}
