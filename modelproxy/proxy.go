@@ -441,8 +441,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if errors.Is(err, metering.ErrLedger) {
-			// A shared budget that cannot be read is not kept: refuse.
-			rec.Error, rec.Budget = err.Error(), true
+			// A shared budget that cannot be read is not kept: refuse (a
+			// 5xx: the CLI retries, then the turn fails as the driver's).
+			rec.Error = err.Error()
 			writeError(cw, http.StatusServiceUnavailable, "budget_unavailable", "the host cannot check the budget now")
 			return
 		}

@@ -160,7 +160,7 @@ func requestOptions(base *sandboxagent.Config, ociRuntimes []string, tenants *me
 		if req.Budget != nil {
 			mo.Budget = *req.Budget
 		}
-		if tenants != nil {
+		if tenants != nil && req.Tenant != AdminTenant { // the admin has no tenant's limits
 			mo.Parent = tenants.Meter(req.Tenant)
 		}
 		meter, err := metering.NewMeter(mo)
