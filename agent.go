@@ -19,6 +19,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/labels"
 	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
+	"github.com/sandbox-agent/sandbox-agent/telemetry"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
 
@@ -50,9 +51,11 @@ type Agent struct {
 	secrets []string // the driver's own and the routed copy's: redacted everywhere
 
 	meter *metering.Meter // counts the model proxy's requests
+	hooks telemetry.Hooks
 
-	deniedMu   sync.Mutex // guards the four below: egress denials and usage wait here for the turn
+	deniedMu   sync.Mutex // guards the five below: egress denials and usage wait here for the turn
 	inTurn     bool
+	turnCtx    context.Context // the running turn's (the model requests' hook)
 	denied     []Event
 	turnSpent  metering.Spent // the running turn's model requests
 	turnBudget string         // why the proxy refused a request of the running turn ("": it did not)
@@ -89,6 +92,7 @@ type agentOptions struct {
 	owner                          string
 	sandbox                        func(*SandboxOptions)
 	meter                          *metering.Meter
+	hooks                          telemetry.Hooks
 }
 
 // AgentOption configures Start.
@@ -165,6 +169,13 @@ func WithOwner(id string) AgentOption { return func(o *agentOptions) { o.owner =
 // only where the model proxy carries the CLI's requests.
 func WithMeter(m *metering.Meter) AgentOption { return func(o *agentOptions) { o.meter = m } }
 
+// WithHooks has h told of the agent's start (its phases), turns, model
+// requests, commands and egress decisions (package telemetry: Prometheus
+// metrics, traces); several add up.
+func WithHooks(h telemetry.Hooks) AgentOption {
+	return func(o *agentOptions) { o.hooks = telemetry.Join(o.hooks, h) }
+}
+
 // WithSandbox adjusts the sandbox options before the sandbox starts, after
 // every other option; several apply in order.
 func WithSandbox(f func(*SandboxOptions)) AgentOption {
@@ -234,7 +245,7 @@ func SandboxOptionsOf(opts ...AgentOption) SandboxOptions {
 func (o *agentOptions) sandboxOptions(cfg Config, image string, egress Egress, allow []string) SandboxOptions {
 	s := SandboxOptions{
 		Image: image, Config: cfg, Egress: egress, AllowHosts: allow, Network: o.network, WorkDir: o.workdir,
-		Env: o.env, MemoryBytes: o.memoryBytes, PidsLimit: o.pids,
+		Env: o.env, MemoryBytes: o.memoryBytes, PidsLimit: o.pids, Hooks: o.hooks,
 	}
 	if o.owner != "" {
 		s.Labels = map[string]string{labels.Owner: o.owner}
@@ -273,18 +284,34 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	if err != nil {
 		return nil, err
 	}
+	var started func(telemetry.SandboxDone)
+	if h := o.hooks.SandboxStart; h != nil {
+		ctx, started = h(ctx, telemetry.SandboxStart{Image: image})
+	}
+	if started == nil {
+		started = func(telemetry.SandboxDone) {}
+	}
+	t0 := time.Now()
 	sb, err := NewSandbox(ctx, rt, sopts)
+	phases := []telemetry.Phase{{Name: "sandbox", Duration: time.Since(t0)}}
 	if err != nil {
+		started(telemetry.SandboxDone{Phases: phases, Err: err})
 		return nil, err
 	}
 	a.sb = sb
 	a.route()
 	sctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Start)
 	defer cancel()
-	if err := a.drv.Setup(sctx, sb); err != nil {
+	t1 := time.Now()
+	err = a.drv.Setup(sctx, sb)
+	phases = append(phases, telemetry.Phase{Name: "setup", Duration: time.Since(t1)})
+	if err != nil {
+		err = fmt.Errorf("set up %s: %w", drv.Name(), err)
+		started(telemetry.SandboxDone{Phases: phases, Err: err})
 		a.Close()
-		return nil, fmt.Errorf("set up %s: %w", drv.Name(), err)
+		return nil, err
 	}
+	started(telemetry.SandboxDone{Phases: phases})
 	if a.audit {
 		if err := audit.Prune(cfg.AuditRoot, cfg.AuditRetentionDays, time.Now()); err != nil {
 			a.log.Warn("sandbox-agent: audit retention", "err", err)
@@ -305,7 +332,7 @@ func newAgent(drv Driver, o agentOptions, cfg Config, image string, egress Egres
 		return nil, SandboxOptions{}, fmt.Errorf("%w: egress none leaves the agent no way to its model; use model (the default), which allows only the model proxy", ErrInvalidArgument)
 	}
 	a := &Agent{
-		drv: drv, image: image, model: o.model, cfg: cfg, started: st.Started,
+		drv: drv, image: image, model: o.model, cfg: cfg, started: st.Started, hooks: o.hooks,
 		audit: cfg.AuditEnabled, log: o.logger, sessions: map[string]*sessionState{},
 		lock: make(chan struct{}, 1),
 	}
@@ -556,9 +583,19 @@ func (a *Agent) Stream(ctx context.Context, prompt string, fn func(Event)) (Turn
 	}
 	t.firstLine = t.lines + 1
 	t.record = a.recordStart(t.no, prompt, t.started, session)
+	var turnDone func(telemetry.TurnDone)
+	if h := a.hooks.Turn; h != nil {
+		ctx, turnDone = h(ctx, telemetry.TurnStart{Driver: a.drv.Name(), Model: a.model})
+	}
+	a.deniedMu.Lock()
+	a.turnCtx = ctx
+	a.deniedMu.Unlock()
 	a.setInTurn(true)
 	defer a.setInTurn(false)
 	res, err := t.run(ctx)
+	if turnDone != nil {
+		turnDone(telemetry.TurnDone{Outcome: outcomeOf(err), Usage: res.Usage, Err: err})
+	}
 	// A made-up id (the CLI died before naming its session) names only the
 	// audit folder: the next turn must not ask the CLI to resume it.
 	if res.SessionID != "" && !strings.HasPrefix(res.SessionID, unknownSessionPrefix) {

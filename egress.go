@@ -1,6 +1,7 @@
 package sandboxagent
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
 	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
+	"github.com/sandbox-agent/sandbox-agent/telemetry"
 )
 
 // Egress is a sandbox's network policy (docs/security.md). It is enforced
@@ -62,6 +64,14 @@ func (a *Agent) modelRecord(r modelproxy.Record) {
 	}
 	if r.Budget && a.turnBudget == "" {
 		a.turnBudget = r.Error
+	}
+	if h := a.hooks.ModelRequest; h != nil {
+		ctx := a.turnCtx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		h(ctx, telemetry.ModelRequest{Driver: a.drv.Name(), Model: r.Model, Status: r.Status, Usage: r.Usage,
+			Refused: r.Budget, Started: r.Time, Duration: time.Duration(r.DurationMS * float64(time.Millisecond))})
 	}
 	if r.Usage != nil {
 		a.turnSpent.Requests++

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandbox-agent/sandbox-agent/internal/bounded"
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
+	"github.com/sandbox-agent/sandbox-agent/telemetry"
 )
 
 // ExecRequest is one command for Sandbox.Run.
@@ -83,12 +84,18 @@ func newTag() string {
 // pids limit, the exec owning the most processes (the bomb) is killed. A
 // command whose container died under it returns an error wrapping
 // ErrContainerNotFound.
-func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) {
+func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (res ExecResult, err error) {
 	if s.isClosed() {
 		return ExecResult{}, ErrClosed
 	}
 	if len(req.Cmd) == 0 {
 		return ExecResult{}, fmt.Errorf("%w: empty command", ErrInvalidArgument)
+	}
+	if h := s.hooks.Exec; h != nil {
+		var done func(telemetry.ExecDone)
+		if ctx, done = h(ctx, telemetry.ExecStart{}); done != nil {
+			defer func() { done(telemetry.ExecDone{ExitCode: res.ExitCode, Err: err}) }()
+		}
 	}
 	timeout := req.Timeout
 	if timeout <= 0 {
@@ -190,7 +197,7 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (ExecResult, error) 
 		detach()
 		<-done
 	}
-	res := result(exitCodeTimeout)
+	res = result(exitCodeTimeout)
 	res.TimedOut = true
 	if killErr != nil {
 		killErr = fmt.Errorf("exec %q timed out and its processes could not all be killed: %w", req.Cmd[0], killErr)

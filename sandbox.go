@@ -23,6 +23,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/labels"
 	"github.com/sandbox-agent/sandbox-agent/safetar"
 	"github.com/sandbox-agent/sandbox-agent/seccomp"
+	"github.com/sandbox-agent/sandbox-agent/telemetry"
 )
 
 // Labels every sandbox container carries. gc finds leftovers by them.
@@ -84,6 +85,9 @@ type SandboxOptions struct {
 	// OnEgress receives every decision of the egress proxy (allowed
 	// connections when they end, denials at once).
 	OnEgress func(egressproxy.Record)
+	// Hooks are told of the sandbox's commands (Exec) and its egress
+	// decisions (Egress); an agent's (WithHooks) of its start too.
+	Hooks telemetry.Hooks
 	// Network overrides the engine's network mode that Egress implies
 	// ("none", or "bridge" for EgressOpen): "host" or a network name is an
 	// explicit loosening.
@@ -149,6 +153,8 @@ type Sandbox struct {
 
 	ownerMu sync.Mutex
 	owner   *safetar.Owner // the user's uid/gid, once looked up
+
+	hooks telemetry.Hooks
 
 	memoryBytes, pidsLimit, diskBytes int64
 	diskMu                            sync.Mutex
@@ -288,6 +294,7 @@ func newSandbox(rt Runtime, id string, spec ContainerSpec, opts SandboxOptions, 
 	s := &Sandbox{
 		rt: rt, id: id, name: spec.Name, cfg: cfg, user: opts.User, workdir: opts.WorkDir, closed: make(chan struct{}),
 		memoryBytes: spec.MemoryBytes, pidsLimit: spec.PidsLimit, diskBytes: spec.DiskBytes, host: host, egress: opts.Egress, allow: opts.AllowHosts,
+		hooks: opts.Hooks,
 	}
 	if len(spec.Mounts) > 0 {
 		s.sockets = spec.Mounts[0].Source
@@ -342,7 +349,16 @@ func openBoundary(opts SandboxOptions, open func(map[string]http.Handler) (*boun
 		services[k] = v
 	}
 	if len(opts.AllowHosts) > 0 {
-		ep, err := egressproxy.New(egressproxy.Options{Allow: opts.AllowHosts, Log: opts.OnEgress})
+		log := opts.OnEgress
+		if h := opts.Hooks.Egress; h != nil {
+			log = func(r egressproxy.Record) {
+				h(telemetry.EgressDecision{Allowed: r.Allowed})
+				if opts.OnEgress != nil {
+					opts.OnEgress(r)
+				}
+			}
+		}
+		ep, err := egressproxy.New(egressproxy.Options{Allow: opts.AllowHosts, Log: log})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}

@@ -461,3 +461,19 @@ func (t *turn) finish(res TurnResult, err error) {
 		t.log.Close()
 	}
 }
+
+// outcomeOf names how a turn ended, for telemetry: "ok" or the kind of
+// failure.
+func outcomeOf(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, metering.ErrBudgetExceeded):
+		return "budget_exceeded"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	}
+	return "error"
+}

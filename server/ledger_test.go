@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"math"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -58,5 +60,28 @@ func TestNanoUSD(t *testing.T) {
 		if got := nanoUSD(in); got != want {
 			t.Errorf("nanoUSD(%v) = %d, want %d", in, got, want)
 		}
+	}
+}
+
+// /metrics answers tokens with the metrics scope and the admin's, no
+// other; a server without Metrics answers 404.
+func TestMetricsRoute(t *testing.T) {
+	st := testStore(t)
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "sandbox_agent_agents 0\n") })
+	ts := newTestServer(t, nil, func(o *Options) { o.Store, o.Metrics = st, metrics })
+	for auth, want := range map[string]int{
+		"Bearer " + testToken: http.StatusOK,
+		"Bearer " + newToken(t, st, "team-a", 0, ScopeMetrics): http.StatusOK,
+		"Bearer " + newToken(t, st, "team-a", 0, ScopeAgents):  http.StatusForbidden,
+		"Bearer " + newToken(t, st, "team-a", 0, ScopeRead):    http.StatusForbidden,
+		"": http.StatusUnauthorized,
+	} {
+		if code, _ := call(t, ts, http.MethodGet, "/metrics", auth, ""); code != want {
+			t.Errorf("GET /metrics with %.20q: %d, want %d", auth, code, want)
+		}
+	}
+	bare := newTestServer(t, nil)
+	if code, _ := call(t, bare, http.MethodGet, "/metrics", "Bearer "+testToken, ""); code != http.StatusNotFound {
+		t.Errorf("without Metrics: %d, want 404", code)
 	}
 }

@@ -115,6 +115,10 @@ type Options struct {
 	LeaseTTL time.Duration
 	Version  string
 	Logger   *slog.Logger
+	// Metrics, when set, serves GET /metrics to tokens with the metrics
+	// scope (and the admin's): Prometheus' exposition (package
+	// telemetry/prom); without it /metrics is a 404.
+	Metrics http.Handler
 }
 
 // Server is the HTTP API over the agents it owns.
@@ -195,6 +199,7 @@ type route struct {
 func (s *Server) routes() []route {
 	return []route{
 		{"GET /v1/health", s.health},
+		{"GET /metrics", s.metrics},
 		{"GET /v1/openapi.json", s.openAPI},
 		{"POST /v1/agents", s.createAgent},
 		{"GET /v1/agents", s.listAgents},
@@ -315,6 +320,10 @@ func (s *Server) Handler() http.Handler {
 			}
 			if strings.HasPrefix(r.URL.Path, "/v1/agents") && !p.can(routeScope(r)) {
 				writeError(w, forbidden(routeScope(r)))
+				return
+			}
+			if r.URL.Path == "/metrics" && !p.can(ScopeMetrics) {
+				writeError(w, forbidden(ScopeMetrics))
 				return
 			}
 			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
@@ -454,4 +463,21 @@ func seconds(field string, v float64) (time.Duration, error) {
 		return 0, badRequest("%s: %v seconds is out of range (0 to 604800)", field, v)
 	}
 	return time.Duration(v * float64(time.Second)), nil
+}
+
+// metrics serves Options.Metrics.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Metrics == nil {
+		http.NotFound(w, r)
+		return
+	}
+	s.opts.Metrics.ServeHTTP(w, r)
+}
+
+// Agents counts the agents attached to this server (live sandboxes it
+// drives), for a metrics gauge.
+func (s *Server) Agents() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.agents)
 }

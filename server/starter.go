@@ -12,6 +12,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/config"
 	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
 	"github.com/sandbox-agent/sandbox-agent/metering"
+	"github.com/sandbox-agent/sandbox-agent/telemetry"
 )
 
 // StarterOptions configure NewStarter.
@@ -39,6 +40,9 @@ type StarterOptions struct {
 	// request's budget, or none) counts toward its tenant's too, and the
 	// tenant's budget stops every agent of the tenant.
 	Tenants *metering.Tenants
+	// Hooks, when set, gives each agent its telemetry hooks, by tenant
+	// (package telemetry/prom labels the model requests with it).
+	Hooks func(tenant string) telemetry.Hooks
 }
 
 // NewStarter returns the Starter that sandbox-agent serve uses: the
@@ -53,6 +57,9 @@ func NewStarter(o StarterOptions) Starter {
 		opts, err := requestOptions(o.Config, o.OCIRuntimes, o.Tenants, req)
 		if err != nil {
 			return nil, nil, err
+		}
+		if o.Hooks != nil {
+			opts = append(opts, sandboxagent.WithHooks(o.Hooks(req.Tenant)))
 		}
 		drv, stop, err := o.Driver(ctx, req)
 		if err != nil {
@@ -82,6 +89,9 @@ func NewAdopter(o StarterOptions) Adopter {
 		opts, err := requestOptions(o.Config, o.OCIRuntimes, o.Tenants, req)
 		if err != nil {
 			return nil, nil, err
+		}
+		if o.Hooks != nil {
+			opts = append(opts, sandboxagent.WithHooks(o.Hooks(req.Tenant)))
 		}
 		drv, stop, err := o.Driver(ctx, req)
 		if err != nil {

@@ -18,11 +18,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/server"
+	"github.com/sandbox-agent/sandbox-agent/telemetry/prom"
 )
 
 // defaultListen is serve's address: the loopback only.
@@ -118,11 +123,29 @@ func runServe(ctx context.Context, a *app, args []string) int {
 			return a.fail(fmt.Errorf("serve: tenant budget: %w", err))
 		}
 	}
-	srv, err := server.New(server.Options{
+	// Prometheus' /metrics: the Go runtime's and the process's series,
+	// and sandbox-agent's (telemetry/prom), fed by every agent's hooks.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var models []string
+	for name := range a.cfg.Prices {
+		models = append(models, name)
+	}
+	metrics, err := prom.New(reg, prom.Options{Engine: a.engineName(), Models: models})
+	if err != nil {
+		return a.fail(fmt.Errorf("serve: metrics: %w", err))
+	}
+	starterOpts.Hooks = metrics.Hooks
+	var srv *server.Server
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandbox_agent_agents",
+		Help: "Agents this server drives (one sandbox each).", ConstLabels: prometheus.Labels{"engine": a.engineName()}},
+		func() float64 { return float64(srv.Agents()) }))
+	srv, err = server.New(server.Options{
 		Start: server.NewStarter(starterOpts), Adopt: server.NewAdopter(starterOpts), Store: st, Exclusive: st.exclusive,
 		Instance: *instance, Engine: a.engineName(), Token: token, Version: version, Logger: log,
 		MaxAgents: a.cli.serveMaxAgents, MaxConcurrentTurns: a.cli.serveMaxTurns, MaxBodyBytes: a.cli.serveMaxBodyBytes,
 		TenantMaxAgents: a.cli.serveTenantMaxAgents, TenantMaxTurns: a.cli.serveTenantMaxTurns, LeaseTTL: a.cli.serveLeaseTTL,
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 	})
 	if err != nil {
 		return a.fail(err)
