@@ -20,6 +20,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/store"
@@ -119,6 +122,10 @@ type Options struct {
 	// scope (and the admin's): Prometheus' exposition (package
 	// telemetry/prom); without it /metrics is a 404.
 	Metrics http.Handler
+	// Tracer, when set, makes a span of each request, continuing the
+	// caller's trace (W3C traceparent); the agent's spans (the Starter's
+	// hooks: telemetry/tracing) are its children.
+	Tracer trace.Tracer
 }
 
 // Server is the HTTP API over the agents it owns.
@@ -330,6 +337,13 @@ func (s *Server) Handler() http.Handler {
 		}
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+		}
+		if s.opts.Tracer != nil {
+			_, pattern := s.mux.Handler(r) // the route, not the path: no ids in span names
+			ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+			ctx, span := s.opts.Tracer.Start(ctx, pattern, trace.WithSpanKind(trace.SpanKindServer))
+			defer span.End()
+			r = r.WithContext(ctx)
 		}
 		s.mux.ServeHTTP(w, r)
 	})

@@ -21,13 +21,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/server"
+	"github.com/sandbox-agent/sandbox-agent/telemetry"
 	"github.com/sandbox-agent/sandbox-agent/telemetry/prom"
+	"github.com/sandbox-agent/sandbox-agent/telemetry/tracing"
 )
 
 // defaultListen is serve's address: the loopback only.
@@ -136,6 +139,27 @@ func runServe(ctx context.Context, a *app, args []string) int {
 		return a.fail(fmt.Errorf("serve: metrics: %w", err))
 	}
 	starterOpts.Hooks = metrics.Hooks
+	// OpenTelemetry traces, when the standard OTEL_EXPORTER_OTLP_*
+	// variables name a collector.
+	tp, err := tracing.FromEnv(ctx, a.getenv, "sandbox-agent", version)
+	if err != nil {
+		return a.fail(fmt.Errorf("serve: traces: %w", err))
+	}
+	var tracer trace.Tracer
+	if tp != nil {
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				log.Warn("flush traces", "err", err)
+			}
+		}()
+		tracer = tp.Tracer("github.com/sandbox-agent/sandbox-agent")
+		starterOpts.Hooks = func(tenant string) telemetry.Hooks {
+			return telemetry.Join(metrics.Hooks(tenant), tracing.Hooks(tracer, tenant))
+		}
+		log.Info("exporting traces over OTLP")
+	}
 	var srv *server.Server
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandbox_agent_agents",
 		Help: "Agents this server drives (one sandbox each).", ConstLabels: prometheus.Labels{"engine": a.engineName()}},
@@ -145,7 +169,7 @@ func runServe(ctx context.Context, a *app, args []string) int {
 		Instance: *instance, Engine: a.engineName(), Token: token, Version: version, Logger: log,
 		MaxAgents: a.cli.serveMaxAgents, MaxConcurrentTurns: a.cli.serveMaxTurns, MaxBodyBytes: a.cli.serveMaxBodyBytes,
 		TenantMaxAgents: a.cli.serveTenantMaxAgents, TenantMaxTurns: a.cli.serveTenantMaxTurns, LeaseTTL: a.cli.serveLeaseTTL,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), Tracer: tracer,
 	})
 	if err != nil {
 		return a.fail(err)
