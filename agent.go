@@ -284,13 +284,7 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	if err != nil {
 		return nil, err
 	}
-	var started func(telemetry.SandboxDone)
-	if h := o.hooks.SandboxStart; h != nil {
-		ctx, started = h(ctx, telemetry.SandboxStart{Image: image})
-	}
-	if started == nil {
-		started = func(telemetry.SandboxDone) {}
-	}
+	ctx, started := o.hooks.StartSandbox(ctx, telemetry.SandboxStart{Image: image})
 	t0 := time.Now()
 	sb, err := NewSandbox(ctx, rt, sopts)
 	phases := []telemetry.Phase{{Name: "sandbox", Duration: time.Since(t0)}}
@@ -353,6 +347,9 @@ func newAgent(drv Driver, o agentOptions, cfg Config, image string, egress Egres
 	user := sopts.OnEgress
 	sopts.OnEgress = func(r egressproxy.Record) {
 		a.egressRecord(r)
+		if h := o.hooks.Egress; h != nil {
+			h(telemetry.EgressDecision{Allowed: r.Allowed})
+		}
 		if user != nil {
 			user(r)
 		}
@@ -583,19 +580,14 @@ func (a *Agent) Stream(ctx context.Context, prompt string, fn func(Event)) (Turn
 	}
 	t.firstLine = t.lines + 1
 	t.record = a.recordStart(t.no, prompt, t.started, session)
-	var turnDone func(telemetry.TurnDone)
-	if h := a.hooks.Turn; h != nil {
-		ctx, turnDone = h(ctx, telemetry.TurnStart{Driver: a.drv.Name(), Model: a.model})
-	}
+	ctx, turnDone := a.hooks.StartTurn(ctx, telemetry.TurnStart{Driver: a.drv.Name(), Model: a.model})
 	a.deniedMu.Lock()
 	a.turnCtx = ctx
 	a.deniedMu.Unlock()
 	a.setInTurn(true)
 	defer a.setInTurn(false)
 	res, err := t.run(ctx)
-	if turnDone != nil {
-		turnDone(telemetry.TurnDone{Outcome: outcomeOf(err), Usage: res.Usage, Err: err})
-	}
+	turnDone(telemetry.TurnDone{Outcome: outcomeOf(err), Usage: res.Usage, Err: err})
 	// A made-up id (the CLI died before naming its session) names only the
 	// audit folder: the next turn must not ask the CLI to resume it.
 	if res.SessionID != "" && !strings.HasPrefix(res.SessionID, unknownSessionPrefix) {

@@ -91,12 +91,8 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (res ExecResult, err
 	if len(req.Cmd) == 0 {
 		return ExecResult{}, fmt.Errorf("%w: empty command", ErrInvalidArgument)
 	}
-	if h := s.hooks.Exec; h != nil {
-		var done func(telemetry.ExecDone)
-		if ctx, done = h(ctx, telemetry.ExecStart{}); done != nil {
-			defer func() { done(telemetry.ExecDone{ExitCode: res.ExitCode, Err: err}) }()
-		}
-	}
+	ctx, hookDone := s.hooks.StartExec(ctx)
+	defer func() { hookDone(telemetry.ExecDone{ExitCode: res.ExitCode, Err: err}) }()
 	timeout := req.Timeout
 	if timeout <= 0 {
 		timeout = s.cfg.Timeouts.Exec

@@ -85,8 +85,8 @@ type SandboxOptions struct {
 	// OnEgress receives every decision of the egress proxy (allowed
 	// connections when they end, denials at once).
 	OnEgress func(egressproxy.Record)
-	// Hooks are told of the sandbox's commands (Exec) and its egress
-	// decisions (Egress); an agent's (WithHooks) of its start too.
+	// Hooks are told of the sandbox's commands (Exec; OnEgress has its
+	// egress decisions).
 	Hooks telemetry.Hooks
 	// Network overrides the engine's network mode that Egress implies
 	// ("none", or "bridge" for EgressOpen): "host" or a network name is an
@@ -349,16 +349,7 @@ func openBoundary(opts SandboxOptions, open func(map[string]http.Handler) (*boun
 		services[k] = v
 	}
 	if len(opts.AllowHosts) > 0 {
-		log := opts.OnEgress
-		if h := opts.Hooks.Egress; h != nil {
-			log = func(r egressproxy.Record) {
-				h(telemetry.EgressDecision{Allowed: r.Allowed})
-				if opts.OnEgress != nil {
-					opts.OnEgress(r)
-				}
-			}
-		}
-		ep, err := egressproxy.New(egressproxy.Options{Allow: opts.AllowHosts, Log: log})
+		ep, err := egressproxy.New(egressproxy.Options{Allow: opts.AllowHosts, Log: opts.OnEgress})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}

@@ -139,3 +139,29 @@ func join1[T any](a, b func(T)) func(T) {
 	}
 	return func(v T) { a(v); b(v) }
 }
+
+// StartSandbox calls h.SandboxStart when set; end is never nil.
+func (h Hooks) StartSandbox(ctx context.Context, s SandboxStart) (context.Context, func(SandboxDone)) {
+	return start(ctx, h.SandboxStart, s)
+}
+
+// StartTurn calls h.Turn when set; end is never nil.
+func (h Hooks) StartTurn(ctx context.Context, t TurnStart) (context.Context, func(TurnDone)) {
+	return start(ctx, h.Turn, t)
+}
+
+// StartExec calls h.Exec when set; end is never nil.
+func (h Hooks) StartExec(ctx context.Context) (context.Context, func(ExecDone)) {
+	return start(ctx, h.Exec, ExecStart{})
+}
+
+func start[S, D any](ctx context.Context, hook func(context.Context, S) (context.Context, func(D)), s S) (context.Context, func(D)) {
+	var end func(D)
+	if hook != nil {
+		ctx, end = hook(ctx, s)
+	}
+	if end == nil {
+		end = func(D) {}
+	}
+	return ctx, end
+}
