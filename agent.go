@@ -53,9 +53,9 @@ type Agent struct {
 	meter *metering.Meter // counts the model proxy's requests
 	hooks telemetry.Hooks
 
-	deniedMu   sync.Mutex // guards the five below: egress denials and usage wait here for the turn
+	turnCtx    atomic.Pointer[context.Context] // the running (or last) turn's: the model requests' hook
+	deniedMu   sync.Mutex                      // guards the four below: egress denials and usage wait here for the turn
 	inTurn     bool
-	turnCtx    context.Context // the running turn's (the model requests' hook)
 	denied     []Event
 	turnSpent  metering.Spent // the running turn's model requests
 	turnBudget string         // why the proxy refused a request of the running turn ("": it did not)
@@ -169,9 +169,8 @@ func WithOwner(id string) AgentOption { return func(o *agentOptions) { o.owner =
 // only where the model proxy carries the CLI's requests.
 func WithMeter(m *metering.Meter) AgentOption { return func(o *agentOptions) { o.meter = m } }
 
-// WithHooks has h told of the agent's start (its phases), turns, model
-// requests, commands and egress decisions (package telemetry: Prometheus
-// metrics, traces); several add up.
+// WithHooks has h told of the agent's start, turns, model requests,
+// commands and egress decisions (package telemetry); several add up.
 func WithHooks(h telemetry.Hooks) AgentOption {
 	return func(o *agentOptions) { o.hooks = telemetry.Join(o.hooks, h) }
 }
@@ -581,9 +580,7 @@ func (a *Agent) Stream(ctx context.Context, prompt string, fn func(Event)) (Turn
 	t.firstLine = t.lines + 1
 	t.record = a.recordStart(t.no, prompt, t.started, session)
 	ctx, turnDone := a.hooks.StartTurn(ctx, telemetry.TurnStart{Driver: a.drv.Name(), Model: a.model})
-	a.deniedMu.Lock()
-	a.turnCtx = ctx
-	a.deniedMu.Unlock()
+	a.turnCtx.Store(&ctx)
 	a.setInTurn(true)
 	defer a.setInTurn(false)
 	res, err := t.run(ctx)

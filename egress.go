@@ -1,7 +1,6 @@
 package sandboxagent
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -66,11 +65,7 @@ func (a *Agent) modelRecord(r modelproxy.Record) {
 		a.turnBudget = r.Error
 	}
 	if h := a.hooks.ModelRequest; h != nil {
-		ctx := a.turnCtx
-		if ctx == nil {
-			ctx = context.Background()
-		}
-		h(ctx, telemetry.ModelRequest{Driver: a.drv.Name(), Model: r.Model, Status: r.Status, Usage: r.Usage,
+		h(*a.turnCtx.Load(), telemetry.ModelRequest{ // stored before the turn beganDriver: a.drv.Name(), Model: r.Model, Status: r.Status, Usage: r.Usage,
 			Refused: r.Budget, Started: r.Time, Duration: time.Duration(r.DurationMS * float64(time.Millisecond))})
 	}
 	if r.Usage != nil {

@@ -181,11 +181,14 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 			err = fmt.Errorf("%s turn: %w", a.drv.Name(), berr)
 		}
 	}
-	if a.proxy != nil {
-		res.Usage = &spent
-	}
 	if t.rec != nil && t.verification == nil { // the turn failed before its outcome
 		_, t.verification = t.verifyTurn("")
+	}
+	if a.proxy != nil {
+		res.Usage = &spent
+		if t.verification != nil {
+			t.verification.CompareUsage(spent.Usage)
+		}
 	}
 	if t.verification != nil && t.unbackedEnd {
 		t.verification.UnbackedEnd = true

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
@@ -104,6 +105,9 @@ func (t *turn) verifyTurn(cliReply string) (string, *trajectory.Verification) {
 	var forged []Event
 	for i := range t.events {
 		ev := &t.events[i]
+		if p := ev.Payload; ev.Kind == KindUsage {
+			v.AddCLIUsage(metering.Usage{InputTokens: p.InputTokens, OutputTokens: p.OutputTokens, CacheReadTokens: p.CacheReadTokens, CacheWriteTokens: p.CacheWriteTokens}, p.Cumulative)
+		}
 		if !verifiable(*ev) {
 			continue
 		}

@@ -3,6 +3,8 @@ package trajectory
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/sandbox-agent/sandbox-agent/metering"
 )
 
 // MaxChecks bounds a Checker's checks: a CLI's lines are the sandbox's,
@@ -131,4 +133,32 @@ type Verification struct {
 	// UnbackedEnd: a long-lived CLI said the turn was over while the
 	// model's record did not, and stayed quiet.
 	UnbackedEnd bool `json:"unbacked_end,omitempty"`
+	// CLIUsage is what the CLI's own usage events said of the turn, kept
+	// beside the proxy's count (the turn's usage, which budgets use):
+	// their sum, or the last session total of a CLI that reports totals
+	// (codex: CLIUsageCumulative, not compared). UsageDiffers: its input
+	// or output tokens are not the proxy's (a CLI's input may leave
+	// cached tokens out; a CLI can also under-report).
+	CLIUsage           *metering.Usage `json:"cli_usage,omitempty"`
+	CLIUsageCumulative bool            `json:"cli_usage_cumulative,omitempty"`
+	UsageDiffers       bool            `json:"usage_differs,omitempty"`
+}
+
+// AddCLIUsage counts one usage report of the CLI.
+func (v *Verification) AddCLIUsage(u metering.Usage, cumulative bool) {
+	switch {
+	case cumulative:
+		v.CLIUsage, v.CLIUsageCumulative = &u, true
+	case v.CLIUsageCumulative:
+	case v.CLIUsage == nil:
+		v.CLIUsage = &u
+	default:
+		*v.CLIUsage = v.CLIUsage.Add(u)
+	}
+}
+
+// CompareUsage sets UsageDiffers against the proxy's count of the turn.
+func (v *Verification) CompareUsage(proxy metering.Usage) {
+	v.UsageDiffers = v.CLIUsage != nil && !v.CLIUsageCumulative &&
+		(v.CLIUsage.InputTokens != proxy.InputTokens || v.CLIUsage.OutputTokens != proxy.OutputTokens)
 }

@@ -3,6 +3,8 @@ package trajectory
 import (
 	"strings"
 	"testing"
+
+	"github.com/sandbox-agent/sandbox-agent/metering"
 )
 
 // The Checker backs what the record holds and says what is missing for
@@ -39,5 +41,35 @@ func TestChecker(t *testing.T) {
 	}
 	if ok, why := c.ToolCall("c1", "", "", nil); ok || !strings.Contains(why, "not checked") {
 		t.Errorf("past MaxChecks: %v %q", ok, why)
+	}
+}
+
+// The CLI's usage reports add up (a session total replaces them and is
+// not compared); the comparison flags any difference in input or output.
+func TestCLIUsage(t *testing.T) {
+	u := func(in, out int64) metering.Usage { return metering.Usage{InputTokens: in, OutputTokens: out} }
+	for _, tc := range []struct {
+		name    string
+		reports []metering.Usage
+		cumul   []bool
+		proxy   metering.Usage
+		want    *metering.Usage
+		differs bool
+	}{
+		{"none", nil, nil, u(10, 2), nil, false},
+		{"summed, equal", []metering.Usage{u(6, 1), u(4, 1)}, []bool{false, false}, u(10, 2), &metering.Usage{InputTokens: 10, OutputTokens: 2}, false},
+		{"under-reported", []metering.Usage{u(6, 1)}, []bool{false}, u(10, 2), &metering.Usage{InputTokens: 6, OutputTokens: 1}, true},
+		{"session totals", []metering.Usage{u(50, 9), u(60, 11)}, []bool{true, true}, u(10, 2), &metering.Usage{InputTokens: 60, OutputTokens: 11}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var v Verification
+			for i, r := range tc.reports {
+				v.AddCLIUsage(r, tc.cumul[i])
+			}
+			v.CompareUsage(tc.proxy)
+			if (v.CLIUsage == nil) != (tc.want == nil) || v.CLIUsage != nil && *v.CLIUsage != *tc.want || v.UsageDiffers != tc.differs {
+				t.Errorf("CLIUsage %+v differs %v, want %+v %v", v.CLIUsage, v.UsageDiffers, tc.want, tc.differs)
+			}
+		})
 	}
 }

@@ -73,6 +73,12 @@ func TestConformanceBudget(t *testing.T) {
 				t.Errorf("meter %+v, the fake model served %+v in %d requests", s, served, n)
 			}
 			t.Logf("turn 1: %d requests, %+v", n, served)
+			// The CLI's own report is kept beside the proxy's count.
+			if v := r1.Verification; v == nil {
+				t.Error("turn 1 has no verification")
+			} else if v.CLIUsage != nil {
+				t.Logf("the CLI reported %+v (cumulative %v); differs from the proxy's: %v", *v.CLIUsage, v.CLIUsageCumulative, v.UsageDiffers)
+			}
 
 			// Spent: the next turn's first request is refused by the proxy.
 			if err := meter.SetBudget(metering.Budget{Tokens: served.Tokens()}); err != nil {
