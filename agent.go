@@ -257,7 +257,7 @@ func (o *agentOptions) sandboxOptions(cfg Config, image string, egress Egress, a
 
 // Start starts a sandbox for drv's CLI on rt and installs the CLI's
 // configuration. Close destroys it.
-func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*Agent, error) {
+func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (_ *Agent, err error) {
 	if drv == nil {
 		return nil, fmt.Errorf("%w: nil driver", ErrInvalidArgument)
 	}
@@ -284,11 +284,12 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 		return nil, err
 	}
 	ctx, started := o.hooks.StartSandbox(ctx, telemetry.SandboxStart{Image: image})
+	var phases []telemetry.Phase
+	defer func() { started(telemetry.SandboxDone{Phases: phases, Err: err}) }()
 	t0 := time.Now()
 	sb, err := NewSandbox(ctx, rt, sopts)
-	phases := []telemetry.Phase{{Name: "sandbox", Duration: time.Since(t0)}}
+	phases = append(phases, telemetry.Phase{Name: "sandbox", Duration: time.Since(t0)})
 	if err != nil {
-		started(telemetry.SandboxDone{Phases: phases, Err: err})
 		return nil, err
 	}
 	a.sb = sb
@@ -299,12 +300,9 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (*A
 	err = a.drv.Setup(sctx, sb)
 	phases = append(phases, telemetry.Phase{Name: "setup", Duration: time.Since(t1)})
 	if err != nil {
-		err = fmt.Errorf("set up %s: %w", drv.Name(), err)
-		started(telemetry.SandboxDone{Phases: phases, Err: err})
 		a.Close()
-		return nil, err
+		return nil, fmt.Errorf("set up %s: %w", drv.Name(), err)
 	}
-	started(telemetry.SandboxDone{Phases: phases})
 	if a.audit {
 		if err := audit.Prune(cfg.AuditRoot, cfg.AuditRetentionDays, time.Now()); err != nil {
 			a.log.Warn("sandbox-agent: audit retention", "err", err)
@@ -329,6 +327,7 @@ func newAgent(drv Driver, o agentOptions, cfg Config, image string, egress Egres
 		audit: cfg.AuditEnabled, log: o.logger, sessions: map[string]*sessionState{},
 		lock: make(chan struct{}, 1),
 	}
+	a.turnCtx.Store(new(context.Background()))
 	if o.audit != nil {
 		a.audit = *o.audit
 	}

@@ -56,6 +56,10 @@ func (a *Agent) modelRecord(r modelproxy.Record) {
 	if a.net != nil {
 		a.net.Model(r)
 	}
+	if h := a.hooks.ModelRequest; h != nil { // every request, a turn's or not; no lock held
+		h(*a.turnCtx.Load(), telemetry.ModelRequest{Driver: a.drv.Name(), Model: r.Model, Status: r.Status, Usage: r.Usage,
+			Refused: r.Budget, Started: r.Time, Duration: time.Duration(r.DurationMS * float64(time.Millisecond))})
+	}
 	a.deniedMu.Lock()
 	defer a.deniedMu.Unlock()
 	if !a.inTurn {
@@ -63,10 +67,6 @@ func (a *Agent) modelRecord(r modelproxy.Record) {
 	}
 	if r.Budget && a.turnBudget == "" {
 		a.turnBudget = r.Error
-	}
-	if h := a.hooks.ModelRequest; h != nil {
-		h(*a.turnCtx.Load(), telemetry.ModelRequest{ // stored before the turn beganDriver: a.drv.Name(), Model: r.Model, Status: r.Status, Usage: r.Usage,
-			Refused: r.Budget, Started: r.Time, Duration: time.Duration(r.DurationMS * float64(time.Millisecond))})
 	}
 	if r.Usage != nil {
 		a.turnSpent.Requests++

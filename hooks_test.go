@@ -6,7 +6,10 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/sandbox-agent/sandbox-agent/metering"
+	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 	"github.com/sandbox-agent/sandbox-agent/telemetry"
 )
 
@@ -92,5 +95,25 @@ func TestJoinHooks(t *testing.T) {
 	}
 	if h := telemetry.Join(); h.Turn != nil || h.Exec != nil {
 		t.Error("Join of nothing has hooks")
+	}
+}
+
+// Every request through the model proxy reaches the ModelRequest hook
+// with its driver, model, status and usage, in a turn or not.
+func TestModelRequestHook(t *testing.T) {
+	var got []telemetry.ModelRequest
+	a := &Agent{drv: &fakeDriver{}, hooks: telemetry.Hooks{ModelRequest: func(_ context.Context, r telemetry.ModelRequest) { got = append(got, r) }}}
+	a.turnCtx.Store(new(context.Background())) // as newAgent does
+	u := metering.Usage{InputTokens: 3, OutputTokens: 1}
+	a.modelRecord(modelproxy.Record{Model: "gpt-5.5", Status: 200, Usage: &u, DurationMS: 5})
+	a.modelRecord(modelproxy.Record{Status: 402, Budget: true})
+	if len(got) != 2 {
+		t.Fatalf("%d calls, want 2", len(got))
+	}
+	if r := got[0]; r.Driver != "claude" || r.Model != "gpt-5.5" || r.Status != 200 || r.Usage == nil || *r.Usage != u || r.Duration != 5*time.Millisecond {
+		t.Errorf("first request %+v", r)
+	}
+	if r := got[1]; r.Status != 402 || !r.Refused {
+		t.Errorf("refused request %+v", r)
 	}
 }

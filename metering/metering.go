@@ -85,15 +85,22 @@ var datedSuffix = regexp.MustCompile(`^-(\d{8}|\d{4}-\d{2}-\d{2})$`)
 
 // Lookup finds the price of model.
 func (ps Prices) Lookup(model string) (Price, bool) {
-	if p, ok := ps[model]; ok {
-		return p, true
+	p, ok := ps[ps.Name(model)]
+	return p, ok
+}
+
+// Name is the table's name for model: itself, or the model a dated
+// snapshot is of ("": not priced).
+func (ps Prices) Name(model string) string {
+	if _, ok := ps[model]; ok {
+		return model
 	}
-	for name, p := range ps {
+	for name := range ps {
 		if rest, ok := strings.CutPrefix(model, name); ok && datedSuffix.MatchString(rest) {
-			return p, true
+			return name
 		}
 	}
-	return Price{}, false
+	return ""
 }
 
 // Validate reports a price that is negative or not a number.

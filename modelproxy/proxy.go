@@ -443,7 +443,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, metering.ErrLedger) {
 			// A shared budget that cannot be read is not kept: refuse (a
 			// 5xx: the CLI retries, then the turn fails as the driver's).
-			rec.Error = err.Error()
+			rec.Error = metering.ErrLedger.Error() // not the database's words: the record is audited
 			writeError(cw, http.StatusServiceUnavailable, "budget_unavailable", "the host cannot check the budget now")
 			return
 		}

@@ -340,6 +340,9 @@ func (s *Server) Handler() http.Handler {
 		}
 		if s.opts.Tracer != nil {
 			_, pattern := s.mux.Handler(r) // the route, not the path: no ids in span names
+			if pattern == "" {
+				pattern = r.Method + " (no route)"
+			}
 			ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 			ctx, span := s.opts.Tracer.Start(ctx, pattern, trace.WithSpanKind(trace.SpanKindServer))
 			defer span.End()

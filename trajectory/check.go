@@ -159,6 +159,12 @@ func (v *Verification) AddCLIUsage(u metering.Usage, cumulative bool) {
 
 // CompareUsage sets UsageDiffers against the proxy's count of the turn.
 func (v *Verification) CompareUsage(proxy metering.Usage) {
-	v.UsageDiffers = v.CLIUsage != nil && !v.CLIUsageCumulative &&
-		(v.CLIUsage.InputTokens != proxy.InputTokens || v.CLIUsage.OutputTokens != proxy.OutputTokens)
+	if v.CLIUsage == nil || v.CLIUsageCumulative {
+		v.UsageDiffers = false
+		return
+	}
+	c := *v.CLIUsage
+	// A CLI's input may leave the cache out (claude's): either form matches.
+	inputMatches := c.InputTokens == proxy.InputTokens || c.InputTokens+c.CacheReadTokens+c.CacheWriteTokens == proxy.InputTokens
+	v.UsageDiffers = !inputMatches || c.OutputTokens != proxy.OutputTokens
 }

@@ -59,6 +59,7 @@ func TestCLIUsage(t *testing.T) {
 		{"none", nil, nil, u(10, 2), nil, false},
 		{"summed, equal", []metering.Usage{u(6, 1), u(4, 1)}, []bool{false, false}, u(10, 2), &metering.Usage{InputTokens: 10, OutputTokens: 2}, false},
 		{"under-reported", []metering.Usage{u(6, 1)}, []bool{false}, u(10, 2), &metering.Usage{InputTokens: 6, OutputTokens: 1}, true},
+		{"input without the cache (claude's)", []metering.Usage{{InputTokens: 4, OutputTokens: 2, CacheReadTokens: 5, CacheWriteTokens: 1}}, []bool{false}, metering.Usage{InputTokens: 10, OutputTokens: 2, CacheReadTokens: 5, CacheWriteTokens: 1}, &metering.Usage{InputTokens: 4, OutputTokens: 2, CacheReadTokens: 5, CacheWriteTokens: 1}, false},
 		{"session totals", []metering.Usage{u(50, 9), u(60, 11)}, []bool{true, true}, u(10, 2), &metering.Usage{InputTokens: 60, OutputTokens: 11}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

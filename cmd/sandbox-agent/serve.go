@@ -130,11 +130,7 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	// and sandbox-agent's (telemetry/prom), fed by every agent's hooks.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var models []string
-	for name := range a.cfg.Prices {
-		models = append(models, name)
-	}
-	metrics, err := prom.New(reg, prom.Options{Engine: a.engineName(), Models: models})
+	metrics, err := prom.New(reg, prom.Options{Engine: a.engineName(), Prices: a.cfg.Prices})
 	if err != nil {
 		return a.fail(fmt.Errorf("serve: metrics: %w", err))
 	}

@@ -839,8 +839,6 @@ func testLeaseExpiry(t *testing.T, s store.Store) {
 	wantErr(t, "AcquireLease by the first holder after it expired", err, store.ErrLeaseHeld)
 }
 
-// parallel runs f(0..n-1) at once (released together) and returns their
-// errors.
 // Spend adds up per scope and period (the zero period apart), starts at
 // zero, treats negative counts as zero, and stops each count at the
 // largest int64 instead of wrapping or failing.
@@ -894,6 +892,8 @@ func testSpendConcurrent(t *testing.T, s store.Store) {
 	check(t, "total", got, store.Spend{Scope: "tenant", InputTokens: n * (n - 1) / 2, OutputTokens: n, Requests: n, CostNanoUSD: 10 * n})
 }
 
+// parallel runs f(0..n-1) at once (released together) and returns their
+// errors.
 func parallel(n int, f func(i int) error) []error {
 	errs := make([]error, n)
 	start := make(chan struct{})

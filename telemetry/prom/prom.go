@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/telemetry"
 )
 
@@ -21,14 +22,14 @@ type Options struct {
 	// Engine is the engine label of every series ("docker", "podman",
 	// "kubernetes").
 	Engine string
-	// Models are the model names kept as label values (a price table's,
-	// the drivers' defaults); others count as "other".
-	Models []string
+	// Prices name the models kept as label values: a model the table
+	// prices (a dated snapshot as its model's name); others are "other".
+	Prices metering.Prices
 }
 
 // Metrics are the collectors, registered on the Registerer New was given.
 type Metrics struct {
-	models map[string]bool
+	prices metering.Prices
 
 	sandboxStarts   *prometheus.CounterVec
 	sandboxStartSec *prometheus.HistogramVec
@@ -56,7 +57,7 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"engine": o.Engine}, reg)
 	}
 	m := &Metrics{
-		models: map[string]bool{},
+		prices: o.Prices,
 		sandboxStarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_agent_sandbox_starts_total",
 			Help: "Agents' sandbox starts, by outcome (ok, error)."}, []string{"outcome"}),
 		sandboxStartSec: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sandbox_agent_sandbox_start_seconds",
@@ -82,9 +83,6 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 			Help: "Model requests the proxy refused because a budget was spent, by driver and tenant."}, []string{"driver", "tenant"}),
 		egress: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_agent_egress_decisions_total",
 			Help: "Decisions of the egress proxy, by decision (allowed, denied)."}, []string{"decision"}),
-	}
-	for _, name := range o.Models {
-		m.models[name] = true
 	}
 	for _, c := range []prometheus.Collector{m.sandboxStarts, m.sandboxStartSec, m.execs, m.execSec, m.turns, m.turnSec,
 		m.modelRequests, m.modelTokens, m.modelSec, m.budgetRefusals, m.egress} {
@@ -137,8 +135,8 @@ func (m *Metrics) Hooks(tenant string) telemetry.Hooks {
 			}
 		},
 		ModelRequest: func(_ context.Context, r telemetry.ModelRequest) {
-			model := r.Model
-			if !m.models[model] {
+			model := m.prices.Name(r.Model)
+			if model == "" {
 				model = "other"
 			}
 			status := "none" // no answer (the client left, the upstream failed)

@@ -19,7 +19,7 @@ import (
 // tokens by kind.
 func TestHooksFeedTheSeries(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	m, err := New(reg, Options{Engine: "docker", Models: []string{"gpt-5.5"}})
+	m, err := New(reg, Options{Engine: "docker", Prices: metering.Prices{"gpt-5.5": {Input: 5, Output: 30}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestHooksFeedTheSeries(t *testing.T) {
 	end(telemetry.TurnDone{Outcome: "ok"})
 	_, end = h.Turn(ctx, telemetry.TurnStart{Driver: "codex"})
 	end(telemetry.TurnDone{Outcome: "budget_exceeded"})
-	h.ModelRequest(ctx, telemetry.ModelRequest{Driver: "codex", Model: "gpt-5.5", Status: 200, Usage: &metering.Usage{InputTokens: 100, OutputTokens: 7, CacheReadTokens: 40}, Duration: time.Second})
+	h.ModelRequest(ctx, telemetry.ModelRequest{Driver: "codex", Model: "gpt-5.5-2026-04-23", Status: 200, Usage: &metering.Usage{InputTokens: 100, OutputTokens: 7, CacheReadTokens: 40}, Duration: time.Second})
 	h.ModelRequest(ctx, telemetry.ModelRequest{Driver: "codex", Model: "made-up-by-the-upstream", Status: 200, Usage: &metering.Usage{InputTokens: 5}})
 	h.ModelRequest(ctx, telemetry.ModelRequest{Driver: "codex", Status: 402, Refused: true})
 	h.Egress(telemetry.EgressDecision{Allowed: true})

@@ -39,10 +39,11 @@ func Hooks(tracer trace.Tracer, tenant string) telemetry.Hooks {
 	if tenant != "" {
 		common = append(common, attribute.String("sandbox_agent.tenant", tenant))
 	}
+	// An error's text can quote what the sandbox printed (or a secret
+	// it holds): a span gets the failure, not the words.
 	fail := func(span trace.Span, err error) {
 		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
+			span.SetStatus(codes.Error, "failed")
 		}
 	}
 	return telemetry.Hooks{
@@ -52,7 +53,7 @@ func Hooks(tracer trace.Tracer, tenant string) telemetry.Hooks {
 			return ctx, func(d telemetry.SandboxDone) {
 				at := t0
 				for _, p := range d.Phases {
-					_, ps := tracer.Start(ctx, SpanStart+"."+p.Name, trace.WithTimestamp(at))
+					_, ps := tracer.Start(ctx, SpanStart+"."+p.Name, trace.WithTimestamp(at), trace.WithAttributes(common...))
 					at = at.Add(p.Duration)
 					ps.End(trace.WithTimestamp(at))
 				}
@@ -65,12 +66,14 @@ func Hooks(tracer trace.Tracer, tenant string) telemetry.Hooks {
 				attribute.String("sandbox_agent.driver", t.Driver), attribute.String("sandbox_agent.model", t.Model))...))
 			return ctx, func(d telemetry.TurnDone) {
 				span.SetAttributes(attribute.String("sandbox_agent.outcome", d.Outcome))
+				if d.Err != nil {
+					span.SetStatus(codes.Error, d.Outcome)
+				}
 				if u := d.Usage; u != nil {
 					span.SetAttributes(attribute.Int64("sandbox_agent.input_tokens", u.Usage.InputTokens),
 						attribute.Int64("sandbox_agent.output_tokens", u.Usage.OutputTokens),
 						attribute.Int64("sandbox_agent.model_requests", u.Requests), attribute.Float64("sandbox_agent.cost_usd", u.CostUSD))
 				}
-				fail(span, d.Err)
 				span.End()
 			}
 		},
