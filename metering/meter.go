@@ -171,10 +171,18 @@ func (m *Meter) roll() {
 }
 
 // Charge counts one request's usage of model, here and in the parents.
+// A model the answer did not name ("": the client left first, the body
+// was neither JSON nor SSE) is charged at the table's highest prices:
+// never less than it cost, and no unpriced tokens that would close a
+// dollar budget for good.
 func (m *Meter) Charge(model string, u Usage) {
 	for x := m; x != nil; x = x.parent {
 		d := Spent{Usage: u, Requests: 1}
-		if p, ok := x.prices.Lookup(model); ok {
+		p, ok := x.prices.Lookup(model)
+		if model == "" {
+			p, ok = x.prices.highest()
+		}
+		if ok {
 			d.CostUSD = p.Cost(u)
 		} else {
 			d.UnpricedTokens = u.Tokens()

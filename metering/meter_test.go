@@ -263,3 +263,23 @@ func TestTenants(t *testing.T) {
 		t.Error("a negative budget accepted")
 	}
 }
+
+// A charge whose model the answer did not name costs the table's highest
+// prices, so a dollar budget stays open (and is not under-charged).
+func TestChargeUnnamedModel(t *testing.T) {
+	prices := Prices{"cheap": {Input: 1, Output: 2}, "dear": {Input: 10, Output: 5}}
+	m, _ := NewMeter(MeterOptions{Prices: prices, Budget: Budget{USD: 1}})
+	m.Charge("", Usage{InputTokens: 1000, OutputTokens: 1000}) // $0.01 + $0.005
+	s := m.Spent()
+	if s.UnpricedTokens != 0 || s.CostUSD < 0.0149 || s.CostUSD > 0.0151 {
+		t.Errorf("spent %+v, want $0.015 at the highest prices and nothing unpriced", s)
+	}
+	if err := m.Allow(); err != nil {
+		t.Errorf("the dollar budget closed: %v", err)
+	}
+	// A named model without a price is still unpriced.
+	m.Charge("unknown", Usage{InputTokens: 1})
+	if m.Spent().UnpricedTokens != 1 {
+		t.Errorf("unknown model: %+v", m.Spent())
+	}
+}

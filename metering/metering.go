@@ -103,6 +103,16 @@ func (ps Prices) Name(model string) string {
 	return ""
 }
 
+// highest is the table's highest price of each kind (false: an empty
+// table).
+func (ps Prices) highest() (Price, bool) {
+	var h Price
+	for _, p := range ps {
+		h = Price{Input: max(h.Input, p.Input), Output: max(h.Output, p.Output), CacheRead: max(h.CacheRead, p.CacheRead), CacheWrite: max(h.CacheWrite, p.CacheWrite)}
+	}
+	return h, len(ps) > 0
+}
+
 // Validate reports a price that is negative or not a number.
 func (ps Prices) Validate() error {
 	names := make([]string, 0, len(ps))
