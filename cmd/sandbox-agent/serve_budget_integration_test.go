@@ -45,8 +45,15 @@ func TestServeTenantBudget(t *testing.T) {
 		t.Helper()
 		return c.do(t, http.MethodPost, "/v1/agents/"+id+"/turns", map[string]any{"prompt": prompt})
 	}
+	// A durable state keeps its agents' sandboxes when serve stops (for
+	// the next serve to adopt): each is deleted before serve stops.
+	create := func(c *serveProc) string {
+		id := c.create(t, body)
+		t.Cleanup(func() { r.do(t, http.MethodDelete, "/v1/agents/"+id, nil) })
+		return id
+	}
 	acme := as("acme")
-	first := acme.create(t, body)
+	first := create(acme)
 	resp, out := turn(acme, first, "spend it")
 	var res struct {
 		Reply string
@@ -63,7 +70,7 @@ func TestServeTenantBudget(t *testing.T) {
 	if got := res.Usage.Usage.InputTokens + res.Usage.Usage.OutputTokens; got < 1100 {
 		t.Fatalf("the turn's usage: %d tokens, want at least the 1,100 the fake model served: %s", got, out)
 	}
-	second := acme.create(t, body)
+	second := create(acme)
 	resp, out = turn(acme, second, "anything left?")
 	wantError(t, "acme's second agent, the tenant's budget spent", resp, out, http.StatusPaymentRequired, "budget_exceeded")
 	if !strings.Contains(string(out), "tenant acme") {
@@ -71,7 +78,7 @@ func TestServeTenantBudget(t *testing.T) {
 	}
 	for _, who := range []string{"beta", "admin"} {
 		c := as(who)
-		id := c.create(t, body)
+		id := create(c)
 		if resp, out := turn(c, id, "my own budget"); resp.StatusCode != http.StatusOK {
 			t.Errorf("%s's turn: %d %s", who, resp.StatusCode, out)
 		}

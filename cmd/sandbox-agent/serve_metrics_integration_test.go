@@ -48,6 +48,8 @@ func TestServeMetricsPrometheus(t *testing.T) {
 	id := r.create(t, map[string]any{"driver": "pi", "fake_model_script": map[string]any{"responses": []map[string]any{
 		{"text": "COUNTED", "usage": map[string]int{"input_tokens": in, "output_tokens": out}},
 	}}})
+	// A durable state keeps its agents' sandboxes when serve stops.
+	t.Cleanup(func() { r.do(t, http.MethodDelete, "/v1/agents/"+id, nil) })
 	resp, body := r.do(t, http.MethodPost, "/v1/agents/"+id+"/turns", map[string]any{"prompt": "count me"})
 	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte("COUNTED")) {
 		t.Fatalf("turn: %d %s", resp.StatusCode, body)
