@@ -12,6 +12,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
 	"github.com/sandbox-agent/sandbox-agent/internal/transfer"
 	"github.com/sandbox-agent/sandbox-agent/safetar"
+	"github.com/sandbox-agent/sandbox-agent/telemetry"
 )
 
 // DownloadReport says what a download wrote and what it skipped.
@@ -124,6 +125,14 @@ func (s *Sandbox) ReadFile(ctx context.Context, name string, max int64) (data []
 // so a failed download leaves nothing behind. An existing regular file at
 // the destination is replaced; an existing directory is not merged into.
 func (s *Sandbox) Download(ctx context.Context, src, dst string) (rep DownloadReport, err error) {
+	ctx, hookDone := s.hooks.StartDownload(ctx)
+	defer func() {
+		d := telemetry.DownloadDone{Err: err}
+		if err == nil {
+			d.Files, d.Bytes = rep.Files, rep.Bytes
+		}
+		hookDone(d)
+	}()
 	err = s.copying(ctx, func(ctx context.Context, f transfer.Sandbox) error {
 		final, r, err := transfer.Download(ctx, f, src, dst, s.limits())
 		rep = DownloadReport{Path: final, Files: r.Files, Dirs: r.Dirs, Bytes: r.Bytes, Skipped: r.Skipped, SkippedOmitted: r.SkippedOmitted}

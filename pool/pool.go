@@ -11,6 +11,7 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/telemetry"
 )
 
 // ErrClosed is returned by Pool.Start after Pool.Close.
@@ -31,6 +32,8 @@ type Pool struct {
 	drv  sandboxagent.Driver
 	opts []sandboxagent.AgentOption
 	size int
+	// event tells the agents' hooks (telemetry.Hooks.Pool) of a change.
+	event func(kind string)
 	// maxIdle retires a ready agent before its sandbox's keepalive could
 	// remove it: an idle sandbox removes itself after Keepalive.
 	maxIdle time.Duration
@@ -90,7 +93,11 @@ func New(rt sandboxagent.Runtime, drv sandboxagent.Driver, size int, opts ...san
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
 		rt: rt, drv: drv, opts: opts, size: size, maxIdle: ka / 2,
-		ctx: ctx, cancel: cancel, wake: make(chan struct{}),
+		ctx: ctx, cancel: cancel, wake: make(chan struct{}), event: func(string) {},
+	}
+	if h := probe.Hooks.Pool; h != nil {
+		name := drv.Name()
+		p.event = func(kind string) { h(telemetry.PoolEvent{Driver: name, Kind: kind}) }
 	}
 	p.mu.Lock()
 	p.fillLocked()
@@ -115,6 +122,7 @@ func (p *Pool) Start(ctx context.Context) (*sandboxagent.Agent, error) {
 			p.stats.Misses++
 			p.fillLocked()
 			p.mu.Unlock()
+			p.event("miss")
 			return sandboxagent.Start(ctx, p.rt, p.drv, p.opts...)
 		}
 		it := p.ready[len(p.ready)-1] // the freshest: furthest from retirement
@@ -127,6 +135,7 @@ func (p *Pool) Start(ctx context.Context) (*sandboxagent.Agent, error) {
 			p.stats.Hits++
 			p.fillLocked()
 			p.mu.Unlock()
+			p.event("hit")
 			return it.a, nil
 		case ctx.Err() != nil:
 			// The caller gave up, not the sandbox: it stays ready.
@@ -134,6 +143,7 @@ func (p *Pool) Start(ctx context.Context) (*sandboxagent.Agent, error) {
 			if p.closed {
 				p.mu.Unlock()
 				_ = it.a.Close()
+				p.event("retired")
 			} else {
 				p.ready = append(p.ready, it)
 				p.mu.Unlock()
@@ -198,6 +208,7 @@ func (p *Pool) Close() error {
 	var errs []error
 	for _, it := range ready {
 		errs = append(errs, it.a.Close())
+		p.event("retired")
 	}
 	return errors.Join(errs...)
 }
@@ -234,6 +245,12 @@ func (p *Pool) startOne(delay time.Duration) {
 	if err == nil {
 		a, err = sandboxagent.Start(p.ctx, p.rt, p.drv, p.opts...)
 	}
+	kind := "" // told after the lock is released
+	defer func() {
+		if kind != "" {
+			p.event(kind)
+		}
+	}()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.starting--
@@ -241,11 +258,13 @@ func (p *Pool) startOne(delay time.Duration) {
 	case err == nil:
 		p.ready = append(p.ready, pooled{a: a, since: time.Now()}) // after Close, Close takes it
 		p.failures, p.lastErr = 0, nil
+		kind = "ready"
 	case p.closed:
 	default:
 		p.stats.Failed++
 		p.failures++
 		p.lastErr = err
+		kind = "failed"
 	}
 	if !p.closed {
 		close(p.wake)
@@ -288,6 +307,7 @@ func (p *Pool) retireLoop() {
 
 func (p *Pool) retire(a *sandboxagent.Agent) {
 	_ = a.Close()
+	p.event("retired")
 	p.mu.Lock()
 	p.stats.Retired++
 	p.fillLocked()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/seccomp"
+	"github.com/sandbox-agent/sandbox-agent/telemetry"
 )
 
 // fakeRuntime is an engine in memory: containers with ids of their own
@@ -135,6 +137,29 @@ func (p *fakeParser) Finish(int, []byte) (sandboxagent.TurnOutcome, error) {
 
 var quiet = sandboxagent.WithLogger(slog.New(slog.DiscardHandler))
 
+// poolEvents counts the events a pool tells its agents' hooks of.
+type poolEvents struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (e *poolEvents) option() sandboxagent.AgentOption {
+	e.n = map[string]int{}
+	return sandboxagent.WithHooks(telemetry.Hooks{Pool: func(ev telemetry.PoolEvent) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if ev.Driver == "claude" {
+			e.n[ev.Kind]++
+		}
+	}})
+}
+
+func (e *poolEvents) counts() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.n)
+}
+
 func poolConfig(t *testing.T) sandboxagent.Config {
 	cfg := sandboxagent.DefaultConfig()
 	cfg.AuditRoot = filepath.Join(t.TempDir(), "audit")
@@ -153,7 +178,8 @@ func waitReady(t *testing.T, p *Pool, n int) {
 
 func TestPoolHandsOutFreshAgentsAndRefills(t *testing.T) {
 	rt := newFakeRuntime()
-	p, err := New(rt, fakeDriver{}, 2, sandboxagent.WithConfig(poolConfig(t)), quiet)
+	var ev poolEvents
+	p, err := New(rt, fakeDriver{}, 2, sandboxagent.WithConfig(poolConfig(t)), quiet, ev.option())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,6 +219,11 @@ func TestPoolHandsOutFreshAgentsAndRefills(t *testing.T) {
 	if len(removed) != 2 {
 		t.Errorf("Close removed %v; want the 2 ready ones", removed)
 	}
+	// The hooks' tally: 7 agents were ready, 5 handed out, 2 closed with
+	// the pool; so none is ready, as a gauge fed by the events says.
+	if got, want := ev.counts(), map[string]int{"ready": 7, "hit": 5, "retired": 2}; !maps.Equal(got, want) {
+		t.Errorf("pool events %v, want %v", got, want)
+	}
 	if _, err := p.Start(ctx); !errors.Is(err, ErrClosed) {
 		t.Errorf("Start after Close: %v, want ErrClosed", err)
 	}
@@ -206,7 +237,8 @@ func TestPoolHandsOutFreshAgentsAndRefills(t *testing.T) {
 
 func TestPoolRetiresGoneSandboxes(t *testing.T) {
 	rt := newFakeRuntime()
-	p, err := New(rt, fakeDriver{}, 2, sandboxagent.WithConfig(poolConfig(t)), quiet)
+	var ev poolEvents
+	p, err := New(rt, fakeDriver{}, 2, sandboxagent.WithConfig(poolConfig(t)), quiet, ev.option())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,13 +264,17 @@ func TestPoolRetiresGoneSandboxes(t *testing.T) {
 	if s := p.Stats(); s.Retired != 1 || s.Hits != 1 {
 		t.Errorf("stats %+v: want one retired, one hit", s)
 	}
+	if got := ev.counts(); got["retired"] != 1 || got["hit"] != 1 || got["miss"] != 0 {
+		t.Errorf("pool events %v: want one retired, one hit", got)
+	}
 }
 
 func TestPoolBackgroundFailure(t *testing.T) {
 	rt := newFakeRuntime()
 	boom := fmt.Errorf("create: %w", sandboxagent.ErrImageNotFound)
 	rt.createErr = boom
-	p, err := New(rt, fakeDriver{}, 3, sandboxagent.WithConfig(poolConfig(t)), quiet)
+	var ev poolEvents
+	p, err := New(rt, fakeDriver{}, 3, sandboxagent.WithConfig(poolConfig(t)), quiet, ev.option())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,6 +294,9 @@ func TestPoolBackgroundFailure(t *testing.T) {
 	s := p.Stats()
 	if s.Misses != 1 || s.Failed < 3 || !errors.Is(p.Stats().LastErr, sandboxagent.ErrImageNotFound) {
 		t.Errorf("stats %+v, last error %v: want one miss, the failures counted and kept", s, p.Stats().LastErr)
+	}
+	if got := ev.counts(); got["miss"] != 1 || got["failed"] != s.Failed || got["ready"] != 0 {
+		t.Errorf("pool events %v: want one miss and %d failed", got, s.Failed)
 	}
 	rt.mu.Lock()
 	n := rt.creates

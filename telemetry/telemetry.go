@@ -21,11 +21,16 @@ type Hooks struct {
 	SandboxStart func(ctx context.Context, s SandboxStart) (context.Context, func(SandboxDone))
 	Exec         func(ctx context.Context, e ExecStart) (context.Context, func(ExecDone))
 	Turn         func(ctx context.Context, t TurnStart) (context.Context, func(TurnDone))
+	// Download is called around a copy of a sandbox's files to the host.
+	Download func(ctx context.Context, d DownloadStart) (context.Context, func(DownloadDone))
 	// ModelRequest is called when a request through the model proxy
 	// ended; ctx is the turn's when one was running.
 	ModelRequest func(ctx context.Context, r ModelRequest)
 	// Egress is called for each decision of the egress proxy.
 	Egress func(e EgressDecision)
+	// Pool is called as a pool (package pool) of agents with these
+	// hooks changes: see PoolEvent.
+	Pool func(e PoolEvent)
 }
 
 // SandboxStart: an agent's sandbox is being made from Image.
@@ -55,6 +60,29 @@ type ExecStart struct{}
 type ExecDone struct {
 	ExitCode int
 	Err      error
+}
+
+// DownloadStart: a sandbox's files are being copied to the host.
+type DownloadStart struct{}
+
+// DownloadDone: the copy ended; Files and Bytes are what reached the
+// host (nothing when Err is set: a failed download leaves nothing).
+type DownloadDone struct {
+	Files int
+	Bytes int64
+	Err   error
+}
+
+// PoolEvent is one change of a pool of agents of Driver. Kind is
+// "ready" (an agent started in the background is ready), "hit" (a ready
+// one was handed out), "miss" (Start found none ready and starts one
+// itself), "retired" (a ready one was closed unused: its sandbox gone,
+// idle too long, or the pool closed) or "failed" (a background start
+// failed). The ready count is the ready events less the hits and
+// retirements.
+type PoolEvent struct {
+	Driver string
+	Kind   string
 }
 
 // TurnStart: an agent of Driver runs a turn.
@@ -98,7 +126,9 @@ func Join(hooks ...Hooks) Hooks {
 		out.SandboxStart = joinStart(out.SandboxStart, h.SandboxStart)
 		out.Exec = joinStart(out.Exec, h.Exec)
 		out.Turn = joinStart(out.Turn, h.Turn)
+		out.Download = joinStart(out.Download, h.Download)
 		out.Egress = join1(out.Egress, h.Egress)
+		out.Pool = join1(out.Pool, h.Pool)
 		switch a, b := out.ModelRequest, h.ModelRequest; {
 		case a == nil:
 			out.ModelRequest = b
@@ -148,6 +178,11 @@ func (h Hooks) StartSandbox(ctx context.Context, s SandboxStart) (context.Contex
 // StartTurn calls h.Turn when set; end is never nil.
 func (h Hooks) StartTurn(ctx context.Context, t TurnStart) (context.Context, func(TurnDone)) {
 	return start(ctx, h.Turn, t)
+}
+
+// StartDownload calls h.Download when set; end is never nil.
+func (h Hooks) StartDownload(ctx context.Context) (context.Context, func(DownloadDone)) {
+	return start(ctx, h.Download, DownloadStart{})
 }
 
 // StartExec calls h.Exec when set; end is never nil.

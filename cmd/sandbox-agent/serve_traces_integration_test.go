@@ -79,6 +79,10 @@ func TestServeTraces(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte("TRACED")) {
 		t.Fatalf("turn: %d %s", resp.StatusCode, body)
 	}
+	// A download's span, under its request's.
+	if resp, body := r.do(t, http.MethodGet, "/v1/agents/"+id+"/files?path=/etc/hostname", nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("download: %d %s", resp.StatusCode, body)
+	}
 	if code := r.stop(t); code != 0 { // flushes the spans
 		t.Fatalf("serve exited %d:\n%s", code, r.stderr.String())
 	}
@@ -127,6 +131,10 @@ func TestServeTraces(t *testing.T) {
 	}
 	if !strings.Contains(attrs["sandbox_agent.driver"], "pi") || !strings.Contains(attrs["sandbox_agent.outcome"], "ok") {
 		t.Errorf("turn span attributes %v", attrs)
+	}
+	files := find("GET /v1/agents/{id}/files", nil)
+	if len(files) != 1 || len(find(tracing.SpanDownload, files[0])) != 1 {
+		t.Errorf("the download: %d request spans (with a download span under it); spans: %q", len(files), names)
 	}
 	// The agent's start, its phases, and the driver's setup commands
 	// under it (the engine's API calls under those, from the engine

@@ -42,6 +42,12 @@ type Metrics struct {
 	modelSec        *prometheus.HistogramVec
 	budgetRefusals  *prometheus.CounterVec
 	egress          *prometheus.CounterVec
+	downloads       *prometheus.CounterVec
+	downloadBytes   prometheus.Counter
+	poolReady       *prometheus.GaugeVec
+	poolTakes       *prometheus.CounterVec
+	poolRetired     *prometheus.CounterVec
+	poolFailures    *prometheus.CounterVec
 }
 
 // Start-up and turn durations span 0.1 s to ~7 min; commands and model
@@ -83,9 +89,22 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 			Help: "Model requests the proxy refused because a budget was spent, by driver and tenant."}, []string{"driver", "tenant"}),
 		egress: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_agent_egress_decisions_total",
 			Help: "Decisions of the egress proxy, by decision (allowed, denied)."}, []string{"decision"}),
+		downloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_agent_downloads_total",
+			Help: "Copies of a sandbox's files to the host, by outcome (ok, error)."}, []string{"outcome"}),
+		downloadBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "sandbox_agent_download_bytes_total",
+			Help: "Bytes of regular files the downloads brought to the host."}),
+		poolReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sandbox_agent_pool_ready",
+			Help: "Agents ready in pools, by driver."}, []string{"driver"}),
+		poolTakes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_agent_pool_takes_total",
+			Help: "Agents asked of pools, by driver and outcome (hit: a ready one; miss: none was ready)."}, []string{"driver", "outcome"}),
+		poolRetired: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_agent_pool_retired_total",
+			Help: "Ready agents pools closed unused (sandbox gone, idle too long, pool closed), by driver."}, []string{"driver"}),
+		poolFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_agent_pool_start_failures_total",
+			Help: "Background starts of pools that failed, by driver."}, []string{"driver"}),
 	}
 	for _, c := range []prometheus.Collector{m.sandboxStarts, m.sandboxStartSec, m.execs, m.execSec, m.turns, m.turnSec,
-		m.modelRequests, m.modelTokens, m.modelSec, m.budgetRefusals, m.egress} {
+		m.modelRequests, m.modelTokens, m.modelSec, m.budgetRefusals, m.egress, m.downloads, m.downloadBytes,
+		m.poolReady, m.poolTakes, m.poolRetired, m.poolFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -155,6 +174,32 @@ func (m *Metrics) Hooks(tenant string) telemetry.Hooks {
 						m.modelTokens.WithLabelValues(r.Driver, model, tenant, kind).Add(float64(n))
 					}
 				}
+			}
+		},
+		Download: func(ctx context.Context, _ telemetry.DownloadStart) (context.Context, func(telemetry.DownloadDone)) {
+			return ctx, func(d telemetry.DownloadDone) {
+				if d.Err != nil {
+					m.downloads.WithLabelValues("error").Inc()
+					return
+				}
+				m.downloads.WithLabelValues("ok").Inc()
+				m.downloadBytes.Add(float64(d.Bytes))
+			}
+		},
+		Pool: func(e telemetry.PoolEvent) {
+			switch e.Kind {
+			case "ready":
+				m.poolReady.WithLabelValues(e.Driver).Inc()
+			case "hit":
+				m.poolReady.WithLabelValues(e.Driver).Dec()
+				m.poolTakes.WithLabelValues(e.Driver, "hit").Inc()
+			case "miss":
+				m.poolTakes.WithLabelValues(e.Driver, "miss").Inc()
+			case "retired":
+				m.poolReady.WithLabelValues(e.Driver).Dec()
+				m.poolRetired.WithLabelValues(e.Driver).Inc()
+			case "failed":
+				m.poolFailures.WithLabelValues(e.Driver).Inc()
 			}
 		},
 		Egress: func(e telemetry.EgressDecision) {

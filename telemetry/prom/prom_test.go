@@ -43,11 +43,27 @@ func TestHooksFeedTheSeries(t *testing.T) {
 	h.ModelRequest(ctx, telemetry.ModelRequest{Driver: "codex", Status: 402, Refused: true})
 	h.Egress(telemetry.EgressDecision{Allowed: true})
 	h.Egress(telemetry.EgressDecision{})
+	for _, d := range []telemetry.DownloadDone{{Files: 2, Bytes: 300}, {Files: 1, Bytes: 5}, {Err: errors.New("too big")}} {
+		_, end := h.Download(ctx, telemetry.DownloadStart{})
+		end(d)
+	}
+	// Two pools of claude: 3 agents were ready, one was handed out, one
+	// retired, so one is ready; one Start found its pool empty.
+	for _, k := range []string{"ready", "ready", "hit", "ready", "retired", "miss", "failed"} {
+		h.Pool(telemetry.PoolEvent{Driver: "claude", Kind: k})
+	}
 
 	want := `
 # HELP sandbox_agent_budget_refusals_total Model requests the proxy refused because a budget was spent, by driver and tenant.
 # TYPE sandbox_agent_budget_refusals_total counter
 sandbox_agent_budget_refusals_total{driver="codex",engine="docker",tenant="acme"} 1
+# HELP sandbox_agent_download_bytes_total Bytes of regular files the downloads brought to the host.
+# TYPE sandbox_agent_download_bytes_total counter
+sandbox_agent_download_bytes_total{engine="docker"} 305
+# HELP sandbox_agent_downloads_total Copies of a sandbox's files to the host, by outcome (ok, error).
+# TYPE sandbox_agent_downloads_total counter
+sandbox_agent_downloads_total{engine="docker",outcome="error"} 1
+sandbox_agent_downloads_total{engine="docker",outcome="ok"} 2
 # HELP sandbox_agent_egress_decisions_total Decisions of the egress proxy, by decision (allowed, denied).
 # TYPE sandbox_agent_egress_decisions_total counter
 sandbox_agent_egress_decisions_total{decision="allowed",engine="docker"} 1
@@ -68,6 +84,19 @@ sandbox_agent_model_tokens_total{driver="codex",engine="docker",kind="cache_read
 sandbox_agent_model_tokens_total{driver="codex",engine="docker",kind="input",model="gpt-5.5",tenant="acme"} 100
 sandbox_agent_model_tokens_total{driver="codex",engine="docker",kind="input",model="other",tenant="acme"} 5
 sandbox_agent_model_tokens_total{driver="codex",engine="docker",kind="output",model="gpt-5.5",tenant="acme"} 7
+# HELP sandbox_agent_pool_ready Agents ready in pools, by driver.
+# TYPE sandbox_agent_pool_ready gauge
+sandbox_agent_pool_ready{driver="claude",engine="docker"} 1
+# HELP sandbox_agent_pool_retired_total Ready agents pools closed unused (sandbox gone, idle too long, pool closed), by driver.
+# TYPE sandbox_agent_pool_retired_total counter
+sandbox_agent_pool_retired_total{driver="claude",engine="docker"} 1
+# HELP sandbox_agent_pool_start_failures_total Background starts of pools that failed, by driver.
+# TYPE sandbox_agent_pool_start_failures_total counter
+sandbox_agent_pool_start_failures_total{driver="claude",engine="docker"} 1
+# HELP sandbox_agent_pool_takes_total Agents asked of pools, by driver and outcome (hit: a ready one; miss: none was ready).
+# TYPE sandbox_agent_pool_takes_total counter
+sandbox_agent_pool_takes_total{driver="claude",engine="docker",outcome="hit"} 1
+sandbox_agent_pool_takes_total{driver="claude",engine="docker",outcome="miss"} 1
 # HELP sandbox_agent_sandbox_starts_total Agents' sandbox starts, by outcome (ok, error).
 # TYPE sandbox_agent_sandbox_starts_total counter
 sandbox_agent_sandbox_starts_total{engine="docker",outcome="error"} 1
@@ -77,7 +106,9 @@ sandbox_agent_sandbox_starts_total{engine="docker",outcome="ok"} 1
 sandbox_agent_turns_total{driver="codex",engine="docker",outcome="budget_exceeded"} 1
 sandbox_agent_turns_total{driver="codex",engine="docker",outcome="ok"} 1
 `
-	names := []string{"sandbox_agent_budget_refusals_total", "sandbox_agent_egress_decisions_total", "sandbox_agent_execs_total",
+	names := []string{"sandbox_agent_budget_refusals_total", "sandbox_agent_download_bytes_total", "sandbox_agent_downloads_total",
+		"sandbox_agent_egress_decisions_total", "sandbox_agent_execs_total", "sandbox_agent_pool_ready", "sandbox_agent_pool_retired_total",
+		"sandbox_agent_pool_start_failures_total", "sandbox_agent_pool_takes_total",
 		"sandbox_agent_model_requests_total", "sandbox_agent_model_tokens_total", "sandbox_agent_sandbox_starts_total", "sandbox_agent_turns_total"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)

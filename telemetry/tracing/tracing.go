@@ -1,6 +1,6 @@
 // Package tracing turns sandbox-agent's telemetry hooks into OpenTelemetry
 // spans: an agent's start (a child span per phase), each turn, each
-// command in a sandbox (under the turn that ran it) and each request
+// command in a sandbox (under the turn that ran it), each download and each request
 // through the model proxy (under its turn, with its own start and end).
 // FromEnv sets up the OTLP/HTTP exporter from the standard
 // OTEL_EXPORTER_OTLP_* variables; without them tracing is off.
@@ -29,6 +29,7 @@ const (
 	SpanStart        = "sandbox_agent.agent.start"
 	SpanTurn         = "sandbox_agent.turn"
 	SpanExec         = "sandbox_agent.exec"
+	SpanDownload     = "sandbox_agent.download"
 	SpanModelRequest = "sandbox_agent.model_request"
 )
 
@@ -81,6 +82,14 @@ func Hooks(tracer trace.Tracer, tenant string) telemetry.Hooks {
 			ctx, span := tracer.Start(ctx, SpanExec, trace.WithAttributes(common...))
 			return ctx, func(d telemetry.ExecDone) {
 				span.SetAttributes(attribute.Int("sandbox_agent.exit_code", d.ExitCode))
+				fail(span, d.Err)
+				span.End()
+			}
+		},
+		Download: func(ctx context.Context, _ telemetry.DownloadStart) (context.Context, func(telemetry.DownloadDone)) {
+			ctx, span := tracer.Start(ctx, SpanDownload, trace.WithAttributes(common...))
+			return ctx, func(d telemetry.DownloadDone) {
+				span.SetAttributes(attribute.Int("sandbox_agent.files", d.Files), attribute.Int64("sandbox_agent.bytes", d.Bytes))
 				fail(span, d.Err)
 				span.End()
 			}
