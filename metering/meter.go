@@ -49,6 +49,13 @@ func (s Spent) Add(t Spent) Spent {
 		UnpricedTokens: sat(s.UnpricedTokens, t.UnpricedTokens), Requests: sat(s.Requests, t.Requests)}
 }
 
+// max is each count's larger of s and t.
+func (s Spent) max(t Spent) Spent {
+	return Spent{Usage: Usage{InputTokens: max(s.Usage.InputTokens, t.Usage.InputTokens), OutputTokens: max(s.Usage.OutputTokens, t.Usage.OutputTokens),
+		CacheReadTokens: max(s.Usage.CacheReadTokens, t.Usage.CacheReadTokens), CacheWriteTokens: max(s.Usage.CacheWriteTokens, t.Usage.CacheWriteTokens)},
+		CostUSD: max(s.CostUSD, t.CostUSD), UnpricedTokens: max(s.UnpricedTokens, t.UnpricedTokens), Requests: max(s.Requests, t.Requests)}
+}
+
 // ErrLedger: a meter's shared count (its Ledger) cannot be read; the
 // model proxy refuses the request (a budget it cannot check is not kept).
 var ErrLedger = errors.New("budget ledger unavailable")
@@ -100,12 +107,16 @@ type Meter struct {
 
 	ledger Ledger
 
-	mu      sync.Mutex
-	budget  Budget
-	spent   Spent
-	pending Spent     // charged here, not yet added to the ledger
-	start   time.Time // of the current period
+	mu       sync.Mutex
+	budget   Budget
+	spent    Spent
+	pending  Spent     // charged here, not yet added to the ledger
+	start    time.Time // of the current period
+	flushing chan struct{} // a background sync is under way (charge); closed when it ends
 }
+
+// MinLedgerPeriod is the shortest period of a meter with a ledger.
+const MinLedgerPeriod = time.Minute
 
 // MeterOptions configure a Meter.
 type MeterOptions struct {
@@ -138,6 +149,10 @@ func NewMeter(o MeterOptions) (*Meter, error) {
 	}
 	if o.Period < 0 {
 		return nil, fmt.Errorf("meter: negative period %v", o.Period)
+	}
+	if o.Ledger != nil && o.Period > 0 && o.Period < MinLedgerPeriod {
+		// A shared count keeps a row per scope per period.
+		return nil, fmt.Errorf("meter: period %v with a ledger: want %v or more", o.Period, MinLedgerPeriod)
 	}
 	m := &Meter{scope: o.Scope, prices: o.Prices, parent: o.Parent, period: o.Period, now: o.Now, budget: o.Budget,
 		slots: make(chan struct{}, MaxInFlight), ledger: o.Ledger}
@@ -200,8 +215,50 @@ func (m *Meter) charge(d Spent) {
 		return
 	}
 	m.pending = m.pending.Add(d)
+	// The ledger is written in the background: a charge is made as a
+	// response ends, and a slow database must not hold the response.
+	// The next admission syncs anyway; Flush waits for it.
+	if m.flushing == nil {
+		m.flushing = make(chan struct{})
+		go m.flushPending()
+	}
 	m.mu.Unlock()
-	m.sync(context.Background())
+}
+
+// flushPending syncs until nothing is pending, or a sync fails (the next
+// admission or charge tries again).
+func (m *Meter) flushPending() {
+	for {
+		err := m.sync(context.Background())
+		m.mu.Lock()
+		if err != nil || m.pending == (Spent{}) {
+			close(m.flushing)
+			m.flushing = nil
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+	}
+}
+
+// Flush waits for the charges under way to reach the ledger, then adds
+// what is still pending; an error when the ledger cannot take it. A
+// meter without a ledger has nothing to flush.
+func (m *Meter) Flush(ctx context.Context) error {
+	if m.ledger == nil {
+		return nil
+	}
+	m.mu.Lock()
+	done := m.flushing
+	m.mu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return m.sync(ctx)
 }
 
 // sync adds what is pending to the ledger and takes its total as the
@@ -223,15 +280,20 @@ func (m *Meter) sync(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err != nil {
+		if start.Equal(m.start) { // else the period ended meanwhile: dropped with it
+			m.pending = m.pending.Add(p)
+		}
+		// Even in a new period: its count was not read.
+		return fmt.Errorf("meter %s: %w: %w", m.scope, ErrLedger, err)
+	}
 	if !start.Equal(m.start) { // the period ended meanwhile
 		return nil
 	}
-	if err != nil {
-		m.pending = m.pending.Add(p)
-		return fmt.Errorf("meter %s: %w: %w", m.scope, ErrLedger, err)
-	}
-	// Charges made meanwhile are pending still: counted on top.
-	m.spent = total.Add(m.pending)
+	// Charges made meanwhile are pending still: counted on top. Syncs
+	// can answer out of order, and the count only grows within a
+	// period: an older total must not lower it.
+	m.spent = m.spent.max(total.Add(m.pending))
 	return nil
 }
 
@@ -389,3 +451,19 @@ func (t *Tenants) Meter(tenant string) *Meter {
 
 // Budget is every tenant's budget.
 func (t *Tenants) Budget() Budget { return t.opts.Budget }
+
+// Flush flushes every tenant's meter (Meter.Flush): call it before the
+// process exits, so that no charge is lost.
+func (t *Tenants) Flush(ctx context.Context) error {
+	t.mu.Lock()
+	ms := make([]*Meter, 0, len(t.m))
+	for _, m := range t.m {
+		ms = append(ms, m)
+	}
+	t.mu.Unlock()
+	var errs []error
+	for _, m := range ms {
+		errs = append(errs, m.Flush(ctx))
+	}
+	return errors.Join(errs...)
+}

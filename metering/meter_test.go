@@ -87,7 +87,7 @@ func TestMeterPeriod(t *testing.T) {
 }
 
 func TestMeterRejects(t *testing.T) {
-	for _, o := range []MeterOptions{{Budget: Budget{Tokens: -1}}, {Budget: Budget{USD: -1}}, {Period: -time.Second}, {Prices: Prices{"m": {Input: -1}}}} {
+	for _, o := range []MeterOptions{{Budget: Budget{Tokens: -1}}, {Budget: Budget{USD: -1}}, {Period: -time.Second}, {Period: time.Second, Ledger: &memLedger{}}, {Prices: Prices{"m": {Input: -1}}}} {
 		if _, err := NewMeter(o); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
@@ -196,7 +196,12 @@ func TestMeterLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := NewMeter(opts)
+	ctx := context.Background()
+	// A charge reaches the ledger in the background; Flush waits for it.
 	a.Charge("m", Usage{InputTokens: 40, OutputTokens: 20})
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.Allow(); err != nil {
 		t.Fatalf("60 of 100 spent through the other replica: %v", err)
 	}
@@ -204,12 +209,18 @@ func TestMeterLedger(t *testing.T) {
 		t.Errorf("the other replica counts %d tokens, want 60", got)
 	}
 	b.Charge("m", Usage{InputTokens: 30})
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.Allow(); err != nil {
 		t.Fatalf("90 of 100: %v", err)
 	}
 
 	l.setFail(true)
 	a.Charge("m", Usage{OutputTokens: 10}) // kept pending
+	if err := a.Flush(ctx); !errors.Is(err, ErrLedger) {
+		t.Fatalf("Flush with the ledger down: %v, want ErrLedger", err)
+	}
 	if err := a.Allow(); !errors.Is(err, ErrLedger) || errors.Is(err, ErrBudgetExceeded) {
 		t.Fatalf("ledger down: %v, want ErrLedger", err)
 	}
@@ -235,6 +246,9 @@ func TestMeterLedger(t *testing.T) {
 		t.Errorf("a new period: %v", err)
 	}
 	a.Charge("m", Usage{InputTokens: 5})
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if got := b.Spent().Usage.Tokens(); got != 5 {
 		t.Errorf("the new period counts %d tokens, want 5", got)
 	}
@@ -282,4 +296,55 @@ func TestChargeUnnamedModel(t *testing.T) {
 	if m.Spent().UnpricedTokens != 1 {
 		t.Errorf("unknown model: %+v", m.Spent())
 	}
+}
+
+// A ledger down as a period ends, the period ending during the failed
+// call: the new period's count was not read either, so the request is
+// refused (ErrLedger), not admitted unchecked against an empty count.
+func TestMeterLedgerDownAtPeriodEnd(t *testing.T) {
+	now := time.Date(2026, 12, 3, 23, 59, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	l := &slowLedger{memLedger: &memLedger{}}
+	m, err := NewMeter(MeterOptions{Scope: "tenant acme", Budget: Budget{Tokens: 100}, Period: 24 * time.Hour, Now: clock, Ledger: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Charge("m", Usage{InputTokens: 10})
+	if err := m.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l.setFail(true)
+	l.during = func() { // the next day, and another request's charge rolls the meter to it
+		mu.Lock()
+		now = now.Add(2 * time.Minute)
+		mu.Unlock()
+		m.mu.Lock()
+		m.roll()
+		m.mu.Unlock()
+	}
+	if err := m.Allow(); !errors.Is(err, ErrLedger) {
+		t.Fatalf("the period ended during a failed read: %v, want ErrLedger", err)
+	}
+	l.during = nil
+	l.setFail(false)
+	if err := m.Allow(); err != nil {
+		t.Fatalf("a new period, the ledger back: %v", err)
+	}
+	if got := m.Spent().Usage.Tokens(); got != 0 {
+		t.Errorf("the new period counts %d tokens, want 0", got)
+	}
+}
+
+// slowLedger runs during inside each call, as if the call took that long.
+type slowLedger struct {
+	*memLedger
+	during func()
+}
+
+func (l *slowLedger) Total(ctx context.Context, scope string, period time.Time) (Spent, error) {
+	if l.during != nil {
+		l.during()
+	}
+	return l.memLedger.Total(ctx, scope, period)
 }

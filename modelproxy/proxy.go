@@ -142,8 +142,10 @@ type Record struct {
 	Error       string    `json:"error,omitempty"`  // why it failed; never a secret
 	Denied      bool      `json:"denied,omitempty"` // refused by the route allow-list (403), never forwarded
 	Budget      bool      `json:"budget,omitempty"` // refused by the budget (402), never forwarded
-	// Estimated: the response reported no usage the proxy could read;
-	// Usage is an estimate from the bytes, and the meter was charged it.
+	// Estimated: the response reported no usage the proxy could read,
+	// or was cut short (its output then counted from the bytes that
+	// passed when that is more than it reported); Usage is that
+	// estimate, and the meter was charged it.
 	Estimated bool `json:"estimated,omitempty"`
 }
 
@@ -315,6 +317,7 @@ type exchange struct {
 	start     time.Time
 	firstByte time.Duration
 	scan      *usageScanner
+	whole     bool // the response body was read to its end
 	err       string
 	release   func() // the meter's slot (Meter.Admit); nil without one
 
@@ -380,6 +383,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				// counted: more than the model's count, never less free).
 				u, rec.Estimated = &Usage{InputTokens: (rec.BytesIn + 3) / 4, OutputTokens: (rec.BytesOut + 3) / 4}, true
 				rec.Usage = u // so that the turn counts it too
+			} else if est := (rec.BytesOut + 3) / 4; !x.whole && u.OutputTokens < est {
+				// Cut short (the client left, the upstream broke off):
+				// the usage seen so far can be a stream's first event
+				// (Anthropic's message_start: the input, one output
+				// token). The output that passed is charged from its
+				// bytes.
+				u.OutputTokens, rec.Estimated = est, true
 			}
 			p.meter.Charge(rec.Model, *u)
 		}
@@ -702,6 +712,7 @@ func (t *teeBody) Read(b []byte) (int, error) {
 		}
 		switch {
 		case err == io.EOF:
+			t.x.whole = true
 			t.out = t.red.flush(t.out)
 		case err != nil && t.x.err == "":
 			t.x.err = "upstream: " + t.p.redact(err)

@@ -1318,3 +1318,61 @@ func TestBudgetChargesUnmeasured(t *testing.T) {
 		t.Errorf("the estimate did not count against the budget: %d", code)
 	}
 }
+
+// A stream cut short is charged the output that passed, from its bytes,
+// when the usage seen so far says less: Anthropic's message_start
+// reports the input and one output token, and a sandbox that leaves
+// after the text (or an upstream that breaks off) must not get that
+// text for one token.
+func TestBudgetChargesCutStreams(t *testing.T) {
+	text := strings.Repeat("x", 4000)
+	head := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-x\",\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"" + text + "\"}}\n\n"
+	for _, tc := range []struct {
+		name  string
+		leave bool // the client leaves after the text; else the upstream breaks off
+	}{{"client leaves", true}, {"upstream breaks off", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, head)
+				w.(http.Flusher).Flush()
+				if tc.leave {
+					<-r.Context().Done()
+					return
+				}
+				panic(http.ErrAbortHandler)
+			}))
+			defer up.Close()
+			meter, err := metering.NewMeter(metering.MeterOptions{Budget: metering.Budget{Tokens: 1_000_000}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, purl, rc := startProxy(t, Options{Upstream: up.URL, Meter: meter})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req := newReq(t, "POST", purl+"/v1/messages", `{"stream":true}`).WithContext(ctx)
+			withToken(req, "X-Api-Key", testToken)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(res.Body, make([]byte, len(head)-10)); err != nil {
+				t.Fatal(err)
+			}
+			if tc.leave {
+				cancel()
+			} else {
+				io.Copy(io.Discard, res.Body)
+			}
+			res.Body.Close()
+			rec := rc.next(t)
+			if rec.Usage == nil || !rec.Estimated || rec.Usage.InputTokens != 10 || rec.Usage.OutputTokens < 1000 {
+				t.Fatalf("record %+v usage %+v: want the input reported and at least 1000 output tokens from 4 KB", rec, rec.Usage)
+			}
+			if s := meter.Spent(); s.Usage.OutputTokens != rec.Usage.OutputTokens || s.Usage.InputTokens != 10 {
+				t.Errorf("spent %+v, want the record's usage %+v", s, rec.Usage)
+			}
+		})
+	}
+}

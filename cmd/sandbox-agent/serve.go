@@ -253,6 +253,13 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	} else {
 		closeErr = srv.Close(sctx)
 	}
+	if t := starterOpts.Tenants; t != nil {
+		// The tenants' last charges, written in the background, reach
+		// the state before it is closed.
+		if err := t.Flush(sctx); err != nil {
+			log.Error("tenant budgets: the last charges were not saved", "err", err)
+		}
+	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return a.fail(fmt.Errorf("serve: %w", serveErr))
 	}
