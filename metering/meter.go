@@ -110,8 +110,8 @@ type Meter struct {
 	mu       sync.Mutex
 	budget   Budget
 	spent    Spent
-	pending  Spent     // charged here, not yet added to the ledger
-	start    time.Time // of the current period
+	pending  Spent         // charged here, not yet added to the ledger
+	start    time.Time     // of the current period
 	flushing chan struct{} // a background sync is under way (charge); closed when it ends
 }
 
