@@ -37,11 +37,18 @@ func TestStoreLedgerSharesTenantBudgets(t *testing.T) {
 	}
 	one, _ := metering.NewMeter(metering.MeterOptions{Prices: prices, Parent: tenants[0].Meter("acme")})
 	two, _ := metering.NewMeter(metering.MeterOptions{Prices: prices, Parent: tenants[1].Meter("acme")})
+	// A charge reaches the database in the background: Flush waits.
 	one.Charge("m", metering.Usage{InputTokens: 600, OutputTokens: 100})
+	if err := tenants[0].Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := two.Allow(); err != nil {
 		t.Fatalf("700 of 1000 spent: %v", err)
 	}
 	two.Charge("m", metering.Usage{InputTokens: 300})
+	if err := tenants[1].Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	var be *metering.BudgetError
 	if err := one.Allow(); !errors.As(err, &be) || be.Scope != "tenant acme" {
 		t.Fatalf("the tenant's 1000 tokens spent across two servers: %v", err)
