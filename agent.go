@@ -160,13 +160,11 @@ func WithResources(memoryBytes, pids int64) AgentOption {
 // it: the server re-adopts it (Adopt) after a restart.
 func WithOwner(id string) AgentOption { return func(o *agentOptions) { o.owner = id } }
 
-// WithMeter counts the agent's model requests on m and holds them to its
-// budget (and its parent's: a tenant's): once spent, the model proxy
-// refuses the next request and the turn fails with
-// metering.ErrBudgetExceeded; m.SetBudget raises it. Give each agent its
-// own meter (TurnResult.Usage is counted per turn either way). Without
-// it the agent counts on a meter of its own with no budget. It applies
-// only where the model proxy carries the CLI's requests.
+// WithMeter counts the agent's model requests (through the model proxy)
+// on m, its own, and holds them to its budget and its parent's: once
+// spent, the proxy refuses the next request and the turn fails with
+// metering.ErrBudgetExceeded; m.SetBudget raises it. Without it the
+// agent counts on a meter with no budget.
 func WithMeter(m *metering.Meter) AgentOption { return func(o *agentOptions) { o.meter = m } }
 
 // WithHooks has h told of the agent's start, turns, model requests,

@@ -126,13 +126,7 @@ func (s *Sandbox) ReadFile(ctx context.Context, name string, max int64) (data []
 // the destination is replaced; an existing directory is not merged into.
 func (s *Sandbox) Download(ctx context.Context, src, dst string) (rep DownloadReport, err error) {
 	ctx, hookDone := s.hooks.StartDownload(ctx)
-	defer func() {
-		d := telemetry.DownloadDone{Err: err}
-		if err == nil {
-			d.Files, d.Bytes = rep.Files, rep.Bytes
-		}
-		hookDone(d)
-	}()
+	defer func() { hookDone(telemetry.DownloadDone{Files: rep.Files, Bytes: rep.Bytes, Err: err}) }()
 	err = s.copying(ctx, func(ctx context.Context, f transfer.Sandbox) error {
 		final, r, err := transfer.Download(ctx, f, src, dst, s.limits())
 		rep = DownloadReport{Path: final, Files: r.Files, Dirs: r.Dirs, Bytes: r.Bytes, Skipped: r.Skipped, SkippedOmitted: r.SkippedOmitted}

@@ -65,8 +65,8 @@ type ExecDone struct {
 // DownloadStart: a sandbox's files are being copied to the host.
 type DownloadStart struct{}
 
-// DownloadDone: the copy ended; Files and Bytes are what reached the
-// host (nothing when Err is set: a failed download leaves nothing).
+// DownloadDone: the copy ended; Files and Bytes are what it extracted
+// (on the host only when Err is nil: a failed download leaves nothing).
 type DownloadDone struct {
 	Files int
 	Bytes int64
