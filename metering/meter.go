@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -110,9 +112,9 @@ type Meter struct {
 	mu       sync.Mutex
 	budget   Budget
 	spent    Spent
-	pending  Spent         // charged here, not yet added to the ledger
-	start    time.Time     // of the current period
-	flushing chan struct{} // a background sync is under way (charge); closed when it ends
+	pending  map[time.Time]Spent // charged here, not yet added to the ledger, by period start
+	start    time.Time           // of the current period
+	flushing chan struct{}       // a background sync is under way (charge); closed when it ends
 }
 
 // MinLedgerPeriod is the shortest period of a meter with a ledger.
@@ -133,9 +135,10 @@ type MeterOptions struct {
 	// Now is the clock (tests); time.Now when nil.
 	Now func() time.Time
 	// Ledger, when set, keeps the count, shared under Scope with other
-	// processes' meters of the same scope: each charge is added there
-	// (kept and added later when the ledger fails), and each admission
-	// reads the shared total (and fails with ErrLedger when it cannot).
+	// processes' meters of the same scope: each charge is added there in
+	// the background (kept and added later when the ledger fails: Flush
+	// before the process exits), and each admission reads the shared
+	// total (and fails with ErrLedger when it cannot).
 	Ledger Ledger
 }
 
@@ -174,14 +177,29 @@ func (m *Meter) periodStart() time.Time {
 }
 
 // roll starts a new period when the current one is over. m.mu held.
-// What the ledger has not taken of the period that ended is dropped with
-// it.
+// What the ledger has not taken of the period that ended stays pending,
+// for that period.
 func (m *Meter) roll() {
 	if m.period == 0 {
 		return
 	}
 	if s := m.periodStart(); s.After(m.start) {
-		m.start, m.spent, m.pending = s, Spent{}, Spent{}
+		m.start, m.spent = s, Spent{}
+	}
+}
+
+// maxPendingPeriods bounds the periods whose charges wait for a ledger
+// that stays down (the oldest are dropped).
+const maxPendingPeriods = 16
+
+// addPending keeps d for the period starting at start. m.mu held.
+func (m *Meter) addPending(start time.Time, d Spent) {
+	if m.pending == nil {
+		m.pending = map[time.Time]Spent{}
+	}
+	m.pending[start] = m.pending[start].Add(d)
+	if len(m.pending) > maxPendingPeriods {
+		delete(m.pending, slices.MinFunc(slices.Collect(maps.Keys(m.pending)), time.Time.Compare))
 	}
 }
 
@@ -214,7 +232,7 @@ func (m *Meter) charge(d Spent) {
 		m.mu.Unlock()
 		return
 	}
-	m.pending = m.pending.Add(d)
+	m.addPending(m.start, d)
 	// The ledger is written in the background: a charge is made as a
 	// response ends, and a slow database must not hold the response.
 	// The next admission syncs anyway; Flush waits for it.
@@ -231,7 +249,7 @@ func (m *Meter) flushPending() {
 	for {
 		err := m.sync(context.Background())
 		m.mu.Lock()
-		if err != nil || m.pending == (Spent{}) {
+		if err != nil || len(m.pending) == 0 {
 			close(m.flushing)
 			m.flushing = nil
 			m.mu.Unlock()
@@ -241,60 +259,83 @@ func (m *Meter) flushPending() {
 	}
 }
 
-// Flush waits for the charges under way to reach the ledger, then adds
-// what is still pending; an error when the ledger cannot take it. A
-// meter without a ledger has nothing to flush.
+// Flush returns once nothing charged so far waits to reach the ledger
+// (the background writes done, what is left added); an error when the
+// ledger cannot take it. A meter without a ledger has nothing to flush.
 func (m *Meter) Flush(ctx context.Context) error {
 	if m.ledger == nil {
 		return nil
 	}
-	m.mu.Lock()
-	done := m.flushing
-	m.mu.Unlock()
-	if done != nil {
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return ctx.Err()
+	for {
+		m.mu.Lock()
+		done, empty := m.flushing, len(m.pending) == 0
+		m.mu.Unlock()
+		switch {
+		case done != nil:
+			select {
+			case <-done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		case empty:
+			return nil
+		default:
+			if err := m.sync(ctx); err != nil {
+				return err
+			}
 		}
 	}
-	return m.sync(ctx)
 }
 
-// sync adds what is pending to the ledger and takes its total as the
-// count; on failure the pending charges wait for the next sync.
+// sync adds what is pending to the ledger (earlier periods' charges to
+// their periods) and takes the current period's total as the count; on
+// failure what was not added waits for the next sync.
 func (m *Meter) sync(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, ledgerTimeout)
 	defer cancel()
-	m.mu.Lock()
-	m.roll()
-	p, start := m.pending, m.start
-	m.pending = Spent{}
-	m.mu.Unlock()
-	var total Spent
-	var err error
-	if p == (Spent{}) {
-		total, err = m.ledger.Total(ctx, m.scope, start)
-	} else {
-		total, err = m.ledger.Add(ctx, m.scope, start, p)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err != nil {
-		if start.Equal(m.start) { // else the period ended meanwhile: dropped with it
-			m.pending = m.pending.Add(p)
+	for {
+		m.mu.Lock()
+		m.roll()
+		batch, start := m.pending, m.start
+		m.pending = nil
+		m.mu.Unlock()
+		var total Spent
+		var err error
+		for s, p := range batch {
+			if !s.Equal(start) {
+				if _, err = m.ledger.Add(ctx, m.scope, s, p); err != nil {
+					break
+				}
+				delete(batch, s)
+			}
 		}
-		// Even in a new period: its count was not read.
-		return fmt.Errorf("meter %s: %w: %w", m.scope, ErrLedger, err)
-	}
-	if !start.Equal(m.start) { // the period ended meanwhile
+		if p, ok := batch[start]; err == nil && ok {
+			if total, err = m.ledger.Add(ctx, m.scope, start, p); err == nil {
+				delete(batch, start)
+			}
+		} else if err == nil {
+			total, err = m.ledger.Total(ctx, m.scope, start)
+		}
+		m.mu.Lock()
+		for s, p := range batch {
+			m.addPending(s, p)
+		}
+		if err != nil {
+			m.mu.Unlock()
+			return fmt.Errorf("meter %s: %w: %w", m.scope, ErrLedger, err)
+		}
+		if !start.Equal(m.start) {
+			// The period ended meanwhile: read the new one's count.
+			m.mu.Unlock()
+			continue
+		}
+		// Charges made meanwhile are pending still: counted on top. Syncs
+		// can answer out of order, and the count only grows within a
+		// period: an older total must not lower it.
+		m.spent = m.spent.max(total.Add(m.pending[start]))
+		m.mu.Unlock()
 		return nil
 	}
-	// Charges made meanwhile are pending still: counted on top. Syncs
-	// can answer out of order, and the count only grows within a
-	// period: an older total must not lower it.
-	m.spent = m.spent.max(total.Add(m.pending))
-	return nil
 }
 
 // Allow returns a *BudgetError when this meter's budget, or a parent's, is
@@ -461,9 +502,11 @@ func (t *Tenants) Flush(ctx context.Context) error {
 		ms = append(ms, m)
 	}
 	t.mu.Unlock()
-	var errs []error
-	for _, m := range ms {
-		errs = append(errs, m.Flush(ctx))
+	errs := make([]error, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms { // at once: one slow tenant must not use up the others' time
+		wg.Go(func() { errs[i] = m.Flush(ctx) })
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }

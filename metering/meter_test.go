@@ -348,3 +348,112 @@ func (l *slowLedger) Total(ctx context.Context, scope string, period time.Time) 
 	}
 	return l.memLedger.Total(ctx, scope, period)
 }
+
+// A charge the ledger could not take before its period ended is added to
+// that period when it can, not dropped and not counted in the next.
+func TestMeterLedgerLateCharge(t *testing.T) {
+	now := time.Date(2026, 12, 3, 23, 59, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	l := &memLedger{}
+	m, err := NewMeter(MeterOptions{Scope: "tenant acme", Budget: Budget{Tokens: 100}, Period: 24 * time.Hour, Now: clock, Ledger: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	day := m.periodStart()
+	l.setFail(true)
+	m.Charge("m", Usage{InputTokens: 7})
+	if err := m.Flush(ctx); !errors.Is(err, ErrLedger) {
+		t.Fatalf("Flush with the ledger down: %v", err)
+	}
+	mu.Lock()
+	now = now.Add(2 * time.Minute) // the next day
+	mu.Unlock()
+	l.setFail(false)
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := l.Total(ctx, "tenant acme", day); got.Usage.Tokens() != 7 {
+		t.Errorf("the day that ended has %d tokens in the ledger, want its late charge's 7", got.Usage.Tokens())
+	}
+	if got := m.Spent().Usage.Tokens(); got != 0 {
+		t.Errorf("the new day counts %d tokens, want 0", got)
+	}
+}
+
+// A sync that succeeds while the period ends reads the new period's
+// count before it answers; and an older total answering after a newer
+// one does not lower the count.
+func TestMeterLedgerOrder(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	l := &gateLedger{memLedger: &memLedger{}}
+	m, err := NewMeter(MeterOptions{Scope: "tenant acme", Budget: Budget{Tokens: 100}, Period: 24 * time.Hour, Now: clock, Ledger: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	m.Charge("m", Usage{InputTokens: 10})
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A stale read: the total is taken, then answers after a charge of 5
+	// reached the ledger.
+	l.hold = make(chan struct{})
+	taken := make(chan struct{})
+	l.taken = taken
+	got := make(chan int64)
+	go func() { got <- m.Spent().Usage.Tokens() }()
+	<-taken
+	m.Charge("m", Usage{InputTokens: 5})
+	for m.Spent().Usage.Tokens() != 15 { // reads through the ledger, unheld
+		time.Sleep(time.Millisecond)
+	}
+	close(l.hold)
+	if n := <-got; n != 15 {
+		t.Errorf("after a stale total answered, the count is %d, want 15", n)
+	}
+
+	// Another replica charged 90 in the new day; the day ends during a
+	// successful read of the old one's count.
+	next := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	if _, err := l.memLedger.Add(ctx, "tenant acme", next, Spent{Usage: Usage{InputTokens: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	l.during = func() {
+		mu.Lock()
+		now = next.Add(time.Minute)
+		mu.Unlock()
+		m.mu.Lock()
+		m.roll() // another request's charge
+		m.mu.Unlock()
+	}
+	if err := m.Allow(); !errors.Is(err, ErrBudgetExceeded) {
+		t.Errorf("the new day's 100 of 100 tokens spent elsewhere: %v, want ErrBudgetExceeded", err)
+	}
+}
+
+// gateLedger: Total can run during, once, and can take its answer and
+// then wait for hold (a stale answer arriving late), once.
+type gateLedger struct {
+	*memLedger
+	during func()
+	hold   chan struct{}
+	taken  chan struct{}
+}
+
+func (l *gateLedger) Total(ctx context.Context, scope string, period time.Time) (Spent, error) {
+	s, err := l.memLedger.Total(ctx, scope, period)
+	if f := l.during; f != nil {
+		l.during = nil
+		f()
+	}
+	if t := l.taken; t != nil {
+		l.taken = nil
+		close(t)
+		<-l.hold
+	}
+	return s, err
+}

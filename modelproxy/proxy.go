@@ -317,7 +317,6 @@ type exchange struct {
 	start     time.Time
 	firstByte time.Duration
 	scan      *usageScanner
-	whole     bool // the response body was read to its end
 	err       string
 	release   func() // the meter's slot (Meter.Admit); nil without one
 
@@ -383,12 +382,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				// counted: more than the model's count, never less free).
 				u, rec.Estimated = &Usage{InputTokens: (rec.BytesIn + 3) / 4, OutputTokens: (rec.BytesOut + 3) / 4}, true
 				rec.Usage = u // so that the turn counts it too
-			} else if est := (rec.BytesOut + 3) / 4; !x.whole && u.OutputTokens < est {
-				// Cut short (the client left, the upstream broke off):
-				// the usage seen so far can be a stream's first event
-				// (Anthropic's message_start: the input, one output
-				// token). The output that passed is charged from its
-				// bytes.
+			} else if est := (rec.BytesOut + 3) / 4; !x.scan.final && u.OutputTokens < est {
+				// Its end never came (the client left, the upstream
+				// broke off or sent an error event): the usage seen can
+				// be a stream's first event (Anthropic's message_start:
+				// the input, one output token). The output that passed
+				// is charged from its bytes.
 				u.OutputTokens, rec.Estimated = est, true
 			}
 			p.meter.Charge(rec.Model, *u)
@@ -712,7 +711,6 @@ func (t *teeBody) Read(b []byte) (int, error) {
 		}
 		switch {
 		case err == io.EOF:
-			t.x.whole = true
 			t.out = t.red.flush(t.out)
 		case err != nil && t.x.err == "":
 			t.x.err = "upstream: " + t.p.redact(err)

@@ -1376,3 +1376,58 @@ func TestBudgetChargesCutStreams(t *testing.T) {
 		})
 	}
 }
+
+// A complete stream of each wire API keeps the usage it reported (no
+// estimate); one that ends in an error event after its text, though the
+// connection closes cleanly, is charged its output from the bytes.
+func TestBudgetFinalEvents(t *testing.T) {
+	text := strings.Repeat("x", 4000)
+	anthropicHead := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-x\",\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"" + text + "\"}}\n\n"
+	for _, tc := range []struct {
+		name, path, body string
+		wantOut          int64 // exact; 0: estimated, at least 1000
+	}{
+		{"anthropic complete", "/v1/messages", anthropicHead +
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":12}}\n\n" +
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", 12},
+		{"anthropic complete, no event lines", "/v1/messages", strings.ReplaceAll(anthropicHead, "event: content_block_delta\n", "") +
+			"data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":12}}\n\n", 12},
+		{"anthropic error event", "/v1/messages", anthropicHead +
+			"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n", 0},
+		{"chat complete", "/chat/completions", "data: {\"choices\":[{\"delta\":{\"content\":\"" + text + "\"}}]}\n\n" +
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":12}}\n\ndata: [DONE]\n\n", 12},
+		{"responses complete", "/responses", "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"" + text + "\"}\n\n" +
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":12}}}\n\n", 12},
+		{"responses cut after the text", "/responses", "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":0}}}\n\n" +
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"" + text + "\"}\n\n", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, tc.body)
+			}))
+			defer up.Close()
+			meter, err := metering.NewMeter(metering.MeterOptions{Budget: metering.Budget{Tokens: 1_000_000}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, purl, rc := startProxy(t, Options{Upstream: up.URL, Meter: meter})
+			req := newReq(t, "POST", purl+tc.path, `{"stream":true}`)
+			withToken(req, "Authorization", testToken)
+			withToken(req, "X-Api-Key", testToken)
+			if code, _ := do(t, req); code != 200 {
+				t.Fatalf("status %d", code)
+			}
+			rec := rc.next(t)
+			switch {
+			case rec.Usage == nil || rec.Usage.InputTokens != 10:
+				t.Errorf("record %+v: want the reported input, 10", rec)
+			case tc.wantOut > 0 && (rec.Estimated || rec.Usage.OutputTokens != tc.wantOut):
+				t.Errorf("a complete stream: estimated %v, output %d, want the reported %d", rec.Estimated, rec.Usage.OutputTokens, tc.wantOut)
+			case tc.wantOut == 0 && (!rec.Estimated || rec.Usage.OutputTokens < 1000):
+				t.Errorf("a stream without its end: estimated %v, output %d, want at least 1000 from 4 KB", rec.Estimated, rec.Usage.OutputTokens)
+			}
+		})
+	}
+}

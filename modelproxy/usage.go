@@ -6,6 +6,7 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -30,7 +31,16 @@ type usageScanner struct {
 	u        Usage
 	seen     bool
 	model    string // the first valid "model" seen
+	// final: the response's end was seen (a stream's last event, a whole
+	// JSON body): its usage is complete. A response cut short, or one
+	// that ends in an error event, is not.
+	final bool
 }
+
+// finalEvents are the SSE events after which a stream's usage is
+// complete: Anthropic's message_delta (the output count) and
+// message_stop, the Responses API's last event.
+var finalEvents = []string{"message_delta", "message_stop", "response.completed", "response.incomplete", "response.failed"}
 
 // newUsageScanner returns a scanner for an SSE or JSON response, else nil.
 func newUsageScanner(h http.Header) *usageScanner {
@@ -107,8 +117,16 @@ func (s *usageScanner) parseTail() {
 // line scans the completed SSE line in buf and starts the next one.
 func (s *usageScanner) line() {
 	l := bytes.TrimSuffix(s.buf, []byte("\r"))
-	if d, ok := bytes.CutPrefix(l, []byte("data:")); ok && !s.overflow && bytes.Contains(d, []byte(`"usage"`)) {
-		s.parse(d)
+	if ev, ok := bytes.CutPrefix(l, []byte("event:")); ok && slices.Contains(finalEvents, string(bytes.TrimSpace(ev))) {
+		s.final = true
+	}
+	if d, ok := bytes.CutPrefix(l, []byte("data:")); ok && !s.overflow {
+		switch {
+		case bytes.Equal(bytes.TrimSpace(d), []byte("[DONE]")): // OpenAI chat's end
+			s.final = true
+		case bytes.Contains(d, []byte(`"usage"`)) || bytes.Contains(d, []byte(`"message_stop"`)):
+			s.parse(d)
+		}
 	}
 	if s.overflow {
 		s.parseTail()
@@ -117,13 +135,14 @@ func (s *usageScanner) line() {
 }
 
 // finish scans what is left and returns the usage, or nil if none was
-// seen, and the model the response named ("" if none).
+// seen, and the model the response named ("" if none); s.final then says
+// whether the usage is complete.
 func (s *usageScanner) finish() (*Usage, string) {
 	switch {
 	case s.sse:
 		s.line() // a last line without newline
 	case !s.overflow:
-		s.parse(s.buf)
+		s.final = s.parse(s.buf) // a whole JSON body
 	default:
 		s.parseTail()
 	}
@@ -135,11 +154,24 @@ func (s *usageScanner) finish() (*Usage, string) {
 	return &u, s.model
 }
 
-func (s *usageScanner) parse(b []byte) {
+// parse scans one JSON value; false when it is not one.
+func (s *usageScanner) parse(b []byte) bool {
 	var v any
-	if json.Unmarshal(b, &v) == nil {
-		s.walk(v, false)
+	if json.Unmarshal(b, &v) != nil {
+		return false
 	}
+	s.walk(v, false)
+	if m, ok := v.(map[string]any); ok && s.sse {
+		// A stream's last event by its type (no event: lines), or an
+		// OpenAI chat chunk with the usage: the last before [DONE].
+		typ, _ := m["type"].(string)
+		_, chat := m["choices"]
+		_, usage := m["usage"].(map[string]any)
+		if slices.Contains(finalEvents, typ) || chat && usage {
+			s.final = true
+		}
+	}
+	return true
 }
 
 // walk looks for objects under a "usage" key at any depth: Anthropic puts

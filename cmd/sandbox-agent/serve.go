@@ -37,10 +37,12 @@ import (
 const defaultListen = "127.0.0.1:7860"
 
 // A graceful shutdown waits requestsGrace for the requests to end, then
-// shutdownGrace for the sandboxes' removal.
+// shutdownGrace for the sandboxes' removal, then flushGrace for the
+// tenants' last charges.
 const (
 	requestsGrace = 30 * time.Second
 	shutdownGrace = 2 * time.Minute
+	flushGrace    = 15 * time.Second
 )
 
 func runServe(ctx context.Context, a *app, args []string) int {
@@ -255,10 +257,13 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	}
 	if t := starterOpts.Tenants; t != nil {
 		// The tenants' last charges, written in the background, reach
-		// the state before it is closed.
-		if err := t.Flush(sctx); err != nil {
+		// the state before it is closed (with time of their own: the
+		// sandboxes' removal may have used up sctx).
+		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), flushGrace)
+		if err := t.Flush(fctx); err != nil {
 			log.Error("tenant budgets: the last charges were not saved", "err", err)
 		}
+		fcancel()
 	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return a.fail(fmt.Errorf("serve: %w", serveErr))
