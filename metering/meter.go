@@ -259,9 +259,10 @@ func (m *Meter) flushPending() {
 	}
 }
 
-// Flush returns once nothing charged so far waits to reach the ledger
-// (the background writes done, what is left added); an error when the
-// ledger cannot take it. A meter without a ledger has nothing to flush.
+// Flush returns once nothing charged waits to reach the ledger (the
+// background writes done, what is left added); an error when the ledger
+// cannot take it. Charges that keep coming keep it waiting until ctx
+// ends. A meter without a ledger has nothing to flush.
 func (m *Meter) Flush(ctx context.Context) error {
 	if m.ledger == nil {
 		return nil
@@ -299,22 +300,27 @@ func (m *Meter) sync(ctx context.Context) error {
 		batch, start := m.pending, m.start
 		m.pending = nil
 		m.mu.Unlock()
+		// The current period first: its count is what admissions need.
 		var total Spent
 		var err error
-		for s, p := range batch {
-			if !s.Equal(start) {
-				if _, err = m.ledger.Add(ctx, m.scope, s, p); err != nil {
-					break
-				}
-				delete(batch, s)
-			}
-		}
-		if p, ok := batch[start]; err == nil && ok {
+		if p, ok := batch[start]; ok {
 			if total, err = m.ledger.Add(ctx, m.scope, start, p); err == nil {
 				delete(batch, start)
 			}
-		} else if err == nil {
+		} else {
 			total, err = m.ledger.Total(ctx, m.scope, start)
+		}
+		if err == nil {
+			// Earlier periods' late charges: a failure keeps them for
+			// the next sync and fails nothing now.
+			for s, p := range batch {
+				if !s.Equal(start) {
+					if _, e := m.ledger.Add(ctx, m.scope, s, p); e != nil {
+						break
+					}
+					delete(batch, s)
+				}
+			}
 		}
 		m.mu.Lock()
 		for s, p := range batch {

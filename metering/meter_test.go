@@ -401,9 +401,8 @@ func TestMeterLedgerOrder(t *testing.T) {
 	}
 	// A stale read: the total is taken, then answers after a charge of 5
 	// reached the ledger.
-	l.hold = make(chan struct{})
-	taken := make(chan struct{})
-	l.taken = taken
+	hold, taken := make(chan struct{}), make(chan struct{})
+	l.set(nil, hold, taken)
 	got := make(chan int64)
 	go func() { got <- m.Spent().Usage.Tokens() }()
 	<-taken
@@ -411,7 +410,7 @@ func TestMeterLedgerOrder(t *testing.T) {
 	for m.Spent().Usage.Tokens() != 15 { // reads through the ledger, unheld
 		time.Sleep(time.Millisecond)
 	}
-	close(l.hold)
+	close(hold)
 	if n := <-got; n != 15 {
 		t.Errorf("after a stale total answered, the count is %d, want 15", n)
 	}
@@ -422,14 +421,17 @@ func TestMeterLedgerOrder(t *testing.T) {
 	if _, err := l.memLedger.Add(ctx, "tenant acme", next, Spent{Usage: Usage{InputTokens: 100}}); err != nil {
 		t.Fatal(err)
 	}
-	l.during = func() {
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l.set(func() {
 		mu.Lock()
 		now = next.Add(time.Minute)
 		mu.Unlock()
 		m.mu.Lock()
 		m.roll() // another request's charge
 		m.mu.Unlock()
-	}
+	}, nil, nil)
 	if err := m.Allow(); !errors.Is(err, ErrBudgetExceeded) {
 		t.Errorf("the new day's 100 of 100 tokens spent elsewhere: %v, want ErrBudgetExceeded", err)
 	}
@@ -439,21 +441,70 @@ func TestMeterLedgerOrder(t *testing.T) {
 // then wait for hold (a stale answer arriving late), once.
 type gateLedger struct {
 	*memLedger
+	gmu    sync.Mutex
 	during func()
 	hold   chan struct{}
 	taken  chan struct{}
 }
 
+func (l *gateLedger) set(during func(), hold, taken chan struct{}) {
+	l.gmu.Lock()
+	defer l.gmu.Unlock()
+	l.during, l.hold, l.taken = during, hold, taken
+}
+
 func (l *gateLedger) Total(ctx context.Context, scope string, period time.Time) (Spent, error) {
 	s, err := l.memLedger.Total(ctx, scope, period)
-	if f := l.during; f != nil {
-		l.during = nil
+	l.gmu.Lock()
+	f, t, hold := l.during, l.taken, l.hold
+	l.during, l.taken = nil, nil
+	l.gmu.Unlock()
+	if f != nil {
 		f()
 	}
-	if t := l.taken; t != nil {
-		l.taken = nil
+	if t != nil {
 		close(t)
-		<-l.hold
+		<-hold
 	}
 	return s, err
+}
+
+// A late charge the ledger keeps refusing (its period's write fails) does
+// not block the current period: admissions read the current count.
+func TestMeterLedgerOldPeriodFailing(t *testing.T) {
+	now := time.Date(2026, 12, 3, 23, 59, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	day := now.Truncate(24 * time.Hour)
+	l := &refusingLedger{memLedger: &memLedger{}, refuse: day}
+	m, err := NewMeter(MeterOptions{Scope: "tenant acme", Budget: Budget{Tokens: 100}, Period: 24 * time.Hour, Now: clock, Ledger: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Charge("m", Usage{InputTokens: 7}) // its day's write fails
+	mu.Lock()
+	now = now.Add(2 * time.Minute)
+	mu.Unlock()
+	if err := m.Allow(); err != nil {
+		t.Fatalf("the new day, an old day's charge unwritten: %v", err)
+	}
+	m.mu.Lock()
+	late := m.pending[day]
+	m.mu.Unlock()
+	if late.Usage.Tokens() != 7 {
+		t.Errorf("the old day's charge pending: %+v, want its 7 tokens kept", late)
+	}
+}
+
+// refusingLedger fails every Add to one period.
+type refusingLedger struct {
+	*memLedger
+	refuse time.Time
+}
+
+func (l *refusingLedger) Add(ctx context.Context, scope string, period time.Time, s Spent) (Spent, error) {
+	if period.Equal(l.refuse) {
+		return Spent{}, errors.New("refused")
+	}
+	return l.memLedger.Add(ctx, scope, period, s)
 }

@@ -317,6 +317,7 @@ type exchange struct {
 	start     time.Time
 	firstByte time.Duration
 	scan      *usageScanner
+	eof       bool // the response body was read to its end
 	err       string
 	release   func() // the meter's slot (Meter.Admit); nil without one
 
@@ -382,12 +383,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				// counted: more than the model's count, never less free).
 				u, rec.Estimated = &Usage{InputTokens: (rec.BytesIn + 3) / 4, OutputTokens: (rec.BytesOut + 3) / 4}, true
 				rec.Usage = u // so that the turn counts it too
-			} else if est := (rec.BytesOut + 3) / 4; !x.scan.final && u.OutputTokens < est {
+			} else if est := (rec.BytesOut + 3) / 4; !x.scan.final && (x.scan.sse || !x.eof) && u.OutputTokens < est {
 				// Its end never came (the client left, the upstream
 				// broke off or sent an error event): the usage seen can
 				// be a stream's first event (Anthropic's message_start:
 				// the input, one output token). The output that passed
-				// is charged from its bytes.
+				// is charged from its bytes. (A JSON body past the
+				// scanner's bound, its usage read from its tail, is
+				// whole when it was read to its end.)
 				u.OutputTokens, rec.Estimated = est, true
 			}
 			p.meter.Charge(rec.Model, *u)
@@ -711,6 +714,7 @@ func (t *teeBody) Read(b []byte) (int, error) {
 		}
 		switch {
 		case err == io.EOF:
+			t.x.eof = true
 			t.out = t.red.flush(t.out)
 		case err != nil && t.x.err == "":
 			t.x.err = "upstream: " + t.p.redact(err)

@@ -1384,27 +1384,38 @@ func TestBudgetFinalEvents(t *testing.T) {
 	text := strings.Repeat("x", 4000)
 	anthropicHead := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-x\",\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n" +
 		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"" + text + "\"}}\n\n"
+	big := strings.Repeat("y", 2<<20) // past the scanner's line and body bounds
 	for _, tc := range []struct {
 		name, path, body string
 		wantOut          int64 // exact; 0: estimated, at least 1000
+		json             bool  // an application/json body, not a stream
 	}{
 		{"anthropic complete", "/v1/messages", anthropicHead +
 			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":12}}\n\n" +
-			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", 12},
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", 12, false},
 		{"anthropic complete, no event lines", "/v1/messages", strings.ReplaceAll(anthropicHead, "event: content_block_delta\n", "") +
-			"data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":12}}\n\n", 12},
+			"data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":12}}\n\n", 12, false},
 		{"anthropic error event", "/v1/messages", anthropicHead +
-			"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n", 0},
+			"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n", 0, false},
 		{"chat complete", "/chat/completions", "data: {\"choices\":[{\"delta\":{\"content\":\"" + text + "\"}}]}\n\n" +
-			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":12}}\n\ndata: [DONE]\n\n", 12},
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":12}}\n\ndata: [DONE]\n\n", 12, false},
 		{"responses complete", "/responses", "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"" + text + "\"}\n\n" +
-			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":12}}}\n\n", 12},
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":12}}}\n\n", 12, false},
+		{"anthropic cut after message_delta's event line", "/v1/messages", anthropicHead + "event: message_delta\n", 0, false},
+		{"chat with a usage on every chunk, cut", "/chat/completions",
+			"data: {\"choices\":[{\"delta\":{\"content\":\"" + text + "\"}}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":1}}\n\n", 0, false},
+		{"responses with a huge completed event", "/responses", "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"" + text + "\"}\n\n" +
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"instructions\":\"" + big + "\",\"usage\":{\"input_tokens\":10,\"output_tokens\":12}}}\n\n", 12, false},
+		{"a huge JSON body", "/v1/messages", "{\"content\":[{\"type\":\"text\",\"text\":\"" + big + big + big + "\"}],\"usage\":{\"input_tokens\":10,\"output_tokens\":12}}", 12, true},
 		{"responses cut after the text", "/responses", "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":0}}}\n\n" +
-			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"" + text + "\"}\n\n", 0},
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"" + text + "\"}\n\n", 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "text/event-stream")
+				if tc.json {
+					w.Header().Set("Content-Type", "application/json")
+				}
 				io.WriteString(w, tc.body)
 			}))
 			defer up.Close()

@@ -27,14 +27,19 @@ type usageScanner struct {
 	sse      bool
 	buf      []byte // the current SSE line, or the JSON body so far
 	overflow bool   // buf exceeded its bound; skip (the rest of) it
-	tail     []byte // the last maxTail bytes of an overflowing line or body
-	u        Usage
-	seen     bool
-	model    string // the first valid "model" seen
-	// final: the response's end was seen (a stream's last event, a whole
-	// JSON body): its usage is complete. A response cut short, or one
-	// that ends in an error event, is not.
+	// overflowData: the overflowing line is an SSE data line.
+	overflowData bool
+	tail         []byte // the last maxTail bytes of an overflowing line or body
+	u            Usage
+	seen         bool
+	model        string // the first valid "model" seen
+	// final: the response's end was seen (a stream's last event, whole;
+	// a whole JSON body): its usage is complete. A response cut short,
+	// or one that ends in an error event, is not.
 	final bool
+	// finalNext: the last event: line named a final event, whose data
+	// line must still arrive whole.
+	finalNext bool
 }
 
 // finalEvents are the SSE events after which a stream's usage is
@@ -69,7 +74,7 @@ func (s *usageScanner) write(b []byte) {
 			return
 		}
 		s.add(b[:i], maxSSELine)
-		s.line()
+		s.line(true)
 		b = b[i+1:]
 	}
 }
@@ -77,6 +82,8 @@ func (s *usageScanner) write(b []byte) {
 func (s *usageScanner) add(b []byte, limit int) {
 	if !s.overflow && len(s.buf)+len(b) > limit {
 		s.overflow = true
+		head := append(slices.Clip(s.buf), b[:min(len(b), 5)]...)
+		s.overflowData = bytes.HasPrefix(head, []byte("data:"))
 		s.keepTail(s.buf)
 		s.buf = s.buf[:0]
 	}
@@ -101,37 +108,52 @@ func (s *usageScanner) keepTail(b []byte) {
 
 // parseTail reads the last "usage" object of an overlong line or body,
 // when its tail holds it whole.
-func (s *usageScanner) parseTail() {
+// and reports whether it did.
+func (s *usageScanner) parseTail() bool {
 	i := bytes.LastIndex(s.tail, []byte(`"usage":`))
 	if i < 0 {
-		return
+		return false
 	}
 	var v any
 	if json.NewDecoder(bytes.NewReader(s.tail[i+len(`"usage":`):])).Decode(&v) == nil {
 		if m, ok := v.(map[string]any); ok {
 			s.count(m)
+			return true
 		}
 	}
+	return false
 }
 
-// line scans the completed SSE line in buf and starts the next one.
-func (s *usageScanner) line() {
+// line scans the SSE line in buf and starts the next one; whole: it
+// ended with its newline (else the stream ended within it).
+func (s *usageScanner) line(whole bool) {
 	l := bytes.TrimSuffix(s.buf, []byte("\r"))
-	if ev, ok := bytes.CutPrefix(l, []byte("event:")); ok && slices.Contains(finalEvents, string(bytes.TrimSpace(ev))) {
-		s.final = true
-	}
-	if d, ok := bytes.CutPrefix(l, []byte("data:")); ok && !s.overflow {
-		switch {
-		case bytes.Equal(bytes.TrimSpace(d), []byte("[DONE]")): // OpenAI chat's end
-			s.final = true
-		case bytes.Contains(d, []byte(`"usage"`)) || bytes.Contains(d, []byte(`"message_stop"`)):
-			s.parse(d)
+	ev, isEvent := bytes.CutPrefix(l, []byte("event:"))
+	d, isData := bytes.CutPrefix(l, []byte("data:"))
+	switch {
+	case s.overflow: // buf is empty: the tail holds the line's end
+		parsed := s.parseTail()
+		if s.overflowData {
+			s.dataLine(parsed, false, whole)
 		}
-	}
-	if s.overflow {
-		s.parseTail()
+	case isEvent:
+		s.finalNext = slices.Contains(finalEvents, string(bytes.TrimSpace(ev)))
+	case isData && bytes.Equal(bytes.TrimSpace(d), []byte("[DONE]")): // OpenAI chat's end
+		s.dataLine(false, true, whole)
+	case isData && (s.finalNext || bytes.Contains(d, []byte(`"usage"`)) || bytes.Contains(d, []byte(`"message_stop"`))):
+		parsed, last := s.parse(d)
+		s.dataLine(parsed, last, whole)
+	case isData:
+		s.finalNext = false
 	}
 	s.buf, s.overflow, s.tail = s.buf[:0], false, s.tail[:0]
+}
+
+// dataLine notes a data line's end: a final event counts once its data
+// line arrived whole and was read (or it was final by itself: last).
+func (s *usageScanner) dataLine(parsed, last, whole bool) {
+	s.final = s.final || whole && (last || s.finalNext && parsed)
+	s.finalNext = false
 }
 
 // finish scans what is left and returns the usage, or nil if none was
@@ -140,9 +162,11 @@ func (s *usageScanner) line() {
 func (s *usageScanner) finish() (*Usage, string) {
 	switch {
 	case s.sse:
-		s.line() // a last line without newline
+		if len(s.buf) > 0 || s.overflow {
+			s.line(false) // a last line without newline
+		}
 	case !s.overflow:
-		s.final = s.parse(s.buf) // a whole JSON body
+		s.final, _ = s.parse(s.buf) // a whole JSON body
 	default:
 		s.parseTail()
 	}
@@ -154,24 +178,23 @@ func (s *usageScanner) finish() (*Usage, string) {
 	return &u, s.model
 }
 
-// parse scans one JSON value; false when it is not one.
-func (s *usageScanner) parse(b []byte) bool {
+// parse scans one JSON value; ok false when it is not one. last: it is
+// a stream's last event by its type (a stream without event: lines), or
+// OpenAI chat's usage chunk (no choices: the last before [DONE]; a
+// provider may put a usage on every chunk).
+func (s *usageScanner) parse(b []byte) (ok, last bool) {
 	var v any
 	if json.Unmarshal(b, &v) != nil {
-		return false
+		return false, false
 	}
 	s.walk(v, false)
-	if m, ok := v.(map[string]any); ok && s.sse {
-		// A stream's last event by its type (no event: lines), or an
-		// OpenAI chat chunk with the usage: the last before [DONE].
+	if m, isObj := v.(map[string]any); isObj && s.sse {
 		typ, _ := m["type"].(string)
-		_, chat := m["choices"]
+		choices, chat := m["choices"].([]any)
 		_, usage := m["usage"].(map[string]any)
-		if slices.Contains(finalEvents, typ) || chat && usage {
-			s.final = true
-		}
+		last = slices.Contains(finalEvents, typ) || chat && len(choices) == 0 && usage
 	}
-	return true
+	return true, last
 }
 
 // walk looks for objects under a "usage" key at any depth: Anthropic puts
