@@ -54,12 +54,9 @@ func NewStarter(o StarterOptions) Starter {
 		if o.Runtime == nil || o.Driver == nil {
 			return nil, nil, fmt.Errorf("server: NewStarter: Runtime and Driver are required")
 		}
-		opts, err := requestOptions(o.Config, o.OCIRuntimes, o.Tenants, req)
+		opts, err := o.agentOptions(req)
 		if err != nil {
 			return nil, nil, err
-		}
-		if o.Hooks != nil {
-			opts = append(opts, sandboxagent.WithHooks(o.Hooks(req.Tenant)))
 		}
 		drv, stop, err := o.Driver(ctx, req)
 		if err != nil {
@@ -86,12 +83,9 @@ func NewAdopter(o StarterOptions) Adopter {
 		if err := json.Unmarshal(state, &st); err != nil {
 			return nil, nil, fmt.Errorf("%w: stored agent state: %w", sandboxagent.ErrInvalidArgument, err)
 		}
-		opts, err := requestOptions(o.Config, o.OCIRuntimes, o.Tenants, req)
+		opts, err := o.agentOptions(req)
 		if err != nil {
 			return nil, nil, err
-		}
-		if o.Hooks != nil {
-			opts = append(opts, sandboxagent.WithHooks(o.Hooks(req.Tenant)))
 		}
 		drv, stop, err := o.Driver(ctx, req)
 		if err != nil {
@@ -104,6 +98,15 @@ func NewAdopter(o StarterOptions) Adopter {
 		}
 		return ag, stop, nil
 	}
+}
+
+// agentOptions are req's options and the tenant's hooks.
+func (o StarterOptions) agentOptions(req CreateRequest) ([]sandboxagent.AgentOption, error) {
+	opts, err := requestOptions(o.Config, o.OCIRuntimes, o.Tenants, req)
+	if err != nil || o.Hooks == nil {
+		return opts, err
+	}
+	return append(opts, sandboxagent.WithHooks(o.Hooks(req.Tenant))), nil
 }
 
 // requestOptions are the agent options a CreateRequest asks for.
