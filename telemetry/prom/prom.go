@@ -169,9 +169,12 @@ func (m *Metrics) Hooks(tenant string) telemetry.Hooks {
 			m.modelRequests.WithLabelValues(r.Driver, model, tenant, status).Inc()
 			m.modelSec.WithLabelValues(r.Driver).Observe(r.Duration.Seconds())
 			if u := r.Usage; u != nil {
-				for kind, n := range map[string]int64{"input": u.InputTokens, "output": u.OutputTokens, "cache_read": u.CacheReadTokens, "cache_write": u.CacheWriteTokens} {
-					if n > 0 {
-						m.modelTokens.WithLabelValues(r.Driver, model, tenant, kind).Add(float64(n))
+				for _, k := range [...]struct {
+					kind string
+					n    int64
+				}{{"input", u.InputTokens}, {"output", u.OutputTokens}, {"cache_read", u.CacheReadTokens}, {"cache_write", u.CacheWriteTokens}} {
+					if k.n > 0 {
+						m.modelTokens.WithLabelValues(r.Driver, model, tenant, k.kind).Add(float64(k.n))
 					}
 				}
 			}
