@@ -35,6 +35,7 @@ type Agent struct {
 	image string
 	model string
 	cfg   Config
+	opts  agentOptions // as started, for Fork
 	audit bool
 	log   *slog.Logger
 
@@ -321,7 +322,7 @@ func newAgent(drv Driver, o agentOptions, cfg Config, image string, egress Egres
 		return nil, SandboxOptions{}, fmt.Errorf("%w: egress none leaves the agent no way to its model; use model (the default), which allows only the model proxy", ErrInvalidArgument)
 	}
 	a := &Agent{
-		drv: drv, image: image, model: o.model, cfg: cfg, started: st.Started, hooks: o.hooks,
+		drv: drv, image: image, model: o.model, cfg: cfg, opts: o, started: st.Started, hooks: o.hooks,
 		audit: cfg.AuditEnabled, log: o.logger, sessions: map[string]*sessionState{},
 		lock: make(chan struct{}, 1),
 	}

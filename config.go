@@ -73,6 +73,13 @@ type Config struct {
 	// the config key "prices" added or replacing.
 	Prices metering.Prices
 
+	// CheckpointMaxBytes caps a checkpoint (Agent.Checkpoint, Fork): the
+	// committed layer, or the archived working directory and session.
+	CheckpointMaxBytes int64
+	// CheckpointRoot holds archived checkpoints (engines without commits:
+	// Kubernetes), a folder of mode 0700.
+	CheckpointRoot string
+
 	// PerTurn starts the agent CLI afresh for every turn even when its
 	// driver has a long-lived mode (LongLived), which agents use by default.
 	PerTurn bool
@@ -129,8 +136,20 @@ func DefaultConfig() Config {
 			AuditDayBytes:     4 << 30,
 		},
 		Prices:             metering.DefaultPrices(),
+		CheckpointMaxBytes: 4 << 30,
+		CheckpointRoot:     defaultCheckpointRoot(),
 		AuditEnabled:       true,
 		AuditRoot:          filepath.Join(os.TempDir(), fmt.Sprintf("sandbox-agent-%d", os.Getuid())),
 		AuditRetentionDays: 7,
 	}
+}
+
+// defaultCheckpointRoot is under the user's cache folder (it outlives
+// reboots, unlike the audit's temporary one).
+func defaultCheckpointRoot() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "sandbox-agent", "checkpoints")
 }

@@ -76,7 +76,7 @@ func TestAgentOptionalInterfaces(t *testing.T) {
 	if _, err := a.Ask(ctx, "p"); err != nil {
 		t.Fatal(err)
 	}
-	_, errFork := a.Fork(ctx, "")
+	_, errFork := a.ForkSession(ctx, "")
 	_, errList := a.ListSessions(ctx)
 	_, errDump := a.DumpSession(ctx, "")
 	_, errLoad := a.LoadSession(ctx, SessionDump{SessionID: "s1"})
@@ -97,7 +97,7 @@ func TestAgentOptionalInterfaces(t *testing.T) {
 	if _, err := b.Ask(ctx, "p"); err != nil {
 		t.Fatal(err)
 	}
-	if id, err := b.Fork(ctx, ""); err != nil || id != "s1-fork" {
+	if id, err := b.ForkSession(ctx, ""); err != nil || id != "s1-fork" {
 		t.Errorf("fork %q %v", id, err)
 	}
 	if err := errors.Join(b.InstallSkill(ctx, skill), b.InstallRules(ctx, "r")); err != nil {

@@ -58,6 +58,9 @@ var (
 	// ErrUnsupportedByRuntime: the container runtime cannot do what was
 	// asked (see RuntimeFeatures), e.g. a per-exec user on Kubernetes.
 	ErrUnsupportedByRuntime = errors.New("not supported by this container runtime")
+	// ErrCheckpointSize: the sandbox is larger than a checkpoint may be
+	// (Config.CheckpointMaxBytes); no checkpoint was made.
+	ErrCheckpointSize = errors.New("checkpoint too large")
 )
 
 // invalidArgument adds ErrInvalidArgument to the chain of err, an error

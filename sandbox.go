@@ -187,6 +187,10 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.MaxDownloadEntries, d.MaxDownloadEntries)
 	orDefault(&c.MaxDownloadDepth, d.MaxDownloadDepth)
 	orDefault(&c.MaxOutputBytes, d.MaxOutputBytes)
+	orDefault(&c.CheckpointMaxBytes, d.CheckpointMaxBytes)
+	if c.CheckpointRoot == "" {
+		c.CheckpointRoot = d.CheckpointRoot
+	}
 	// The bounds on a turn's output have no "unlimited": a zero is unset.
 	l, dl := &c.Limits, d.Limits
 	orDefault(&l.TurnEventBytes, dl.TurnEventBytes)

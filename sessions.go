@@ -27,10 +27,11 @@ func withDriver[I, R any](ctx context.Context, a *Agent, what string, fn func(I)
 	return fn(d)
 }
 
-// Fork copies the current session (or the one named) into a new, isolated
-// session and returns its id. The agent keeps continuing the session it
-// was on; SetSession(forkID) switches to the fork.
-func (a *Agent) Fork(ctx context.Context, sessionID string) (string, error) {
+// ForkSession copies the current session (or the one named) into a new
+// session in the same sandbox and returns its id; the files stay shared
+// (Fork forks the whole sandbox). The agent keeps continuing the session
+// it was on; SetSession(forkID) switches to the fork.
+func (a *Agent) ForkSession(ctx context.Context, sessionID string) (string, error) {
 	return withDriver(ctx, a, "fork", func(f Forker) (string, error) {
 		if sessionID == "" {
 			sessionID = a.SessionID()

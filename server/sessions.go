@@ -80,7 +80,7 @@ func (s *Server) loadSession(w http.ResponseWriter, r *http.Request, a *agent, _
 
 func (s *Server) forkSession(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	sid := sessionID(a, r)
-	id, err := a.ag.Fork(r.Context(), sid)
+	id, err := a.ag.ForkSession(r.Context(), sid)
 	if err != nil {
 		writeError(w, sessionErr(err, sid))
 		return

@@ -14,4 +14,7 @@ const (
 	// Sockets names the sandbox's socket folder (its base name), so gc can
 	// remove it when the owner died.
 	Sockets = "sandbox-agent.sockets"
+	// Checkpoint marks a committed checkpoint's image; its value is the
+	// checkpoint (sandboxagent.Checkpoint) as base64url JSON.
+	Checkpoint = "sandbox-agent.checkpoint"
 )

@@ -66,7 +66,7 @@ func (r *run) forkIsolation(ctx context.Context) error {
 	if r.fake != nil {
 		n = len(r.fake.Requests())
 	}
-	fork, err := r.agent.Fork(ctx, r.origSession)
+	fork, err := r.agent.ForkSession(ctx, r.origSession)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,197 @@
+package sandboxagent
+
+// Checkpoints: the whole sandbox (its files and the CLI's session) kept,
+// to start new agents on it (StartFrom) or to fork one agent into several
+// (Fork). Docker and Podman commit the container; an engine without
+// commits (Kubernetes) gets the working directory and the session as a
+// folder on the host (checkpoint_archive.go).
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/labels"
+)
+
+// Checkpoint is a kept sandbox: what Agent.Checkpoint made and StartFrom
+// starts. Only its files and the CLI's session are carried; running
+// processes are not (the CLI restarts on its session), nor the model
+// proxy's token, the environment or the hardening: StartFrom's caller
+// decides those.
+type Checkpoint struct {
+	ID      string    `json:"id"`
+	Name    string    `json:"name,omitempty"`
+	Created time.Time `json:"created"`
+	Parent  string    `json:"parent"` // the sandbox checkpointed
+	Owner   string    `json:"owner,omitempty"`
+	Driver  string    `json:"driver"`
+	Model   string    `json:"model,omitempty"`
+	// BaseImage is the image the parent ran; Image the committed one
+	// (Docker, Podman), Archive the host folder (engines without commits).
+	BaseImage string `json:"base_image"`
+	Image     string `json:"image,omitempty"`
+	Archive   string `json:"archive,omitempty"`
+	// Size is what the checkpoint adds to its base: the committed layer,
+	// or the archive's bytes.
+	Size       int64    `json:"size"`
+	Session    string   `json:"session,omitempty"`
+	WorkDir    string   `json:"workdir,omitempty"`
+	Egress     Egress   `json:"egress"`
+	AllowHosts []string `json:"allow_hosts,omitempty"`
+	// The parent's limits, for the record: StartFrom takes the caller's.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	PidsLimit   int64 `json:"pids_limit,omitempty"`
+}
+
+// CheckpointRepo is the image repository of committed checkpoints (tag:
+// the checkpoint's id).
+const CheckpointRepo = "sandbox-agent-checkpoint"
+
+// committer is a Runtime that can commit a container as a local image
+// (runtime/docker): paused while it runs, labelled, with the container's
+// environment and labels reset to its base image's; past maxBytes it
+// fails with ErrCheckpointSize and leaves no image. ErrUnsupportedByRuntime:
+// the engine cannot commit (a wrapper over one that cannot).
+type committer interface {
+	Commit(ctx context.Context, id, ref string, labels map[string]string, maxBytes int64) (int64, error)
+}
+
+// maxFork is the most branches one Fork makes.
+const maxFork = 100
+
+func newCheckpointID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "ck-" + hex.EncodeToString(b)
+}
+
+// Checkpoint keeps the sandbox's files and the CLI's session under name
+// (free text, for people). It waits for a running turn and holds the next
+// ones while it runs; the agent goes on afterwards. A sandbox grown past
+// Config.CheckpointMaxBytes fails with ErrCheckpointSize, leaving nothing.
+func (a *Agent) Checkpoint(ctx context.Context, name string) (Checkpoint, error) {
+	unlock, err := a.lockTurn(ctx)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	defer unlock()
+	sb := a.sb
+	c := Checkpoint{
+		ID: newCheckpointID(), Name: name, Created: time.Now().UTC().Truncate(time.Second), Parent: sb.name, Owner: a.opts.owner,
+		Driver: a.drv.Name(), Model: a.model, BaseImage: a.image, Session: a.SessionID(), WorkDir: sb.workdir,
+		Egress: sb.egress, AllowHosts: sb.allow, MemoryBytes: sb.memoryBytes, PidsLimit: sb.pidsLimit,
+	}
+	if cm, ok := sb.rt.(committer); ok {
+		c.Image = CheckpointRepo + ":" + c.ID
+		lbl, err := c.label()
+		if err != nil {
+			return Checkpoint{}, err
+		}
+		c.Size, err = cm.Commit(ctx, sb.id, c.Image, map[string]string{labels.Checkpoint: lbl}, a.cfg.CheckpointMaxBytes)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, ErrUnsupportedByRuntime) {
+			return Checkpoint{}, fmt.Errorf("checkpoint %s: %w", sb.name, err)
+		}
+		c.Image = ""
+	}
+	if err := a.archive(ctx, &c); err != nil {
+		return Checkpoint{}, fmt.Errorf("checkpoint %s: %w", sb.name, err)
+	}
+	return c, nil
+}
+
+// StartFrom starts a new agent on checkpoint c: a fresh sandbox (its own
+// name, proxy token and keepalive), hardened and with the egress that
+// opts ask (as Start: the checkpoint's never loosen them), with c's files,
+// continuing c's session. drv is built as for Start and must be c's
+// driver. The checkpoint's model and working directory apply unless opts
+// name others.
+func StartFrom(ctx context.Context, rt Runtime, drv Driver, c Checkpoint, opts ...AgentOption) (*Agent, error) {
+	if drv == nil {
+		return nil, fmt.Errorf("%w: nil driver", ErrInvalidArgument)
+	}
+	if c.Driver != drv.Name() {
+		return nil, fmt.Errorf("%w: checkpoint %s is of a %s agent, not %s", ErrInvalidArgument, c.ID, c.Driver, drv.Name())
+	}
+	if (c.Image == "") == (c.Archive == "") {
+		return nil, fmt.Errorf("%w: checkpoint %s: want an image or an archive", ErrInvalidArgument, c.ID)
+	}
+	o, cfg := applyOptions(opts)
+	first := []AgentOption{WithModel(c.Model), WithWorkDir(c.WorkDir)}
+	if o.model != "" {
+		first[0] = WithModel(o.model)
+	}
+	if o.workdir != "" {
+		first[1] = WithWorkDir(o.workdir)
+	}
+	if c.Image != "" {
+		// A committed image is ours and local: nothing to pull, build
+		// or check against the released digests (its base was).
+		first = append(first, WithImage(c.Image), WithSandbox(func(s *SandboxOptions) { s.Images = nil }))
+	} else {
+		if _, err := archived(cfg, c); err != nil {
+			return nil, err
+		}
+		first = append(first, WithImage(c.BaseImage))
+	}
+	a, err := Start(ctx, rt, drv, append(opts, first...)...)
+	if err != nil {
+		return nil, err
+	}
+	if c.Archive != "" {
+		err = a.restore(ctx, c)
+	} else if c.Session != "" {
+		a.SetSession(c.Session)
+	}
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("start from checkpoint %s: %w", c.ID, err)
+	}
+	return a, nil
+}
+
+// Fork checkpoints the agent and starts n agents on the checkpoint at
+// once, each with the agent's own options (engine, driver, egress,
+// resources, owner; not its meter: each branch counts its own), and
+// returns them. The branches see none of each other's files or turns,
+// nor the agent's after the fork. All or none: when one fails to start,
+// the others are closed. The checkpoint stays (gc prunes it).
+func (a *Agent) Fork(ctx context.Context, n int) ([]*Agent, error) {
+	if n < 1 || n > maxFork {
+		return nil, fmt.Errorf("%w: fork into %d: want 1 to %d", ErrInvalidArgument, n, maxFork)
+	}
+	c, err := a.Checkpoint(ctx, "fork")
+	if err != nil {
+		return nil, err
+	}
+	drv := a.drv
+	if d, ok := a.router.(Driver); ok {
+		drv = d // the unrouted driver: each branch gets its own proxy
+	}
+	opts := a.opts
+	opts.meter = nil
+	same := func(o *agentOptions) { *o = opts }
+	out := make([]*Agent, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Go(func() { out[i], errs[i] = StartFrom(ctx, a.sb.rt, drv, c, same) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, b := range out {
+			if b != nil {
+				b.Close()
+			}
+		}
+		return nil, fmt.Errorf("fork %s: %w", a.sb.name, err)
+	}
+	return out, nil
+}

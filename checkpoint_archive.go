@@ -1,0 +1,180 @@
+package sandboxagent
+
+// Checkpoints on engines without commits (Kubernetes): the working
+// directory comes out as a hostile archive (the download rules: regular
+// files and directories only, within the checkpoint's size), the session
+// as the driver's dump, both into a folder of the host's.
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/transfer"
+	"github.com/sandbox-agent/sandbox-agent/safetar"
+)
+
+// The files of an archived checkpoint, in its folder.
+const (
+	archiveFiles   = "files"           // the working directory
+	archiveSession = "session.json"    // the CLI's session (SessionDump)
+	archiveMeta    = "checkpoint.json" // the Checkpoint; written last
+)
+
+// maxSessionDump bounds a session dump read back from an archive.
+const maxSessionDump = 256 << 20
+
+// label is c as the value of the checkpoint label.
+func (c Checkpoint) label() (string, error) {
+	b, err := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b), err
+}
+
+// checkpointRoot makes (or checks) the folder of archived checkpoints:
+// absolute, a directory of ours that nobody else can read.
+func checkpointRoot(root string) (string, error) {
+	if !filepath.IsAbs(root) {
+		return "", fmt.Errorf("%w: checkpoint_root %q: want an absolute path", ErrInvalidArgument, root)
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return "", fmt.Errorf("checkpoint_root: %w", err)
+	}
+	fi, err := os.Lstat(root)
+	if err != nil {
+		return "", fmt.Errorf("checkpoint_root: %w", err)
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || fi.Mode().Perm()&0o077 != 0 || (st != nil && int(st.Uid) != os.Getuid()) {
+		return "", fmt.Errorf("%w: checkpoint_root %s: want a directory of this user's with mode 0700, found %v", ErrInvalidArgument, root, fi.Mode())
+	}
+	return filepath.Clean(root), nil
+}
+
+// archived is the folder of archived checkpoint c after checking that it
+// is one of ours: under the configured root, named by c's id, complete.
+func archived(cfg Config, c Checkpoint) (string, error) {
+	root, err := checkpointRoot(cfg.withDefaults().CheckpointRoot)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, c.ID)
+	if !strings.HasPrefix(c.ID, "ck-") || strings.ContainsAny(c.ID, `/\.`) || filepath.Clean(c.Archive) != dir {
+		return "", fmt.Errorf("%w: checkpoint %q: its archive %q is not under checkpoint_root %s", ErrInvalidArgument, c.ID, c.Archive, root)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, archiveMeta))
+	var meta Checkpoint
+	if err == nil {
+		err = json.Unmarshal(b, &meta)
+	}
+	if err != nil || meta.ID != c.ID {
+		return "", fmt.Errorf("%w: checkpoint %s: its archive is missing or incomplete (%v)", ErrInvalidArgument, c.ID, err)
+	}
+	return dir, nil
+}
+
+// archive writes the checkpoint's folder; on failure nothing remains.
+func (a *Agent) archive(ctx context.Context, c *Checkpoint) (err error) {
+	root, err := checkpointRoot(a.cfg.CheckpointRoot)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(root, c.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	if c.WorkDir == "" { // the image's: the archive needs its path
+		res, err := a.sb.Exec(ctx, []string{"pwd"})
+		if err != nil || res.ExitCode != 0 || !filepath.IsAbs(strings.TrimSpace(string(res.Stdout))) {
+			return fmt.Errorf("find the working directory: %q, %w", res.Stdout, err)
+		}
+		c.WorkDir = strings.TrimSpace(string(res.Stdout))
+	}
+	lim := a.sb.limits()
+	lim.MaxBytes = a.cfg.CheckpointMaxBytes
+	var rep safetar.Report
+	err = a.sb.copying(ctx, func(ctx context.Context, f transfer.Sandbox) (err error) {
+		_, rep, err = transfer.Download(ctx, f, c.WorkDir, filepath.Join(dir, archiveFiles), lim)
+		return err
+	})
+	if errors.Is(err, safetar.ErrLimit) || errors.Is(err, ErrLimitExceeded) {
+		return fmt.Errorf("%w: the working directory: %w", ErrCheckpointSize, err)
+	}
+	if err != nil {
+		return fmt.Errorf("the working directory: %w", err)
+	}
+	c.Size = rep.Bytes
+	if c.Session != "" {
+		st, ok := a.drv.(SessionStore)
+		if !ok {
+			return fmt.Errorf("%w: %s cannot dump its session", ErrUnsupported, a.drv.Name())
+		}
+		d, err := st.DumpSession(ctx, a.sb, c.Session)
+		if err != nil {
+			return fmt.Errorf("dump the session: %w", err)
+		}
+		b, err := json.Marshal(d)
+		if err != nil {
+			return err
+		}
+		if c.Size += int64(len(b)); c.Size > a.cfg.CheckpointMaxBytes || len(b) > maxSessionDump {
+			return fmt.Errorf("%w: %d bytes with the session, limit %d", ErrCheckpointSize, c.Size, a.cfg.CheckpointMaxBytes)
+		}
+		if err := os.WriteFile(filepath.Join(dir, archiveSession), b, 0o600); err != nil {
+			return err
+		}
+	}
+	c.Archive = dir
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, archiveMeta+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, archiveMeta))
+}
+
+// restore puts an archived checkpoint's files and session in the agent's
+// fresh sandbox.
+func (a *Agent) restore(ctx context.Context, c Checkpoint) error {
+	dir, err := archived(a.cfg, c)
+	if err != nil {
+		return err
+	}
+	wd := a.sb.workdir
+	if wd == "" {
+		wd = c.WorkDir
+	}
+	if _, err := os.Lstat(filepath.Join(dir, archiveFiles)); err == nil {
+		if err := a.sb.Upload(ctx, filepath.Join(dir, archiveFiles), wd); err != nil {
+			return fmt.Errorf("the working directory: %w", err)
+		}
+	}
+	f, err := os.Open(filepath.Join(dir, archiveSession))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var d SessionDump
+	if err := json.NewDecoder(io.LimitReader(f, maxSessionDump)).Decode(&d); err != nil {
+		return fmt.Errorf("the session: %w", err)
+	}
+	_, err = a.LoadSession(ctx, d)
+	return err
+}
