@@ -90,10 +90,10 @@ func forkScenario(t *testing.T, rt sandboxagent.Runtime, name string, opts ...sa
 		t.Fatalf("Fork(2): %v", err)
 	}
 	t.Logf("Fork(2) took %v", time.Since(t0))
+	t.Cleanup(func() { pruneForks(t, rt, a.Container().Name()) }) // after the branches closed
 	for _, b := range branches {
 		t.Cleanup(func() { b.Close() })
 	}
-	t.Cleanup(func() { pruneForks(t, rt, a.Container().Name()) })
 	names := map[string]bool{a.Container().Name(): true}
 	for i, b := range branches {
 		if names[b.Container().Name()] {

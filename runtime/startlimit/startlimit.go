@@ -7,8 +7,10 @@ package startlimit
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/checkpoint"
 )
 
 // DefaultWidth is Wrap's width when given none (the command line's
@@ -74,4 +76,39 @@ func (l *limited) DiskUsage(ctx context.Context, id string) (int64, error) {
 		return d.DiskUsage(ctx, id)
 	}
 	return 0, errors.New("the engine cannot measure a container's disk")
+}
+
+// Commit, Images, RemoveImage and ImageExists pass the wrapped runtime's
+// checkpoint images on (Agent.Checkpoint, checkpoint.Engine), or say there
+// are none. A commit takes no start slot: it starts nothing.
+func (l *limited) Commit(ctx context.Context, id, ref string, labels map[string]string, maxBytes int64) (int64, error) {
+	if c, ok := l.Runtime.(interface {
+		Commit(context.Context, string, string, map[string]string, int64) (int64, error)
+	}); ok {
+		return c.Commit(ctx, id, ref, labels, maxBytes)
+	}
+	return 0, fmt.Errorf("%w: the engine cannot commit a container", sandboxagent.ErrUnsupportedByRuntime)
+}
+
+func (l *limited) Images(ctx context.Context, label string) ([]checkpoint.Image, error) {
+	if e, ok := l.Runtime.(checkpoint.Engine); ok {
+		return e.Images(ctx, label)
+	}
+	return nil, nil
+}
+
+func (l *limited) RemoveImage(ctx context.Context, ref string) error {
+	if e, ok := l.Runtime.(checkpoint.Engine); ok {
+		return e.RemoveImage(ctx, ref)
+	}
+	return fmt.Errorf("remove image %s: %w", ref, checkpoint.ErrNotFound)
+}
+
+func (l *limited) ImageExists(ctx context.Context, ref string) (bool, error) {
+	if e, ok := l.Runtime.(interface {
+		ImageExists(context.Context, string) (bool, error)
+	}); ok {
+		return e.ImageExists(ctx, ref)
+	}
+	return false, nil
 }
