@@ -53,12 +53,13 @@ type Checkpoint struct {
 const CheckpointRepo = "sandbox-agent-checkpoint"
 
 // committer is a Runtime that can commit a container as a local image
-// (runtime/docker): paused while it runs, labelled, with the container's
+// (runtime/docker): paused while it runs, labelled (labels gets the size
+// of the container's changes), with the container's
 // environment and labels reset to its base image's; past maxBytes it
 // fails with ErrCheckpointSize and leaves no image. ErrUnsupportedByRuntime:
 // the engine cannot commit (a wrapper over one that cannot).
 type committer interface {
-	Commit(ctx context.Context, id, ref string, labels map[string]string, maxBytes int64) (int64, error)
+	Commit(ctx context.Context, id, ref string, labels func(changed int64) map[string]string, maxBytes int64) (int64, error)
 }
 
 // maxFork is the most branches one Fork makes.
@@ -88,11 +89,10 @@ func (a *Agent) Checkpoint(ctx context.Context, name string) (Checkpoint, error)
 	}
 	if cm, ok := sb.rt.(committer); ok {
 		c.Image = CheckpointRepo + ":" + c.ID
-		lbl, err := c.label()
-		if err != nil {
-			return Checkpoint{}, err
-		}
-		c.Size, err = cm.Commit(ctx, sb.id, c.Image, map[string]string{labels.Checkpoint: lbl}, a.cfg.CheckpointMaxBytes)
+		_, err := cm.Commit(ctx, sb.id, c.Image, func(changed int64) map[string]string {
+			c.Size = changed // the label holds the size, as the engine measured the changes
+			return map[string]string{labels.Checkpoint: c.label()}
+		}, a.cfg.CheckpointMaxBytes)
 		if err == nil {
 			return c, nil
 		}

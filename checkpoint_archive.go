@@ -32,9 +32,9 @@ const (
 const maxSessionDump = 256 << 20
 
 // label is c as the value of the checkpoint label.
-func (c Checkpoint) label() (string, error) {
-	b, err := json.Marshal(c)
-	return base64.RawURLEncoding.EncodeToString(b), err
+func (c Checkpoint) label() string {
+	b, _ := json.Marshal(c) // strings, numbers and a time: it cannot fail
+	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 // checkpointRoot makes (or checks) the folder of archived checkpoints:

@@ -93,6 +93,14 @@ var keys = []configfile.Key[sandboxagent.Config]{
 		c.Prices = metering.DefaultPrices().Merge(p)
 		return nil
 	}},
+	configfile.Int("checkpoint_max_bytes", 1, func(c *sandboxagent.Config, n int64) { c.CheckpointMaxBytes = n }),
+	{Name: "checkpoint_root", Env: "SANDBOX_AGENT_CHECKPOINT_ROOT", Apply: func(c *sandboxagent.Config, raw string) error {
+		if !filepath.IsAbs(raw) {
+			return fmt.Errorf("%w: checkpoint_root %q: want an absolute path", sandboxagent.ErrInvalidArgument, raw)
+		}
+		c.CheckpointRoot = filepath.Clean(raw)
+		return nil
+	}},
 	configfile.Bool("per_turn", "SANDBOX_AGENT_PER_TURN", func(c *sandboxagent.Config) *bool { return &c.PerTurn }),
 	configfile.Bool("audit", "SANDBOX_AGENT_AUDIT", func(c *sandboxagent.Config) *bool { return &c.AuditEnabled }),
 	configfile.String("audit_root", "SANDBOX_AGENT_AUDIT_ROOT", func(c *sandboxagent.Config) *string { return &c.AuditRoot }),

@@ -94,6 +94,21 @@ func TestLoadConfigPrecedence(t *testing.T) {
 				t.Errorf("from the file: %q, %v", c.ImageVerify, err)
 			}
 		}},
+		{"checkpoint keys: defaults", "", nil, func(t *testing.T, c sandboxagent.Config) {
+			if c.CheckpointMaxBytes != 4<<30 || !filepath.IsAbs(c.CheckpointRoot) || c.CheckpointRoot != sandboxagent.DefaultConfig().CheckpointRoot {
+				t.Errorf("got %d %q", c.CheckpointMaxBytes, c.CheckpointRoot)
+			}
+		}},
+		{"checkpoint keys: from the file", writeConfig(t, `{"checkpoint_max_bytes": 1048576, "checkpoint_root": "/data/ck/"}`), nil, func(t *testing.T, c sandboxagent.Config) {
+			if c.CheckpointMaxBytes != 1<<20 || c.CheckpointRoot != "/data/ck" {
+				t.Errorf("got %d %q", c.CheckpointMaxBytes, c.CheckpointRoot)
+			}
+		}},
+		{"checkpoint keys: the environment wins", writeConfig(t, `{"checkpoint_max_bytes": 1048576, "checkpoint_root": "/data/ck"}`), map[string]string{"SANDBOX_AGENT_CHECKPOINT_MAX_BYTES": "2048", "SANDBOX_AGENT_CHECKPOINT_ROOT": "/env/ck"}, func(t *testing.T, c sandboxagent.Config) {
+			if c.CheckpointMaxBytes != 2048 || c.CheckpointRoot != "/env/ck" {
+				t.Errorf("got %d %q", c.CheckpointMaxBytes, c.CheckpointRoot)
+			}
+		}},
 		{"retention zero allowed", "", map[string]string{"SANDBOX_AGENT_AUDIT_RETENTION_DAYS": "0"}, func(t *testing.T, c sandboxagent.Config) {
 			if c.AuditRetentionDays != 0 {
 				t.Errorf("got %d", c.AuditRetentionDays)
@@ -132,6 +147,9 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"bad image_verify", "", map[string]string{"SANDBOX_AGENT_IMAGE_VERIFY": "on"}, "image_verify", "want off or strict"},
 		{"allow_hosts not strings", `{"allow_hosts": ["a.org", 3]}`, nil, "allow_hosts", "array of strings"},
 		{"allow_hosts bad pattern", `{"allow_hosts": ["a.org", "*"]}`, nil, "allow_hosts", `allow host "*"`},
+		{"checkpoint_max_bytes zero", `{"checkpoint_max_bytes": 0}`, nil, "checkpoint_max_bytes", "at least 1"},
+		{"checkpoint_max_bytes not a number", "", map[string]string{"SANDBOX_AGENT_CHECKPOINT_MAX_BYTES": "4g"}, "checkpoint_max_bytes", "not an integer"},
+		{"checkpoint_root relative", "", map[string]string{"SANDBOX_AGENT_CHECKPOINT_ROOT": "ck"}, "checkpoint_root", "want an absolute path"},
 		{"oci_runtime a path", "", map[string]string{"SANDBOX_AGENT_OCI_RUNTIME": "/usr/bin/runsc"}, "oci_runtime", "want a runtime's name"},
 	}
 	for _, tt := range tests {

@@ -151,9 +151,10 @@ func (a *app) sandboxHooks(ctx context.Context) ([]sandboxagent.AgentOption, err
 
 // startAgent builds the driver and starts the agent in a sandbox with
 // opts (parsed from f's sandbox flags), through the same library options
-// as serve's agents (server.NewStarter). The returned stop func shuts the
-// fake model down.
-func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts sandboxagent.SandboxOptions) (*sandboxagent.Agent, func(), error) {
+// as serve's agents (server.NewStarter); on checkpoint from when not nil
+// (sandboxagent.StartFrom: its files and session). The returned stop func
+// shuts the fake model down.
+func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts sandboxagent.SandboxOptions, from *sandboxagent.Checkpoint) (*sandboxagent.Agent, func(), error) {
 	cfg := a.agentConfig(f)
 	if opts.DiskBytes != 0 { // --disk, parsed with the other sandbox flags
 		cfg.DiskBytes = opts.DiskBytes
@@ -187,7 +188,12 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts s
 		sandboxagent.WithEnv(opts.Env),
 		sandboxagent.WithResources(opts.MemoryBytes, opts.PidsLimit),
 	}, hooks...)
-	ag, err := sandboxagent.Start(ctx, rt, drv, agentOpts...)
+	var ag *sandboxagent.Agent
+	if from != nil {
+		ag, err = sandboxagent.StartFrom(ctx, rt, drv, *from, agentOpts...)
+	} else {
+		ag, err = sandboxagent.Start(ctx, rt, drv, agentOpts...)
+	}
 	if err != nil {
 		stop()
 		return nil, func() {}, err
@@ -209,18 +215,22 @@ type resultLine struct {
 	// Usage: what the turn's model requests used and cost, as the model
 	// proxy counted them (absent without a model proxy).
 	Usage *metering.Spent `json:"usage,omitempty"`
+	// Checkpoint: the id of the checkpoint --checkpoint made after the turn.
+	Checkpoint string `json:"checkpoint,omitempty"`
 }
 
 func runAsk(ctx context.Context, a *app, args []string) int {
 	fs := flag.NewFlagSet("ask", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: sandbox-agent ask --driver NAME [flags] PROMPT\n\nRuns one turn of an agent CLI in a throw-away sandbox and prints the reply.\nExit codes: 0 ok, 1 the agent CLI failed, 3 a budget was spent, 124 timeout, 125 sandbox-agent failed.\n\nflags:")
+		fmt.Fprintln(a.stderr, "usage: sandbox-agent ask [--driver NAME] [flags] PROMPT\n\nRuns one turn of an agent CLI in a throw-away sandbox and prints the reply.\nExit codes: 0 ok, 1 the agent CLI failed, 3 a budget was spent, 124 timeout, 125 sandbox-agent failed.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	driver := fs.String("driver", "opencode", "agent CLI: "+strings.Join(drivers.Names(), ", "))
+	driver := fs.String("driver", "opencode", "agent CLI: "+strings.Join(drivers.Names(), ", ")+" (with --from-checkpoint: the checkpoint's)")
 	asJSON := fs.Bool("json", false, "print events as JSON lines, then a result line")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr (shown only when stderr is a terminal, and never with --json)")
+	ckName := fs.String("checkpoint", "", "after a turn that succeeded, checkpoint the sandbox under this `NAME` and print the checkpoint's id")
+	fromCk := fs.String("from-checkpoint", "", "start the agent on this checkpoint (`ID`, see 'checkpoint list'): its files, continuing its session; --driver, when given, must be the checkpoint's")
 	var af agentFlags
 	af.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -237,7 +247,24 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 	if err != nil {
 		return a.fail(fmt.Errorf("ask: %w", err))
 	}
-	ag, stop, err := a.startAgent(ctx, *driver, &af, opts)
+	var from *sandboxagent.Checkpoint
+	if *fromCk != "" {
+		driverSet := false
+		fs.Visit(func(f *flag.Flag) { driverSet = driverSet || f.Name == "driver" })
+		if af.image != "" {
+			return a.fail(fmt.Errorf("%w: ask: --image with --from-checkpoint: the checkpoint holds the sandbox's files", sandboxagent.ErrInvalidArgument))
+		}
+		c, err := a.findCheckpoint(ctx, *fromCk)
+		if err != nil {
+			return a.fail(fmt.Errorf("ask: --from-checkpoint: %w", err))
+		}
+		if driverSet && *driver != c.Driver {
+			return a.fail(fmt.Errorf("%w: ask: checkpoint %s is of a %s agent, not --driver %s (omit --driver to take the checkpoint's)", sandboxagent.ErrInvalidArgument, c.ID, line(c.Driver), *driver))
+		}
+		*driver = c.Driver
+		from = &c
+	}
+	ag, stop, err := a.startAgent(ctx, *driver, &af, opts, from)
 	defer stop()
 	if err != nil {
 		return a.fail(err)
@@ -260,9 +287,22 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeouts.Copy)
 	defer cancel()
 	dlErr := a.download(dctx, ag.Container(), downs)
-	a.printResult(enc, *asJSON, res, turnErr)
+	var ck sandboxagent.Checkpoint
+	var ckErr error
+	if *ckName != "" && turnErr == nil {
+		if ck, ckErr = ag.Checkpoint(ctx, *ckName); ckErr != nil {
+			ckErr = fmt.Errorf("checkpoint %q: %w", *ckName, ckErr)
+		}
+	}
+	a.printTurn(enc, *asJSON, res, turnErr, ck.ID)
+	if *ckName != "" && turnErr != nil {
+		fmt.Fprintln(a.stderr, "sandbox-agent: --checkpoint: no checkpoint made, the turn failed")
+	}
 	if dlErr != nil {
 		return a.fail(dlErr)
+	}
+	if ckErr != nil {
+		return a.fail(ckErr)
 	}
 	switch {
 	case turnErr == nil:
@@ -282,14 +322,24 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 // reply on stdout and the error on stderr. Both go through the doors of
 // output.go: the reply is the agent's text, hostile like all of it.
 func (a *app) printResult(enc *json.Encoder, asJSON bool, res sandboxagent.TurnResult, turnErr error) {
+	a.printTurn(enc, asJSON, res, turnErr, "")
+}
+
+// printTurn is printResult with the id of the checkpoint made after the
+// turn ("": none): the result line's "checkpoint", or a last line
+// "checkpoint: ID" after the reply.
+func (a *app) printTurn(enc *json.Encoder, asJSON bool, res sandboxagent.TurnResult, turnErr error, checkpointID string) {
 	if asJSON {
-		rl := resultLine{Kind: "result", Reply: res.Reply, SessionID: res.SessionID, ExitCode: res.ExitCode, AuditDir: res.AuditDir, Verification: res.Verification, Usage: res.Usage}
+		rl := resultLine{Kind: "result", Reply: res.Reply, SessionID: res.SessionID, ExitCode: res.ExitCode, AuditDir: res.AuditDir, Verification: res.Verification, Usage: res.Usage, Checkpoint: checkpointID}
 		if turnErr != nil {
 			rl.Error = turnErr.Error()
 		}
 		_ = enc.Encode(rl)
 	} else if turnErr == nil {
 		fmt.Fprintln(a.stdout, res.Reply)
+		if checkpointID != "" {
+			fmt.Fprintf(a.stdout, "checkpoint: %s\n", line(checkpointID))
+		}
 	}
 	if turnErr != nil {
 		fmt.Fprintf(a.stderr, "sandbox-agent: %s\n", errText(turnErr))

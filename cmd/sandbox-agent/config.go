@@ -61,7 +61,19 @@ type settings struct {
 	// serveOCIRuntimes: the OCI runtimes a create request may choose
 	// beside the server's own (oci_runtime).
 	serveOCIRuntimes []string
+	// serveTenantCheckpointBytes caps the bytes of the checkpoints one
+	// tenant of serve keeps (0: no limit).
+	serveTenantCheckpointBytes int64
+	// checkpointRetention: gc removes the checkpoints older than this
+	// that no server owns.
+	checkpointRetention time.Duration
 }
+
+// The defaults of the checkpoint keys of the command line.
+const (
+	defaultTenantCheckpointBytes = 20 << 30
+	defaultCheckpointRetention   = 7 * 24 * time.Hour
+)
 
 func defaultSettings() settings {
 	return settings{
@@ -71,6 +83,9 @@ func defaultSettings() settings {
 		serveMaxAgents:      server.DefaultMaxAgents,
 		serveMaxTurns:       server.DefaultMaxConcurrentTurns,
 		serveMaxBodyBytes:   server.DefaultMaxBodyBytes,
+
+		serveTenantCheckpointBytes: defaultTenantCheckpointBytes,
+		checkpointRetention:        defaultCheckpointRetention,
 	}
 }
 
@@ -118,6 +133,8 @@ var settingsKeys = []configfile.Key[settings]{
 		}
 		return nil
 	}),
+	configfile.Int("serve_tenant_checkpoint_bytes", 0, func(s *settings, n int64) { s.serveTenantCheckpointBytes = n }),
+	configfile.Duration("checkpoint_retention", func(s *settings) *time.Duration { return &s.checkpointRetention }),
 }
 
 // loadConfig reads the library's keys and the command line's from the

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/config"
@@ -37,11 +38,34 @@ func TestLoadConfig(t *testing.T) {
 	}
 }
 
+func TestLoadConfigCheckpointKeys(t *testing.T) {
+	_, d, err := loadConfig("", func(string) string { return "" })
+	if err != nil || d.checkpointRetention != 168*time.Hour || d.serveTenantCheckpointBytes != 20<<30 {
+		t.Errorf("defaults: retention %v, tenant bytes %d, %v", d.checkpointRetention, d.serveTenantCheckpointBytes, err)
+	}
+	file := filepath.Join(t.TempDir(), "config.json")
+	body := `{"checkpoint_retention": "24h", "serve_tenant_checkpoint_bytes": 1073741824, "checkpoint_max_bytes": 1048576, "checkpoint_root": "/data/ck"}`
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lib, s, err := loadConfig(file, func(string) string { return "" })
+	if err != nil || s.checkpointRetention != 24*time.Hour || s.serveTenantCheckpointBytes != 1<<30 || lib.CheckpointMaxBytes != 1<<20 || lib.CheckpointRoot != "/data/ck" {
+		t.Errorf("file: %v %d %d %q, %v", s.checkpointRetention, s.serveTenantCheckpointBytes, lib.CheckpointMaxBytes, lib.CheckpointRoot, err)
+	}
+	env := map[string]string{"SANDBOX_AGENT_CHECKPOINT_RETENTION": "3600", "SANDBOX_AGENT_SERVE_TENANT_CHECKPOINT_BYTES": "0"}
+	_, s, err = loadConfig(file, func(k string) string { return env[k] })
+	if err != nil || s.checkpointRetention != time.Hour || s.serveTenantCheckpointBytes != 0 {
+		t.Errorf("environment: %v %d, %v", s.checkpointRetention, s.serveTenantCheckpointBytes, err)
+	}
+}
+
 func TestLoadConfigErrors(t *testing.T) {
 	for _, tt := range []struct{ body, key string }{
 		{`{"max_concurrent_starts": 0}`, "max_concurrent_starts"},
 		{`{"gateway_ulr": "x"}`, "gateway_ulr"},
 		{`{"timeout_exec": "soon"}`, "timeout_exec"},
+		{`{"checkpoint_retention": "-1h"}`, "checkpoint_retention"},
+		{`{"serve_tenant_checkpoint_bytes": -1}`, "serve_tenant_checkpoint_bytes"},
 	} {
 		file := filepath.Join(t.TempDir(), "config.json")
 		if err := os.WriteFile(file, []byte(tt.body), 0o600); err != nil {

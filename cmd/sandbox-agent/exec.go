@@ -293,10 +293,35 @@ func runGC(ctx context.Context, a *app, args []string) int {
 	for _, d := range res.SocketDirs {
 		fmt.Fprintf(a.stdout, "%s socket folder %s (owner gone)\n", verb, line(d))
 	}
-	if err != nil {
+	eng, ckErr := a.checkpointEngine(ctx)
+	if ckErr == nil {
+		var ck gc.CheckpointResult
+		ck, ckErr = gc.Checkpoints(ctx, eng, a.cfg.CheckpointRoot, gc.CheckpointOptions{Retention: a.cli.checkpointRetention, DryRun: *dry})
+		a.printCheckpointGC(ck, verb)
+	}
+	if err := errors.Join(err, ckErr); err != nil {
 		return a.fail(err)
 	}
 	return exitOK
+}
+
+// printCheckpointGC prints what gc did (verb) with the checkpoints.
+func (a *app) printCheckpointGC(res gc.CheckpointResult, verb string) {
+	name := func(c sandboxagent.Checkpoint) string {
+		if c.Name == "" {
+			return "-"
+		}
+		return line(c.Name)
+	}
+	for _, e := range res.Removed {
+		fmt.Fprintf(a.stdout, "%s checkpoint %s %s (%s)\n", verb, line(e.Checkpoint.ID), name(e.Checkpoint), line(e.Reason))
+	}
+	for _, e := range res.Kept {
+		fmt.Fprintf(a.stdout, "kept checkpoint %s %s (%s)\n", line(e.Checkpoint.ID), name(e.Checkpoint), line(e.Reason))
+	}
+	for _, d := range res.Leftovers {
+		fmt.Fprintf(a.stdout, "%s checkpoint folder %s (never completed)\n", verb, line(d))
+	}
 }
 
 func shortID(id string) string {

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/checkpoint"
 	"github.com/sandbox-agent/sandbox-agent/config"
 )
 
@@ -42,6 +43,9 @@ type app struct {
 	eng *engine
 	// images, when set, is the image source every agent shares (serve).
 	images sandboxagent.ImageSource
+	// ckEngine, when set, is the engine of committed checkpoints instead
+	// of the runtime's (tests).
+	ckEngine checkpoint.Engine
 }
 
 // runtime connects to the engine on first use.
@@ -82,7 +86,8 @@ func commands() map[string]command {
 		"exec":       {"run a command in a throw-away sandbox", runExec},
 		"ask":        {"run one agent turn in a throw-away sandbox", runAsk},
 		"smoke":      {"run the main behaviours end to end, per driver", runSmoke},
-		"gc":         {"remove sandboxes left behind", runGC},
+		"gc":         {"remove sandboxes and checkpoints left behind", runGC},
+		"checkpoint": {"list, inspect and remove checkpoints", runCheckpoint},
 		"version":    {"print versions", runVersion},
 		"images":     {"list, resolve and build the agent images", runImages},
 		"fake-model": {"serve the scripted fake model", runFakeModel},

@@ -63,12 +63,13 @@ var _ checkpoint.Engine = (*Runtime)(nil)
 // ("repo:tag"), the container paused meanwhile so no write is torn. The
 // image keeps the base image's environment and labels, not the
 // container's (env values the container had are reset to the base image's
-// or emptied), and gets labels on top. maxBytes (> 0) bounds the layer the
+// or emptied), and gets labels(the container's changes in bytes, as the
+// engine measured them before the commit) on top. maxBytes (> 0) bounds the layer the
 // commit adds: a container whose changes are larger is not committed, and
 // an image whose new layer came out larger (the sandbox wrote meanwhile)
 // is removed; both are ErrCheckpointSize. size is that layer's size. On
 // any failure after the commit the image is removed.
-func (r *Runtime) Commit(ctx context.Context, id, ref string, labels map[string]string, maxBytes int64) (size int64, err error) {
+func (r *Runtime) Commit(ctx context.Context, id, ref string, labelsFor func(size int64) map[string]string, maxBytes int64) (size int64, err error) {
 	repo, tag, err := splitRef(ref)
 	if err != nil {
 		return 0, fmt.Errorf("commit %s: %w", id, err)
@@ -81,8 +82,16 @@ func (r *Runtime) Commit(ctx context.Context, id, ref string, labels map[string]
 	if c.Config == nil {
 		return 0, fmt.Errorf("commit %s: the engine reported no container config", id)
 	}
-	if maxBytes > 0 && c.SizeRw != nil && *c.SizeRw > maxBytes {
-		return 0, sizeError(id, *c.SizeRw, maxBytes)
+	var changed int64
+	if c.SizeRw != nil {
+		changed = *c.SizeRw
+	}
+	if maxBytes > 0 && changed > maxBytes {
+		return 0, sizeError(id, changed, maxBytes)
+	}
+	var labels map[string]string
+	if labelsFor != nil {
+		labels = labelsFor(changed)
 	}
 	baseRef := c.Image // the image's ID: its name may have moved since
 	if baseRef == "" {

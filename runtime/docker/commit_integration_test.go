@@ -55,7 +55,7 @@ func TestIntegrationCommit(t *testing.T) {
 		map[string]string{ownerLabel: "x", "org.example.base": "hunter2"})
 	run(t, rt, ctx, id, "printf checkpointed > /root/marker && head -c 1000000 /dev/urandom > /root/data")
 
-	size, err := rt.Commit(ctx, id, ref, map[string]string{checkpointLabel: mark}, 100<<20)
+	size, err := rt.Commit(ctx, id, ref, func(int64) map[string]string { return map[string]string{checkpointLabel: mark} }, 100<<20)
 	if err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
@@ -135,7 +135,7 @@ func TestIntegrationCommitTooLarge(t *testing.T) {
 
 	id := startContainer(t, rt, ctx, testenv.Image(), nil, nil)
 	run(t, rt, ctx, id, "head -c 20000000 /dev/urandom > /root/big")
-	_, err := rt.Commit(ctx, id, ref, map[string]string{checkpointLabel: mark}, 10<<20)
+	_, err := rt.Commit(ctx, id, ref, func(int64) map[string]string { return map[string]string{checkpointLabel: mark} }, 10<<20)
 	if !errors.Is(err, sandboxagent.ErrCheckpointSize) {
 		t.Fatalf("Commit of 20 MB with a 10 MB limit: %v, want ErrCheckpointSize", err)
 	}

@@ -174,7 +174,7 @@ func TestCommit(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cf := &commitFake{}
 			rt, f := newFake(t, tt.podman, cf.routes(t, tt.ctr, tt.base, tt.image))
-			size, err := rt.Commit(context.Background(), "c1", "sandbox-agent-checkpoint:ck-1", tt.labels, tt.max)
+			size, err := rt.Commit(context.Background(), "c1", "sandbox-agent-checkpoint:ck-1", func(int64) map[string]string { return tt.labels }, tt.max)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("Commit: %v, want %v", err, tt.wantErr)

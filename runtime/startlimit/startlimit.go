@@ -81,9 +81,9 @@ func (l *limited) DiskUsage(ctx context.Context, id string) (int64, error) {
 // Commit, Images, RemoveImage and ImageExists pass the wrapped runtime's
 // checkpoint images on (Agent.Checkpoint, checkpoint.Engine), or say there
 // are none. A commit takes no start slot: it starts nothing.
-func (l *limited) Commit(ctx context.Context, id, ref string, labels map[string]string, maxBytes int64) (int64, error) {
+func (l *limited) Commit(ctx context.Context, id, ref string, labels func(int64) map[string]string, maxBytes int64) (int64, error) {
 	if c, ok := l.Runtime.(interface {
-		Commit(context.Context, string, string, map[string]string, int64) (int64, error)
+		Commit(context.Context, string, string, func(int64) map[string]string, int64) (int64, error)
 	}); ok {
 		return c.Commit(ctx, id, ref, labels, maxBytes)
 	}

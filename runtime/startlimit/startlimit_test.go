@@ -81,7 +81,7 @@ type committer struct {
 	commits int
 }
 
-func (c *committer) Commit(context.Context, string, string, map[string]string, int64) (int64, error) {
+func (c *committer) Commit(context.Context, string, string, func(int64) map[string]string, int64) (int64, error) {
 	c.commits++
 	return 42, nil
 }
@@ -100,7 +100,7 @@ func TestWrapPassesCheckpointImagesOn(t *testing.T) {
 	ctx := context.Background()
 	type engine interface {
 		checkpoint.Engine
-		Commit(context.Context, string, string, map[string]string, int64) (int64, error)
+		Commit(context.Context, string, string, func(int64) map[string]string, int64) (int64, error)
 		ImageExists(context.Context, string) (bool, error)
 	}
 

@@ -1,0 +1,197 @@
+package gc
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/checkpoint"
+	"github.com/sandbox-agent/sandbox-agent/internal/labels"
+)
+
+// fakeEngine holds committed checkpoints as images; inUse ones refuse
+// removal as an engine does while a container runs on them.
+type fakeEngine struct {
+	images  []checkpoint.Image
+	inUse   map[string]bool
+	removed []string
+}
+
+func (f *fakeEngine) Images(_ context.Context, label string) ([]checkpoint.Image, error) {
+	return f.images, nil
+}
+
+func (f *fakeEngine) RemoveImage(_ context.Context, ref string) error {
+	if f.inUse[ref] {
+		return fmt.Errorf("%w: a container runs on %s", checkpoint.ErrInUse, ref)
+	}
+	i := slices.IndexFunc(f.images, func(img checkpoint.Image) bool { return img.Ref == ref })
+	if i < 0 {
+		return checkpoint.ErrNotFound
+	}
+	f.images = slices.Delete(f.images, i, i+1)
+	f.removed = append(f.removed, ref)
+	return nil
+}
+
+// add commits c as an image, labelled as the library labels one.
+func (f *fakeEngine) add(t *testing.T, c sandboxagent.Checkpoint) {
+	t.Helper()
+	c.Image = sandboxagent.CheckpointRepo + ":" + c.ID
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.images = append(f.images, checkpoint.Image{Ref: c.Image, ID: "sha256:" + c.ID, Created: c.Created,
+		Labels: map[string]string{labels.Checkpoint: base64.RawURLEncoding.EncodeToString(b)}})
+}
+
+// archive writes c as a finished archive under root.
+func archive(t *testing.T, root string, c sandboxagent.Checkpoint) string {
+	t.Helper()
+	dir := filepath.Join(root, c.ID)
+	c.Archive = dir
+	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(c)
+	if err := os.WriteFile(filepath.Join(dir, "checkpoint.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// leftover makes a folder of an archive never completed, age old.
+func leftover(t *testing.T, root, id string, age time.Duration) string {
+	t.Helper()
+	dir := filepath.Join(root, id)
+	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	then := time.Now().Add(-age)
+	if err := os.Chtimes(dir, then, then); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func ids(es []CheckpointEntry) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Checkpoint.ID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestCheckpointsRetention(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now().UTC()
+	old, recent := now.Add(-200*time.Hour), now.Add(-time.Hour)
+	eng := &fakeEngine{inUse: map[string]bool{sandboxagent.CheckpointRepo + ":ck-03": true}}
+	eng.add(t, sandboxagent.Checkpoint{ID: "ck-01", Name: "old", Created: old, Driver: "pi"})
+	eng.add(t, sandboxagent.Checkpoint{ID: "ck-02", Name: "owned", Created: old, Owner: "serve-a", Driver: "pi"})
+	eng.add(t, sandboxagent.Checkpoint{ID: "ck-03", Name: "in use", Created: old, Driver: "pi"})
+	eng.add(t, sandboxagent.Checkpoint{ID: "ck-04", Name: "recent", Created: recent, Driver: "pi"})
+	root := t.TempDir()
+	oldDir := archive(t, root, sandboxagent.Checkpoint{ID: "ck-0a", Created: old, Driver: "pi"})
+	recentDir := archive(t, root, sandboxagent.Checkpoint{ID: "ck-0b", Created: recent, Driver: "pi"})
+	ownedDir := archive(t, root, sandboxagent.Checkpoint{ID: "ck-0c", Created: old, Owner: "serve-a", Driver: "pi"})
+	stale := leftover(t, root, "ck-0d", 2*time.Hour)
+	fresh := leftover(t, root, "ck-0e", time.Minute)
+	notOurs := leftover(t, root, "keep-me", 2*time.Hour)
+	opts := CheckpointOptions{Retention: 168 * time.Hour}
+
+	// A dry run reports and removes nothing.
+	dry := opts
+	dry.DryRun = true
+	res, err := Checkpoints(ctx, eng, root, dry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(res.Removed); !slices.Equal(got, []string{"ck-01", "ck-03", "ck-0a"}) {
+		t.Errorf("dry run would remove %v", got)
+	}
+	if got := ids(res.Kept); !slices.Equal(got, []string{"ck-02", "ck-0c"}) {
+		t.Errorf("dry run keeps %v", got)
+	}
+	if !slices.Equal(res.Leftovers, []string{stale}) {
+		t.Errorf("dry run leftovers %v", res.Leftovers)
+	}
+	if len(eng.removed) != 0 {
+		t.Errorf("dry run removed %v", eng.removed)
+	}
+	for _, d := range []string{oldDir, stale} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("dry run removed %s", d)
+		}
+	}
+
+	res, err = Checkpoints(ctx, eng, root, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(res.Removed); !slices.Equal(got, []string{"ck-01", "ck-0a"}) {
+		t.Errorf("removed %v", got)
+	}
+	if !slices.Equal(eng.removed, []string{sandboxagent.CheckpointRepo + ":ck-01"}) {
+		t.Errorf("engine removed %v", eng.removed)
+	}
+	kept := map[string]string{}
+	for _, e := range res.Kept {
+		kept[e.Checkpoint.ID] = e.Reason
+	}
+	if kept["ck-02"] != "owned by server serve-a" || kept["ck-0c"] != "owned by server serve-a" || kept["ck-03"] != "in use: an agent still runs on it" || len(kept) != 3 {
+		t.Errorf("kept %v", kept)
+	}
+	if !slices.Equal(res.Leftovers, []string{stale}) {
+		t.Errorf("leftovers %v", res.Leftovers)
+	}
+	for d, want := range map[string]bool{oldDir: false, stale: false, recentDir: true, ownedDir: true, fresh: true, notOurs: true} {
+		if _, err := os.Stat(d); (err == nil) != want {
+			t.Errorf("%s exists %v, want %v", filepath.Base(d), err == nil, want)
+		}
+	}
+	left, err := checkpoint.List(ctx, eng, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range left {
+		names = append(names, c.ID)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"ck-02", "ck-03", "ck-04", "ck-0b", "ck-0c"}) {
+		t.Errorf("left %v", names)
+	}
+}
+
+// No engine (Kubernetes) and no root: nothing to look at, no error; a
+// retention of zero removes nothing.
+func TestCheckpointsNothing(t *testing.T) {
+	res, err := Checkpoints(context.Background(), nil, "", CheckpointOptions{Retention: time.Hour})
+	if err != nil || len(res.Removed)+len(res.Kept)+len(res.Leftovers) != 0 {
+		t.Errorf("%+v, %v", res, err)
+	}
+	root := t.TempDir()
+	archive(t, root, sandboxagent.Checkpoint{ID: "ck-01", Created: time.Now().Add(-1000 * time.Hour), Driver: "pi"})
+	res, err = Checkpoints(context.Background(), nil, root, CheckpointOptions{})
+	if err != nil || len(res.Removed) != 0 {
+		t.Errorf("retention 0: %+v, %v", res, err)
+	}
+}
+
+func TestCheckpointID(t *testing.T) {
+	for id, want := range map[string]bool{"ck-0123abcdef": true, "ck-": false, "ck-XYZ": false, "ck-../x": false, "other": false} {
+		if checkpointID(id) != want {
+			t.Errorf("checkpointID(%q) = %v", id, !want)
+		}
+	}
+}
