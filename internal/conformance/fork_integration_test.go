@@ -195,3 +195,16 @@ func rootOf(c sandboxagent.Checkpoint) string {
 	}
 	return c.Archive[:strings.LastIndex(c.Archive, "/")]
 }
+
+// noCommit hides the engine's commit (a Runtime without it), so the
+// checkpoint is an archive, as on Kubernetes.
+type noCommit struct{ sandboxagent.Runtime }
+
+func (n noCommit) Features() sandboxagent.RuntimeFeatures { return sandboxagent.FeaturesOf(n.Runtime) }
+
+// TestConformanceForkArchive is TestConformanceFork's scenario for pi with
+// the checkpoint as an archive (the working directory and the driver's
+// session dump) on this engine: the path Kubernetes takes, on every run.
+func TestConformanceForkArchive(t *testing.T) {
+	forkScenario(t, noCommit{testenv.Runtime(t)}, "pi", sandboxagent.WithConfig(forkConfig(t)))
+}
