@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -275,59 +276,75 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
 			s.unclaim(p.tenant, key)
 		}
 	}()
-	if err := s.admit(r.Context(), p.tenant); err != nil {
+	if req.Checkpoint != "" {
+		c, err := s.checkpointFor(r.Context(), p, req)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		req.From = &c
+	}
+	ad, err := s.admit(r.Context(), p.tenant, 1)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
-	// Counted as starting until its row is stored: the tenant's limit
-	// counts rows.
-	var unstartOnce sync.Once
-	unstart := func() {
-		unstartOnce.Do(func() {
-			s.mu.Lock()
-			s.starting--
-			if s.startingBy[p.tenant]--; s.startingBy[p.tenant] <= 0 {
-				delete(s.startingBy, p.tenant)
-			}
-			s.mu.Unlock()
-		})
-	}
-	defer unstart()
-	ag, stop, err := s.opts.Start(r.Context(), req)
-	s.mu.Lock()
-	if err == nil && s.closed {
-		s.mu.Unlock()
-		_ = ag.Close()
-		stop()
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, kind: KindInterrupted, msg: "the server is shutting down", retryAfter: 5})
-		return
-	}
-	s.mu.Unlock()
+	defer ad.release()
+	a, rec, err := s.launch(r.Context(), req, ad)
 	if err != nil {
-		s.log.Warn("create agent", "driver", req.Driver, "err", err)
 		writeError(w, err)
 		return
 	}
-	a := s.newAgent(newID(), p.tenant, req, time.Now().UTC(), ag, stop, 0)
-	rec, err := s.record(a, statusIdle)
-	if err == nil {
-		err = s.st.CreateAgent(context.WithoutCancel(r.Context()), rec)
-	}
-	if err != nil {
-		// Not stored: a restarted server would not know it, so it goes.
-		_ = a.close()
-		s.log.Warn("store agent", "err", err)
-		writeError(w, fmt.Errorf("store the agent: %w", err))
-		return
-	}
-	unstart()
 	if key != "" {
 		if err := s.st.SetIdempotencyRef(context.WithoutCancel(r.Context()), p.tenant, key, a.id); err != nil {
 			s.log.Warn("idempotency key", "agent", a.id, "err", err)
 		}
 	}
 	done = true
-	s.log.Info("agent started", "id", a.id, "tenant", a.tenant, "driver", a.driver, "container", ag.Container().Name())
+	writeJSON(w, http.StatusCreated, s.settle(a, rec))
+}
+
+// launch starts the agent of req, admitted by ad, and stores its row. The
+// caller settles it (or discards it).
+func (s *Server) launch(ctx context.Context, req CreateRequest, ad *admission) (*agent, store.Agent, error) {
+	ag, stop, err := s.opts.Start(ctx, req)
+	if err != nil {
+		s.log.Warn("create agent", "driver", req.Driver, "err", err)
+		return nil, store.Agent{}, err
+	}
+	a := s.newAgent(newID(), req.Tenant, req, time.Now().UTC(), ag, stop, 0)
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		_ = a.close()
+		return nil, store.Agent{}, &apiError{status: http.StatusServiceUnavailable, kind: KindInterrupted, msg: "the server is shutting down", retryAfter: 5}
+	}
+	rec, err := s.record(a, statusIdle)
+	if err == nil {
+		err = s.st.CreateAgent(context.WithoutCancel(ctx), rec)
+	}
+	if err != nil {
+		// Not stored: a restarted server would not know it, so it goes.
+		_ = a.close()
+		s.log.Warn("store agent", "err", err)
+		return nil, store.Agent{}, fmt.Errorf("store the agent: %w", err)
+	}
+	ad.done(1)
+	s.mu.Lock()
+	s.requests[a.id] = req
+	s.mu.Unlock()
+	return a, rec, nil
+}
+
+// settle makes a launched agent the server's and returns its view: held
+// here (an exclusive store), or let go for any replica to borrow.
+func (s *Server) settle(a *agent, rec store.Agent) agentView {
+	container := ""
+	if a.ag != nil {
+		container = a.ag.Container().Name()
+	}
+	s.log.Info("agent started", "id", a.id, "tenant", a.tenant, "driver", a.driver, "container", container)
 	view := a.view(rec)
 	if s.opts.Exclusive {
 		s.mu.Lock()
@@ -337,17 +354,66 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
 		// Shared: any replica borrows it when a request needs it.
 		s.log.Warn("detach agent", "id", a.id, "err", err)
 	}
-	writeJSON(w, http.StatusCreated, view)
+	return view
 }
 
-// admit counts a create against the server's and the tenant's limits, or
-// answers 429 (503 when shutting down). The caller decrements starting.
-func (s *Server) admit(ctx context.Context, tenant string) error {
+// discard removes a launched agent that is not settled: its sandbox and
+// its row.
+func (s *Server) discard(ctx context.Context, a *agent) error {
+	err := a.close()
+	if err == nil {
+		if err = s.st.DeleteAgent(context.WithoutCancel(ctx), a.id); errors.Is(err, store.ErrNotFound) {
+			err = nil
+		}
+	}
+	s.mu.Lock()
+	delete(s.requests, a.id)
+	s.mu.Unlock()
+	if err != nil {
+		s.log.Warn("discard agent", "id", a.id, "err", err)
+	}
+	return err
+}
+
+// admission is creates counted against the server's and the tenant's
+// limits (admit) until their rows are stored (done) or they fail
+// (release): the tenant's limit counts rows.
+type admission struct {
+	s      *Server
+	tenant string
+	mu     sync.Mutex
+	n      int // still counted as starting
+}
+
+// done stops counting k of the admitted creates as starting.
+func (ad *admission) done(k int) {
+	ad.mu.Lock()
+	k = min(k, ad.n)
+	ad.n -= k
+	ad.mu.Unlock()
+	if k <= 0 {
+		return
+	}
+	s := ad.s
+	s.mu.Lock()
+	s.starting -= k
+	if s.startingBy[ad.tenant] -= k; s.startingBy[ad.tenant] <= 0 {
+		delete(s.startingBy, ad.tenant)
+	}
+	s.mu.Unlock()
+}
+
+// release stops counting the creates not done.
+func (ad *admission) release() { ad.done(math.MaxInt) }
+
+// admit counts n creates against the server's and the tenant's limits,
+// all or none, or answers 429 (503 when shutting down).
+func (s *Server) admit(ctx context.Context, tenant string, n int) (*admission, error) {
 	// Counted in the store: on a shared one, agents another replica made
 	// (or that no replica holds now) count too.
 	all, err := s.st.ListAgents(ctx, "")
 	if err != nil {
-		return fmt.Errorf("count agents: %w", err)
+		return nil, fmt.Errorf("count agents: %w", err)
 	}
 	var stored []store.Agent
 	for _, a := range all {
@@ -360,15 +426,15 @@ func (s *Server) admit(ctx context.Context, tenant string) error {
 	total := len(all) + s.starting
 	switch {
 	case s.closed:
-		return &apiError{status: http.StatusServiceUnavailable, kind: KindInterrupted, msg: "the server is shutting down", retryAfter: 5}
-	case total >= s.opts.MaxAgents:
-		return limited("serve_max_agents reached: delete an agent first")
-	case tenant != AdminTenant && s.opts.TenantMaxAgents > 0 && len(stored)+s.startingBy[tenant] >= s.opts.TenantMaxAgents:
-		return limited("serve_tenant_max_agents (%d) reached for tenant %s: delete an agent first", s.opts.TenantMaxAgents, tenant)
+		return nil, &apiError{status: http.StatusServiceUnavailable, kind: KindInterrupted, msg: "the server is shutting down", retryAfter: 5}
+	case total+n > s.opts.MaxAgents:
+		return nil, limited("serve_max_agents reached: delete an agent first")
+	case tenant != AdminTenant && s.opts.TenantMaxAgents > 0 && len(stored)+s.startingBy[tenant]+n > s.opts.TenantMaxAgents:
+		return nil, limited("serve_tenant_max_agents (%d) reached for tenant %s: delete an agent first", s.opts.TenantMaxAgents, tenant)
 	}
-	s.starting++
-	s.startingBy[tenant]++
-	return nil
+	s.starting += n
+	s.startingBy[tenant] += n
+	return &admission{s: s, tenant: tenant, n: n}, nil
 }
 
 // lookup finds the request's {id} among the agents the principal may
@@ -459,6 +525,7 @@ func (s *Server) deleteAgent(w http.ResponseWriter, r *http.Request, a *agent, r
 	if s.agents[a.id] == a {
 		delete(s.agents, a.id)
 	}
+	delete(s.requests, a.id)
 	s.mu.Unlock()
 	s.log.Info("agent deleted", "id", a.id)
 	w.WriteHeader(http.StatusNoContent)

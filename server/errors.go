@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/checkpoint"
 	"github.com/sandbox-agent/sandbox-agent/config"
 	"github.com/sandbox-agent/sandbox-agent/metering"
 )
@@ -23,7 +24,7 @@ const (
 	// found it removed or stopped); only DELETE is left.
 	KindLost = "lost"
 	// KindConflict: an Idempotency-Key reused for another request, or
-	// still in use by one in progress.
+	// still in use by one in progress; a checkpoint an agent runs on.
 	KindConflict          = "conflict"
 	KindNotFound          = "not_found"
 	KindBusy              = "busy"
@@ -39,7 +40,10 @@ const (
 	// KindBudgetExceeded: the agent's or the tenant's budget is spent;
 	// the model proxy refused the turn's request (status 402).
 	KindBudgetExceeded = "budget_exceeded"
-	KindInternal       = "internal"
+	// KindCheckpointTooLarge: the sandbox is larger than a checkpoint may
+	// be (checkpoint_max_bytes); none was made (status 422).
+	KindCheckpointTooLarge = "checkpoint_too_large"
+	KindInternal           = "internal"
 )
 
 // apiError is an error with the status and kind it answers with.
@@ -90,6 +94,14 @@ func classify(err error) (int, errorBody) {
 		status, body.Kind = ae.status, ae.kind
 	case errors.As(err, &mbe):
 		status, body.Kind = http.StatusRequestEntityTooLarge, KindTooLarge
+	case errors.Is(err, sandboxagent.ErrCheckpointSize):
+		// Before too_large: an archive over the limit wraps the
+		// download's limit too.
+		status, body.Kind = http.StatusUnprocessableEntity, KindCheckpointTooLarge
+	case errors.Is(err, checkpoint.ErrInUse):
+		status, body.Kind = http.StatusConflict, KindConflict
+	case errors.Is(err, checkpoint.ErrNotFound):
+		status, body.Kind = http.StatusNotFound, KindNotFound
 	case errors.Is(err, metering.ErrBudgetExceeded):
 		// Before driver_error: the CLI reported the refusal too.
 		status, body.Kind = http.StatusPaymentRequired, KindBudgetExceeded

@@ -360,7 +360,7 @@ func TestOpenAPIValid(t *testing.T) {
 	schemas := doc.obj("components").obj("schemas")
 	for _, name := range []string{"CreateAgentRequest", "Agent", "AgentList", "TurnRequest", "TurnResult",
 		"Event", "Payload", "ExecRequest", "ExecResult", "SessionList", "SessionInfo", "SessionDump",
-		"SessionRef", "Error", "Health"} {
+		"SessionRef", "Error", "Health", "Checkpoint", "CheckpointList", "ForkResult"} {
 		if schemas.obj(name) == nil {
 			t.Errorf("components.schemas.%s is missing", name)
 		}
@@ -384,7 +384,8 @@ func TestOpenAPIValid(t *testing.T) {
 		kinds = append(kinds, k.(string))
 	}
 	for _, k := range []string{KindInvalidArgument, KindUnauthorized, KindNotFound, KindBusy, KindTooLarge,
-		KindDriverError, KindLimit, KindUnsupported, KindEngineUnavailable, KindTimeout, KindInterrupted, KindInternal} {
+		KindDriverError, KindLimit, KindUnsupported, KindEngineUnavailable, KindTimeout, KindInterrupted, KindInternal,
+		KindCheckpointTooLarge, KindConflict} {
 		if !slices.Contains(kinds, k) {
 			t.Errorf("Error.kind enum lacks %q", k)
 		}
@@ -516,7 +517,7 @@ const apiDocPreamble = "# HTTP API (`sandbox-agent serve`)\n" +
 	"default: create, drive and delete the tenant's agents, and read them), `read` (GET routes\n" +
 	"only), `metrics` (monitoring: `/v1/health`, no agent route), `admin`. An agent belongs to the tenant that created it (its `tenant`\n" +
 	"field): another tenant gets 404 for it on every route, the same answer as for an id that does\n" +
-	"not exist, and never sees it in a list.\n" +
+	"not exist, and never sees it in a list. A checkpoint belongs to its agent's tenant the same way.\n" +
 	"\n" +
 	"## Durable state, resumable streams, idempotent retries\n" +
 	"\n" +
@@ -554,9 +555,9 @@ const apiDocPreamble = "# HTTP API (`sandbox-agent serve`)\n" +
 	"| 400 | `invalid_argument` | bad JSON, unknown field, bad value |\n" +
 	"| 401 | `unauthorized` | missing, wrong, expired or revoked token |\n" +
 	"| 403 | `forbidden` | the token's scopes do not allow the route |\n" +
-	"| 404 | `not_found` | unknown agent (or another tenant's), turn, session, image or path |\n" +
+	"| 404 | `not_found` | unknown agent or checkpoint (or another tenant's), turn, session, image or path |\n" +
 	"| 409 | `busy` | a turn is running on this agent, here or through another replica (a session call waits 2 s for it first) |\n" +
-	"| 409 | `conflict` | the Idempotency-Key's first request is still in progress (`Retry-After`) |\n" +
+	"| 409 | `conflict` | the Idempotency-Key's first request is still in progress (`Retry-After`); `DELETE /v1/checkpoints/{id}` while an agent runs on it |\n" +
 	"| 410 | `lost` | the agent's sandbox is gone; only reading it and DELETE are left |\n" +
 	"| 413 | `too_large` | the body is over the limit (`serve_max_body_bytes`) |\n" +
 	"| 415 | `invalid_argument` | `PUT .../files` with a Content-Type other than `application/x-tar` or `application/octet-stream` |\n" +
@@ -564,7 +565,8 @@ const apiDocPreamble = "# HTTP API (`sandbox-agent serve`)\n" +
 	"| 422 | `unsafe_archive` | `GET .../files`: nothing safe to copy (a symlink, a device) |\n" +
 	"| 422 | `too_large` | `GET .../files`: over `max_download_bytes`, `_entries` or `_depth` |\n" +
 	"| 422 | `conflict` | the Idempotency-Key was used for another request |\n" +
-	"| 429 | `limit` | `serve_max_agents`, `serve_max_concurrent_turns`, `serve_tenant_max_agents` or `serve_tenant_max_turns` reached (`Retry-After`) |\n" +
+	"| 422 | `checkpoint_too_large` | a checkpoint of a sandbox over `checkpoint_max_bytes` (none was made) |\n" +
+	"| 429 | `limit` | `serve_max_agents`, `serve_max_concurrent_turns`, `serve_tenant_max_agents`, `serve_tenant_max_turns` (`Retry-After`) or `serve_tenant_checkpoint_bytes` reached |\n" +
 	"| 500 | `internal` | unexpected server error |\n" +
 	"| 501 | `unsupported` | the driver does not support this |\n" +
 	"| 503 | `engine_unavailable` | the container engine cannot be reached |\n" +

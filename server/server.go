@@ -1,8 +1,9 @@
 // Package server is sandbox-agent's HTTP API: agents, their turns (as one
-// JSON result or a stream of server-sent events), commands, files and
-// sessions, over the library, for clients in any language. It also serves
-// the live web inspector. The routes are described in openapi.json and
-// docs/api-http.md; both are checked against routePatterns in tests.
+// JSON result or a stream of server-sent events), commands, files,
+// sessions and checkpoints, over the library, for clients in any
+// language. It also serves the live web inspector. The routes are
+// described in openapi.json and docs/api-http.md; both are checked against
+// routePatterns in tests.
 //
 // The server owns the agents it started: Close destroys them. It names no
 // container engine or driver itself: a Starter, supplied by the caller,
@@ -24,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/checkpoint"
 	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/store"
 )
@@ -70,9 +72,17 @@ type CreateRequest struct {
 	// budget_exceeded. It counts from the agent's start in this server
 	// process (an adopted agent counts afresh).
 	Budget *metering.Budget `json:"budget,omitempty"`
+	// Checkpoint, when set, is the id of a checkpoint of the tenant's
+	// (GET /v1/checkpoints) the agent starts on: its files and its CLI's
+	// session. Its driver must be the request's; image must be empty.
+	Checkpoint string `json:"checkpoint,omitempty"`
 	// Tenant is whose agent it is: the server sets it for the Starter and
 	// the Adopter (a tenant's budget); never read from a request.
 	Tenant string `json:"-"`
+	// From is the checkpoint Checkpoint names, as the server found it in
+	// its store: the Starter starts the agent on it
+	// (sandboxagent.StartFrom). Never read from a request.
+	From *sandboxagent.Checkpoint `json:"-"`
 }
 
 // Starter starts the agent req describes. stop, never nil on success,
@@ -126,6 +136,17 @@ type Options struct {
 	// caller's trace (W3C traceparent); the agent's spans (the Starter's
 	// hooks: telemetry/tracing) are its children.
 	Tracer trace.Tracer
+	// Checkpoints is the engine of the committed checkpoints (the
+	// Starter's runtime, when it is a checkpoint.Engine: runtime/docker),
+	// for their removal; nil on engines without commits (Kubernetes).
+	Checkpoints checkpoint.Engine
+	// CheckpointRoot is the folder of archived checkpoints (the Starter's
+	// sandboxagent.Config.CheckpointRoot), for their removal.
+	CheckpointRoot string
+	// TenantCheckpointBytes caps the bytes of a tenant's checkpoints
+	// (config key serve_tenant_checkpoint_bytes; the admin has none); 0:
+	// none.
+	TenantCheckpointBytes int64
 }
 
 // Server is the HTTP API over the agents it owns.
@@ -148,6 +169,13 @@ type Server struct {
 	closed     bool
 	leaseHeld  map[string]time.Time // shared store: reap asks again after
 	recovery   sync.WaitGroup       // Recover's adoptions
+	// requests are the create requests of the agents started here, env
+	// values included (the store keeps their names only), for their forks.
+	requests map[string]CreateRequest
+
+	// checkpointMu makes a tenant's checkpoint bytes checked and stored
+	// at once (on this server: replicas may pass the cap together).
+	checkpointMu sync.Mutex
 
 	sessions *inspectorSessions
 }
@@ -189,6 +217,7 @@ func New(opts Options) (*Server, error) {
 		sessions: &inspectorSessions{byID: map[string]time.Time{}},
 		st:       opts.Store, holder: opts.Instance + "/" + newID()[3:],
 		adopting: map[string]*sync.Mutex{}, borrows: map[string]*borrowed{}, leaseHeld: map[string]time.Time{}, startingBy: map[string]int{}, turnsBy: map[string]int{},
+		requests: map[string]CreateRequest{},
 	}
 	s.mux = http.NewServeMux()
 	for _, r := range s.routes() {
@@ -226,6 +255,11 @@ func (s *Server) routes() []route {
 		{"POST /v1/agents/{id}/sessions/{sid}/fork", s.withIdleAgent(s.forkSession)},
 		{"GET /v1/agents/{id}/sessions/{sid}/events", s.withRecord(s.sessionEvents)},
 		{"PUT /v1/agents/{id}/session", s.withIdleAgent(s.setSession)},
+		{"POST /v1/agents/{id}/checkpoints", s.withRecord(s.postCheckpoint)}, // holds the agent after the body
+		{"POST /v1/agents/{id}/fork", s.withRecord(s.fork)},
+		{"GET /v1/checkpoints", s.listCheckpoints},
+		{"GET /v1/checkpoints/{id}", s.getCheckpoint},
+		{"DELETE /v1/checkpoints/{id}", s.deleteCheckpoint},
 		{"GET /{$}", s.inspector},
 		{"GET /ui/{file}", s.asset},
 		{"POST /login", s.login},
@@ -325,7 +359,7 @@ func (s *Server) Handler() http.Handler {
 				writeError(w, err)
 				return
 			}
-			if strings.HasPrefix(r.URL.Path, "/v1/agents") && !p.can(routeScope(r)) {
+			if (strings.HasPrefix(r.URL.Path, "/v1/agents") || strings.HasPrefix(r.URL.Path, "/v1/checkpoints")) && !p.can(routeScope(r)) {
 				writeError(w, forbidden(routeScope(r)))
 				return
 			}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/checkpoint"
 	"github.com/sandbox-agent/sandbox-agent/config"
 )
 
@@ -86,7 +87,8 @@ func TestUnknownAgentAndRoute(t *testing.T) {
 	for _, p := range []string{"GET /v1/agents/ag_x", "DELETE /v1/agents/ag_x", "POST /v1/agents/ag_x/turns", "GET /v1/agents/ag_x/turns/1",
 		"GET /v1/agents/ag_x/events", "POST /v1/agents/ag_x/exec", "GET /v1/agents/ag_x/files", "PUT /v1/agents/ag_x/files",
 		"GET /v1/agents/ag_x/sessions", "POST /v1/agents/ag_x/sessions", "GET /v1/agents/ag_x/sessions/s", "DELETE /v1/agents/ag_x/sessions/s",
-		"POST /v1/agents/ag_x/sessions/s/fork", "GET /v1/agents/ag_x/sessions/s/events", "PUT /v1/agents/ag_x/session"} {
+		"POST /v1/agents/ag_x/sessions/s/fork", "GET /v1/agents/ag_x/sessions/s/events", "PUT /v1/agents/ag_x/session",
+		"POST /v1/agents/ag_x/checkpoints", "POST /v1/agents/ag_x/fork", "GET /v1/checkpoints/ck-00", "DELETE /v1/checkpoints/ck-00"} {
 		method, path, _ := strings.Cut(p, " ")
 		if code, e := call(t, ts, method, path, auth, "{}"); code != http.StatusNotFound || e.Kind != KindNotFound {
 			t.Errorf("%s: %d %+v", p, code, e)
@@ -173,6 +175,10 @@ func TestClassify(t *testing.T) {
 		{&sandboxagent.ResourceError{}, 422, KindDriverError},
 		{&http.MaxBytesError{Limit: 5}, 413, KindTooLarge},
 		{&apiError{status: 409, kind: KindBusy, msg: "busy"}, 409, KindBusy},
+		// An archive over checkpoint_max_bytes wraps the download's limit too.
+		{fmt.Errorf("checkpoint: %w: %w", sandboxagent.ErrCheckpointSize, sandboxagent.ErrLimitExceeded), 422, KindCheckpointTooLarge},
+		{fmt.Errorf("x: %w", checkpoint.ErrInUse), 409, KindConflict},
+		{fmt.Errorf("x: %w", checkpoint.ErrNotFound), 404, KindNotFound},
 	}
 	for _, tt := range tests {
 		status, body := classify(tt.err)

@@ -48,7 +48,9 @@ type StarterOptions struct {
 // NewStarter returns the Starter that sandbox-agent serve uses: the
 // driver from o.Driver, then every field of the request as the agent's
 // options (model, image, egress and allowed hosts, env, memory, pids,
-// keepalive), through sandboxagent.Start.
+// keepalive), through sandboxagent.Start, or sandboxagent.StartFrom when
+// the request has a checkpoint (From): the hardening and the egress are
+// still the request's and the server's, never the checkpoint's.
 func NewStarter(o StarterOptions) Starter {
 	return func(ctx context.Context, req CreateRequest) (*sandboxagent.Agent, func(), error) {
 		if o.Runtime == nil || o.Driver == nil {
@@ -62,7 +64,12 @@ func NewStarter(o StarterOptions) Starter {
 		if err != nil {
 			return nil, nil, err
 		}
-		ag, err := sandboxagent.Start(ctx, o.Runtime, drv, append(opts, o.Options...)...)
+		var ag *sandboxagent.Agent
+		if req.From != nil {
+			ag, err = sandboxagent.StartFrom(ctx, o.Runtime, drv, *req.From, append(opts, o.Options...)...)
+		} else {
+			ag, err = sandboxagent.Start(ctx, o.Runtime, drv, append(opts, o.Options...)...)
+		}
 		if err != nil {
 			stop()
 			return nil, nil, err

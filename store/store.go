@@ -1,6 +1,7 @@
 // Package store is the durable state of sandbox-agent serve: its agents,
-// their turns and events, tenants' tokens, idempotency keys and the turn
-// leases that let several server replicas drive one agent in turn.
+// their turns and events, tenants' tokens, idempotency keys, the turn
+// leases that let several server replicas drive one agent in turn, and
+// the agents' checkpoints.
 //
 // Store is the one interface; store/sqlite (embedded, the default) and
 // store/postgres (for several replicas) implement it, and both pass the
@@ -139,6 +140,22 @@ type Spend struct {
 	CostNanoUSD int64
 }
 
+// Checkpoint is a whole sandbox an agent of the server kept (POST
+// .../checkpoints, .../fork): the record of an engine image or an archive
+// folder, which outlives its agent.
+type Checkpoint struct {
+	ID     string
+	Tenant string
+	// AgentID is the agent checkpointed (it may be gone since).
+	AgentID string
+	Created time.Time
+	// Size is the checkpoint's bytes (what it adds to its base image).
+	Size int64
+	// Data is the checkpoint as the library describes it
+	// (sandboxagent.Checkpoint as JSON).
+	Data json.RawMessage
+}
+
 // Store is the server's durable state. Implementations are safe for
 // concurrent use, by one process and by several sharing the database.
 type Store interface {
@@ -207,6 +224,18 @@ type Store interface {
 	// GetSpend is a scope's total for a period (zero counts when nothing
 	// was added).
 	GetSpend(ctx context.Context, scope string, period time.Time) (Spend, error)
+
+	// PutCheckpoint adds the checkpoint, or replaces the one with its ID.
+	PutCheckpoint(ctx context.Context, c Checkpoint) error
+	// Checkpoint returns the checkpoint with that ID; ErrNotFound when
+	// absent.
+	Checkpoint(ctx context.Context, id string) (Checkpoint, error)
+	// Checkpoints lists the checkpoints of tenant ("" every tenant's),
+	// oldest first.
+	Checkpoints(ctx context.Context, tenant string) ([]Checkpoint, error)
+	// DeleteCheckpoint removes the checkpoint's record; ErrNotFound when
+	// absent.
+	DeleteCheckpoint(ctx context.Context, id string) error
 
 	Close() error
 }

@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/checkpoint"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 	"github.com/sandbox-agent/sandbox-agent/metering"
@@ -158,6 +159,17 @@ func runServe(ctx context.Context, a *app, args []string) int {
 		}
 		log.Info("exporting traces over OTLP")
 	}
+	// Checkpoints: the engine's committed images (Docker, Podman: the
+	// runtime lists and removes them) and the archives under
+	// checkpoint_root (Kubernetes), removed by DELETE /v1/checkpoints/{id}.
+	var ckEngine checkpoint.Engine
+	if a.cli.runtime != "kubernetes" {
+		ckEngine, _ = starterOpts.Runtime.(checkpoint.Engine)
+	}
+	ckRoot := starterOpts.Config.CheckpointRoot
+	if ckRoot == "" {
+		ckRoot = sandboxagent.DefaultConfig().CheckpointRoot
+	}
 	var srv *server.Server
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandbox_agent_agents",
 		Help: "Agents this server drives (one sandbox each).", ConstLabels: prometheus.Labels{"engine": a.engineName()}},
@@ -168,6 +180,7 @@ func runServe(ctx context.Context, a *app, args []string) int {
 		MaxAgents: a.cli.serveMaxAgents, MaxConcurrentTurns: a.cli.serveMaxTurns, MaxBodyBytes: a.cli.serveMaxBodyBytes,
 		TenantMaxAgents: a.cli.serveTenantMaxAgents, TenantMaxTurns: a.cli.serveTenantMaxTurns, LeaseTTL: a.cli.serveLeaseTTL,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), Tracer: tracer,
+		Checkpoints: ckEngine, CheckpointRoot: ckRoot, TenantCheckpointBytes: a.cli.serveTenantCheckpointBytes,
 	})
 	if err != nil {
 		return a.fail(err)

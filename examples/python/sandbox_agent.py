@@ -125,6 +125,8 @@ class SandboxAgent:
     the server's); ``keepalive`` is in seconds; ``memory`` like "2g";
     ``fake_model_script`` is the fake model's script as a dict (or the path
     of a JSON file holding it): the agent then needs no model key.
+    ``checkpoint`` is the id of a checkpoint to start on (its files and
+    session; the driver must be the checkpoint's).
     """
 
     def __init__(self, driver: str = "codex", model: Optional[str] = None, *,
@@ -132,7 +134,7 @@ class SandboxAgent:
                  image: Optional[str] = None, fake_model_script: Any = None, egress: Optional[str] = None,
                  allow_hosts: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None,
                  keepalive: Optional[float] = None, memory: Optional[str] = None, pids: Optional[int] = None,
-                 timeout: Optional[float] = None):
+                 timeout: Optional[float] = None, checkpoint: Optional[str] = None):
         self._connect(url, token, token_file)
         self.timeout = timeout
         if isinstance(fake_model_script, (str, os.PathLike)):
@@ -140,7 +142,7 @@ class SandboxAgent:
                 fake_model_script = json.load(f)
         body = {"driver": driver, "model": model, "image": image, "fake_model_script": fake_model_script,
                 "egress": egress, "allow_hosts": allow_hosts, "env": env, "keepalive": keepalive,
-                "memory": memory, "pids": pids}
+                "memory": memory, "pids": pids, "checkpoint": checkpoint}
         self.info = self._json("POST", "/v1/agents", {k: v for k, v in body.items() if v is not None})
         self.id = self.info["id"]  # type: Optional[str]
 
@@ -305,6 +307,20 @@ class SandboxAgent:
         if not sid:
             raise SandboxAgentError("no session to fork yet", kind="invalid_argument")
         return self._json("POST", self._path("sessions", sid, "fork"))["session_id"]
+
+    def checkpoint(self, name: Optional[str] = None) -> Dict[str, Any]:
+        """Keep the whole sandbox (files and session); answer the checkpoint (id, size, ...)."""
+        return self._json("POST", self._path("checkpoints"), {"name": name} if name else {})
+
+    def fork_agents(self, count: int = 1) -> List["SandboxAgent"]:
+        """Checkpoint this agent and start ``count`` agents on the checkpoint; answer them."""
+        res = self._json("POST", self._path("fork"), {"count": count})
+        out = []
+        for info in res["agents"]:
+            branch = SandboxAgent.attach(info["id"], url=self.url, token=self.token, timeout=self.timeout)
+            branch.info = info
+            out.append(branch)
+        return out
 
     def use_session(self, session_id: str) -> None:
         """Make the next turn continue ``session_id`` ("" starts a new session)."""

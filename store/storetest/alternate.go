@@ -86,6 +86,18 @@ func (a *alternate) AddSpend(ctx context.Context, sp store.Spend) (store.Spend, 
 func (a *alternate) GetSpend(ctx context.Context, scope string, period time.Time) (store.Spend, error) {
 	return a.next().GetSpend(ctx, scope, period)
 }
+func (a *alternate) PutCheckpoint(ctx context.Context, c store.Checkpoint) error {
+	return a.next().PutCheckpoint(ctx, c)
+}
+func (a *alternate) Checkpoint(ctx context.Context, id string) (store.Checkpoint, error) {
+	return a.next().Checkpoint(ctx, id)
+}
+func (a *alternate) Checkpoints(ctx context.Context, tenant string) ([]store.Checkpoint, error) {
+	return a.next().Checkpoints(ctx, tenant)
+}
+func (a *alternate) DeleteCheckpoint(ctx context.Context, id string) error {
+	return a.next().DeleteCheckpoint(ctx, id)
+}
 
 func (a *alternate) Close() error {
 	var errs []error

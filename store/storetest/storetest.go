@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Canceled", testCanceled},
 		{"Spend", testSpend},
 		{"SpendConcurrent", testSpendConcurrent},
+		{"Checkpoints", testCheckpoints},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -874,6 +875,69 @@ func testSpend(t *testing.T, s store.Store) {
 	got, err = s.AddSpend(ctx, store.Spend{Scope: "tenant c", InputTokens: 5, CostNanoUSD: 5, Requests: 1})
 	must(t, err)
 	check(t, "saturated", got, store.Spend{Scope: "tenant c", InputTokens: math.MaxInt64, CostNanoUSD: math.MaxInt64, Requests: 1})
+}
+
+// Checkpoints: put, read back whole, replaced by id, listed per tenant
+// oldest first, deleted; they outlive the agent they were made of.
+func testCheckpoints(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	ck := func(id, tenant string, created time.Time, size int64) store.Checkpoint {
+		return store.Checkpoint{ID: id, Tenant: tenant, AgentID: "ag-" + id, Created: created, Size: size,
+			Data: json.RawMessage(fmt.Sprintf(`{"id":%q,"driver":"pi","size":%d,"archive":"/var/ck/%s"}`, id, size, id))}
+	}
+	_, err := s.Checkpoint(ctx, "ck-none")
+	wantErr(t, "Checkpoint of an absent id", err, store.ErrNotFound)
+	wantErr(t, "DeleteCheckpoint of an absent id", s.DeleteCheckpoint(ctx, "ck-none"), store.ErrNotFound)
+	got, err := s.Checkpoints(ctx, "")
+	must(t, err)
+	check(t, "Checkpoints of an empty store", got, []store.Checkpoint(nil))
+
+	// Made apart and put in another order than their age.
+	b2 := ck("ck-b2", "b", t0.Add(3*time.Minute), 30)
+	a2 := ck("ck-a2", "a", t0.Add(2*time.Minute), 20)
+	a1 := ck("ck-a1", "a", t0.Add(time.Minute), 1<<40) // past 32 bits
+	b1 := ck("ck-b1", "b", t0, 10)
+	for _, c := range []store.Checkpoint{b2, a2, a1, b1} {
+		must(t, s.PutCheckpoint(ctx, c))
+	}
+	one, err := s.Checkpoint(ctx, "ck-a1")
+	must(t, err)
+	check(t, "Checkpoint", one, a1)
+	for _, tc := range []struct {
+		tenant string
+		want   []store.Checkpoint
+	}{
+		{"a", []store.Checkpoint{a1, a2}},
+		{"b", []store.Checkpoint{b1, b2}},
+		{"", []store.Checkpoint{b1, a1, a2, b2}},
+		{"c", nil},
+	} {
+		got, err := s.Checkpoints(ctx, tc.tenant)
+		must(t, err)
+		check(t, fmt.Sprintf("Checkpoints(%q)", tc.tenant), got, tc.want)
+	}
+
+	// Put again replaces.
+	upd := a2
+	upd.Size, upd.Data = 21, json.RawMessage(`{"id":"ck-a2","size":21}`)
+	must(t, s.PutCheckpoint(ctx, upd))
+	one, err = s.Checkpoint(ctx, "ck-a2")
+	must(t, err)
+	check(t, "Checkpoint after a second put", one, upd)
+
+	// Not tied to an agent: deleting one (or none existing) leaves them.
+	must(t, s.CreateAgent(ctx, newAgent("ag-ck-b1", "b", t0)))
+	must(t, s.DeleteAgent(ctx, "ag-ck-b1"))
+	_, err = s.Checkpoint(ctx, "ck-b1")
+	must(t, err)
+
+	must(t, s.DeleteCheckpoint(ctx, "ck-a1"))
+	_, err = s.Checkpoint(ctx, "ck-a1")
+	wantErr(t, "Checkpoint after DeleteCheckpoint", err, store.ErrNotFound)
+	wantErr(t, "DeleteCheckpoint twice", s.DeleteCheckpoint(ctx, "ck-a1"), store.ErrNotFound)
+	got, err = s.Checkpoints(ctx, "a")
+	must(t, err)
+	check(t, "Checkpoints after DeleteCheckpoint", got, []store.Checkpoint{upd})
 }
 
 // Concurrent adds (replicas charging one tenant) lose none.
