@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
 	"sync"
 	"time"
 
@@ -61,6 +62,9 @@ const CheckpointRepo = "sandbox-agent-checkpoint"
 type committer interface {
 	Commit(ctx context.Context, id, ref string, labels func(changed int64) map[string]string, maxBytes int64) (int64, error)
 }
+
+// checkpointID is what newCheckpointID makes.
+var checkpointID = regexp.MustCompile(`^ck-[0-9a-f]{8,60}$`)
 
 // maxFork is the most branches one Fork makes.
 const maxFork = 100
@@ -122,6 +126,11 @@ func StartFrom(ctx context.Context, rt Runtime, drv Driver, c Checkpoint, opts .
 	}
 	if (c.Image == "") == (c.Archive == "") {
 		return nil, fmt.Errorf("%w: checkpoint %s: want an image or an archive", ErrInvalidArgument, c.ID)
+	}
+	// A Checkpoint may come from a store or a label: it starts only an
+	// image of ours, the one its id names.
+	if !checkpointID.MatchString(c.ID) || (c.Image != "" && c.Image != CheckpointRepo+":"+c.ID) {
+		return nil, fmt.Errorf("%w: checkpoint %q names image %q: want %s:<its id>", ErrInvalidArgument, c.ID, c.Image, CheckpointRepo)
 	}
 	o, cfg := applyOptions(opts)
 	first := []AgentOption{WithModel(c.Model), WithWorkDir(c.WorkDir)}

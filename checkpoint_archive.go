@@ -65,7 +65,7 @@ func archived(cfg Config, c Checkpoint) (string, error) {
 		return "", err
 	}
 	dir := filepath.Join(root, c.ID)
-	if !strings.HasPrefix(c.ID, "ck-") || strings.ContainsAny(c.ID, `/\.`) || filepath.Clean(c.Archive) != dir {
+	if !checkpointID.MatchString(c.ID) || filepath.Clean(c.Archive) != dir {
 		return "", fmt.Errorf("%w: checkpoint %q: its archive %q is not under checkpoint_root %s", ErrInvalidArgument, c.ID, c.Archive, root)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, archiveMeta))

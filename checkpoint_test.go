@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -31,6 +32,8 @@ func TestStartFromRefuses(t *testing.T) {
 	}{
 		{"other driver", Checkpoint{ID: "ck-00112233", Driver: "pi", Archive: ok}},
 		{"neither image nor archive", Checkpoint{ID: "ck-00112233", Driver: "claude"}},
+		{"foreign image", Checkpoint{ID: "ck-00112233", Driver: "claude", Image: "debian:stable-slim"}},
+		{"image of another id", Checkpoint{ID: "ck-00112233", Driver: "claude", Image: CheckpointRepo + ":ck-44556677"}},
 		{"both", Checkpoint{ID: "ck-00112233", Driver: "claude", Archive: ok, Image: CheckpointRepo + ":ck-00112233"}},
 		{"archive outside the root", Checkpoint{ID: "ck-00112233", Driver: "claude", Archive: t.TempDir()}},
 		{"id with a path", Checkpoint{ID: "ck-../x", Driver: "claude", Archive: filepath.Join(root, "ck-../x")}},
@@ -38,8 +41,9 @@ func TestStartFromRefuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := StartFrom(context.Background(), nil, drv, tc.c, WithConfig(cfg))
-			if !errors.Is(err, ErrInvalidArgument) {
-				t.Fatalf("StartFrom: %v; want ErrInvalidArgument", err)
+			// Refused before any engine call (a nil Runtime would be refused too).
+			if !errors.Is(err, ErrInvalidArgument) || strings.Contains(err.Error(), "nil Runtime") {
+				t.Fatalf("StartFrom: %v; want ErrInvalidArgument about the checkpoint", err)
 			}
 		})
 	}
