@@ -103,7 +103,7 @@ func (r *Runtime) Commit(ctx context.Context, id, ref string, labelsFor func(siz
 	}
 	chk := commitCheck{id: id, hostname: c.Config.Hostname, baseSize: base.Size, ours: labels, maxBytes: maxBytes}
 	if base.Config != nil {
-		chk.baseEnv, chk.baseLabels = envMap(base.Config.Env), base.Config.Labels
+		chk.baseEnv, chk.baseLabels, chk.baseUser = envMap(base.Config.Env), base.Config.Labels, base.Config.User
 	}
 	version, podman := r.podman()
 	chk.podman = podman
@@ -111,6 +111,18 @@ func (r *Runtime) Commit(ctx context.Context, id, ref string, labelsFor func(siz
 	changes, err := w.changes(c.Config, chk.baseEnv, chk.baseLabels, labels, podman)
 	if err != nil {
 		return 0, fmt.Errorf("commit %s: %w", id, err)
+	}
+	// The container's user (SandboxOptions.User) would become the
+	// image's: a caller asking for "the image's user" would get it.
+	if c.Config.User != chk.baseUser {
+		u := chk.baseUser
+		if u == "" {
+			u = "0" // the base runs as root; USER takes no empty value
+		}
+		if strings.ContainsAny(u, " \t\r\n\x00") {
+			return 0, fmt.Errorf("commit %s: %w: the base image's user %q", id, sandboxagent.ErrInvalidArgument, u)
+		}
+		changes = append(changes, "USER "+u)
 	}
 	imageID, err := r.commitRequest(ctx, id, repo, tag, changes)
 	if err != nil {
@@ -331,6 +343,7 @@ type commitCheck struct {
 	id         string            // the container
 	baseEnv    map[string]string // the base image's
 	baseLabels map[string]string
+	baseUser   string
 	baseSize   int64
 	hostname   string // the container's
 	ours       map[string]string
@@ -350,6 +363,9 @@ func (k commitCheck) check(img client.ImageInspectResult) (int64, error) {
 		if got, ok := img.Config.Labels[key]; !ok || got != v {
 			return 0, notReset(k.id, "label", key, "label "+strconv.Quote(v), "label missing or different")
 		}
+	}
+	if u := img.Config.User; u != k.baseUser && !(k.baseUser == "" && (u == "0" || u == "")) {
+		return 0, notReset(k.id, "user", "USER", "the base image's user", "the container's")
 	}
 	for _, e := range img.Config.Env {
 		key, v, _ := strings.Cut(e, "=")

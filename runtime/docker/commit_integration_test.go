@@ -275,3 +275,33 @@ func listed(imgs []checkpoint.Image, ref, mark string) bool {
 	}
 	return false
 }
+
+// The container's user (SandboxOptions.User) does not become the image's:
+// a sandbox started on the checkpoint without a user of its own runs as
+// the base image's.
+func TestIntegrationCommitUser(t *testing.T) {
+	rt, ctx := commitEngine(t)
+	ref := "sandbox-agent-checkpoint:ck-it-" + randSuffix()
+	removeImageAtCleanup(t, rt, ref)
+	id, err := rt.Create(ctx, sandboxagent.ContainerSpec{
+		Name: "sandbox-agent-commit-it-" + randSuffix(), Image: testenv.Image(), Cmd: []string{"sleep", "600"}, User: "1000:1000",
+		CapDrop: []string{"ALL"}, CapAdd: sandboxagent.DefaultCaps, NoNewPrivileges: true, Init: true, PidsLimit: 64, NetworkMode: "none",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Remove(context.Background(), id) })
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Commit(ctx, id, ref, func(int64) map[string]string { return map[string]string{checkpointLabel: "user"} }, 100<<20); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	img, err := rt.Client().ImageInspect(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := img.Config.User; u != "0" && u != "" {
+		t.Errorf("the image's user is %q, the container's; want the base's (root)", u)
+	}
+}
