@@ -7,16 +7,20 @@ package sandboxagent
 // folder on the host (checkpoint_archive.go).
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/labels"
+	"github.com/sandbox-agent/sandbox-agent/metering"
 )
 
 // Checkpoint is a kept sandbox: what Agent.Checkpoint made and StartFrom
@@ -80,6 +84,10 @@ func newCheckpointID() string {
 // ones while it runs; the agent goes on afterwards. A sandbox grown past
 // Config.CheckpointMaxBytes fails with ErrCheckpointSize, leaving nothing.
 func (a *Agent) Checkpoint(ctx context.Context, name string) (Checkpoint, error) {
+	return a.checkpoint(ctx, name, a.opts.owner)
+}
+
+func (a *Agent) checkpoint(ctx context.Context, name, owner string) (Checkpoint, error) {
 	unlock, err := a.lockTurn(ctx)
 	if err != nil {
 		return Checkpoint{}, err
@@ -87,9 +95,9 @@ func (a *Agent) Checkpoint(ctx context.Context, name string) (Checkpoint, error)
 	defer unlock()
 	sb := a.sb
 	c := Checkpoint{
-		ID: newCheckpointID(), Name: name, Created: time.Now().UTC().Truncate(time.Second), Parent: sb.name, Owner: a.opts.owner,
+		ID: newCheckpointID(), Name: name, Created: time.Now().UTC().Truncate(time.Second), Parent: sb.name, Owner: owner,
 		Driver: a.drv.Name(), Model: a.model, BaseImage: a.image, Session: a.SessionID(), WorkDir: sb.workdir,
-		Egress: sb.egress, AllowHosts: sb.allow, MemoryBytes: sb.memoryBytes, PidsLimit: sb.pidsLimit,
+		Egress: sb.egress, AllowHosts: slices.Clone(sb.allow), MemoryBytes: sb.memoryBytes, PidsLimit: sb.pidsLimit,
 	}
 	if cm, ok := sb.rt.(committer); ok {
 		c.Image = CheckpointRepo + ":" + c.ID
@@ -133,21 +141,22 @@ func StartFrom(ctx context.Context, rt Runtime, drv Driver, c Checkpoint, opts .
 		return nil, fmt.Errorf("%w: checkpoint %q names image %q: want %s:<its id>", ErrInvalidArgument, c.ID, c.Image, CheckpointRepo)
 	}
 	o, cfg := applyOptions(opts)
-	first := []AgentOption{WithModel(c.Model), WithWorkDir(c.WorkDir)}
-	if o.model != "" {
-		first[0] = WithModel(o.model)
+	if c.Archive != "" {
+		stored, err := archived(cfg, c)
+		if err != nil {
+			return nil, err
+		}
+		if stored.Driver != drv.Name() {
+			return nil, fmt.Errorf("%w: checkpoint %s is of a %s agent, not %s", ErrInvalidArgument, c.ID, stored.Driver, drv.Name())
+		}
+		c = stored // the folder's record, not the caller's copy
 	}
-	if o.workdir != "" {
-		first[1] = WithWorkDir(o.workdir)
-	}
+	first := []AgentOption{WithModel(cmp.Or(o.model, c.Model)), WithWorkDir(cmp.Or(o.workdir, c.WorkDir))}
 	if c.Image != "" {
 		// A committed image is ours and local: nothing to pull, build
 		// or check against the released digests (its base was).
 		first = append(first, WithImage(c.Image), WithSandbox(func(s *SandboxOptions) { s.Images = nil }))
 	} else {
-		if _, err := archived(cfg, c); err != nil {
-			return nil, err
-		}
 		first = append(first, WithImage(c.BaseImage))
 	}
 	a, err := Start(ctx, rt, drv, append(opts, first...)...)
@@ -167,16 +176,20 @@ func StartFrom(ctx context.Context, rt Runtime, drv Driver, c Checkpoint, opts .
 }
 
 // Fork checkpoints the agent and starts n agents on the checkpoint at
-// once, each with the agent's own options (engine, driver, egress,
-// resources, owner; not its meter: each branch counts its own), and
-// returns them. The branches see none of each other's files or turns,
-// nor the agent's after the fork. All or none: when one fails to start,
-// the others are closed. The checkpoint stays (gc prunes it).
+// once and returns them: each with the agent's own options (engine,
+// driver, resources, owner) and its sandbox's egress, allowed hosts,
+// working directory and user, counting on a meter of its own whose parent
+// is the agent's (the branches spend the agent's budget). The branches
+// see none of each other's files or turns, nor the agent's after the
+// fork. All or none: when one fails to start, the others are closed and
+// the checkpoint removed. An archived checkpoint goes once the branches
+// have it; an image stays while they run on it, for gc to prune after
+// checkpoint_retention.
 func (a *Agent) Fork(ctx context.Context, n int) ([]*Agent, error) {
 	if n < 1 || n > maxFork {
 		return nil, fmt.Errorf("%w: fork into %d: want 1 to %d", ErrInvalidArgument, n, maxFork)
 	}
-	c, err := a.Checkpoint(ctx, "fork")
+	c, err := a.checkpoint(ctx, "fork", "") // no owner: gc's to prune
 	if err != nil {
 		return nil, err
 	}
@@ -184,23 +197,63 @@ func (a *Agent) Fork(ctx context.Context, n int) ([]*Agent, error) {
 	if d, ok := a.router.(Driver); ok {
 		drv = d // the unrouted driver: each branch gets its own proxy
 	}
-	opts := a.opts
+	opts, sb := a.opts, a.sb
 	opts.meter = nil
-	same := func(o *agentOptions) { *o = opts }
+	base := []AgentOption{
+		func(o *agentOptions) { *o = opts },
+		WithEgress(sb.egress, sb.allow...), // an adopted agent's are its state's, not its options'
+		WithSandbox(func(s *SandboxOptions) {
+			if s.User == "" {
+				s.User = sb.user
+			}
+		}),
+	}
+	branches := make([][]AgentOption, n)
+	for i := range branches {
+		branches[i] = base
+		if a.meter != nil {
+			m, err := metering.NewMeter(metering.MeterOptions{Parent: a.meter, Prices: a.cfg.Prices})
+			if err != nil {
+				return nil, errors.Join(err, a.dropCheckpoint(ctx, c))
+			}
+			branches[i] = append(slices.Clip(base), WithMeter(m))
+		}
+	}
 	out := make([]*Agent, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range out {
-		wg.Go(func() { out[i], errs[i] = StartFrom(ctx, a.sb.rt, drv, c, same) })
+		wg.Go(func() { out[i], errs[i] = StartFrom(ctx, sb.rt, drv, c, branches[i]...) })
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err = errors.Join(errs...)
+	if err != nil {
 		for _, b := range out {
 			if b != nil {
 				b.Close()
 			}
 		}
-		return nil, fmt.Errorf("fork %s: %w", a.sb.name, err)
+	}
+	if err != nil || c.Archive != "" {
+		if rerr := a.dropCheckpoint(ctx, c); rerr != nil && err != nil {
+			err = fmt.Errorf("%w (and its checkpoint %s remains: %v)", err, c.ID, rerr)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fork %s: %w", sb.name, err)
 	}
 	return out, nil
+}
+
+// dropCheckpoint removes a checkpoint Fork made.
+func (a *Agent) dropCheckpoint(ctx context.Context, c Checkpoint) error {
+	if c.Archive != "" {
+		return os.RemoveAll(c.Archive)
+	}
+	if r, ok := a.sb.rt.(interface {
+		RemoveImage(ctx context.Context, ref string) error
+	}); ok {
+		return r.RemoveImage(context.WithoutCancel(ctx), c.Image)
+	}
+	return nil
 }

@@ -28,6 +28,10 @@ const (
 	archiveMeta    = "checkpoint.json" // the Checkpoint; written last
 )
 
+// maxArchiveEntries is the least number of entries an archived working
+// directory may hold (max_download_entries when it is larger).
+const maxArchiveEntries = 1_000_000
+
 // maxSessionDump bounds a session dump read back from an archive.
 const maxSessionDump = 256 << 20
 
@@ -57,26 +61,28 @@ func checkpointRoot(root string) (string, error) {
 	return filepath.Clean(root), nil
 }
 
-// archived is the folder of archived checkpoint c after checking that it
-// is one of ours: under the configured root, named by c's id, complete.
-func archived(cfg Config, c Checkpoint) (string, error) {
+// archived checks that archived checkpoint c is one of ours (under the
+// configured root, named by c's id, complete) and returns it as its
+// folder recorded it: the caller's value names it, the folder says what
+// it is.
+func archived(cfg Config, c Checkpoint) (Checkpoint, error) {
 	root, err := checkpointRoot(cfg.withDefaults().CheckpointRoot)
 	if err != nil {
-		return "", err
+		return Checkpoint{}, err
 	}
 	dir := filepath.Join(root, c.ID)
 	if !checkpointID.MatchString(c.ID) || filepath.Clean(c.Archive) != dir {
-		return "", fmt.Errorf("%w: checkpoint %q: its archive %q is not under checkpoint_root %s", ErrInvalidArgument, c.ID, c.Archive, root)
+		return Checkpoint{}, fmt.Errorf("%w: checkpoint %q: its archive %q is not under checkpoint_root %s", ErrInvalidArgument, c.ID, c.Archive, root)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, archiveMeta))
 	var meta Checkpoint
 	if err == nil {
 		err = json.Unmarshal(b, &meta)
 	}
-	if err != nil || meta.ID != c.ID {
-		return "", fmt.Errorf("%w: checkpoint %s: its archive is missing or incomplete (%v)", ErrInvalidArgument, c.ID, err)
+	if err != nil || meta.ID != c.ID || filepath.Clean(meta.Archive) != dir {
+		return Checkpoint{}, fmt.Errorf("%w: checkpoint %s: its archive is missing or incomplete (%v)", ErrInvalidArgument, c.ID, err)
 	}
-	return dir, nil
+	return meta, nil
 }
 
 // archive writes the checkpoint's folder; on failure nothing remains.
@@ -96,19 +102,24 @@ func (a *Agent) archive(ctx context.Context, c *Checkpoint) (err error) {
 	}()
 	if c.WorkDir == "" { // the image's: the archive needs its path
 		res, err := a.sb.Exec(ctx, []string{"pwd"})
-		if err != nil || res.ExitCode != 0 || !filepath.IsAbs(strings.TrimSpace(string(res.Stdout))) {
-			return fmt.Errorf("find the working directory: %q, %w", res.Stdout, err)
+		if err != nil {
+			return fmt.Errorf("find the working directory: %w", err)
+		}
+		if wd := strings.TrimSpace(string(res.Stdout)); res.ExitCode != 0 || !filepath.IsAbs(wd) {
+			return fmt.Errorf("find the working directory: pwd printed %q (exit %d)", cut(res.Stdout), res.ExitCode)
 		}
 		c.WorkDir = strings.TrimSpace(string(res.Stdout))
 	}
 	lim := a.sb.limits()
 	lim.MaxBytes = a.cfg.CheckpointMaxBytes
+	lim.MaxEntries = max(lim.MaxEntries, maxArchiveEntries) // a repository with its node_modules
 	var rep safetar.Report
 	err = a.sb.copying(ctx, func(ctx context.Context, f transfer.Sandbox) (err error) {
 		_, rep, err = transfer.Download(ctx, f, c.WorkDir, filepath.Join(dir, archiveFiles), lim)
 		return err
 	})
-	if errors.Is(err, safetar.ErrLimit) || errors.Is(err, ErrLimitExceeded) {
+	// The byte budget is the checkpoint's size; entries and depth are not.
+	if (errors.Is(err, safetar.ErrLimit) || errors.Is(err, ErrLimitExceeded)) && strings.Contains(err.Error(), "bytes") {
 		return fmt.Errorf("%w: the working directory: %w", ErrCheckpointSize, err)
 	}
 	if err != nil {
@@ -150,10 +161,7 @@ func (a *Agent) archive(ctx context.Context, c *Checkpoint) (err error) {
 // restore puts an archived checkpoint's files and session in the agent's
 // fresh sandbox.
 func (a *Agent) restore(ctx context.Context, c Checkpoint) error {
-	dir, err := archived(a.cfg, c)
-	if err != nil {
-		return err
-	}
+	dir := c.Archive // archived: checked
 	wd := a.sb.workdir
 	if wd == "" {
 		wd = c.WorkDir
@@ -177,4 +185,12 @@ func (a *Agent) restore(ctx context.Context, c Checkpoint) error {
 	}
 	_, err = a.LoadSession(ctx, d)
 	return err
+}
+
+// cut is at most 200 bytes of b, for an error message.
+func cut(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
 }
