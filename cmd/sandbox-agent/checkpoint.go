@@ -22,7 +22,9 @@ commands:
                   KIND (image: committed by the engine; archive: a folder under
                   checkpoint_root); --json: a JSON array of them
   inspect ID      one checkpoint, as JSON
-  rm ID...        remove checkpoints (an image still in use by an agent is kept)
+  rm [--force] ID...
+                  remove checkpoints (an image still in use by an agent is kept; one a server
+                  owns only with --force)
 
 Checkpoints are made by 'ask --checkpoint NAME' and the library (Agent.Checkpoint,
 Agent.Fork); 'ask --from-checkpoint ID' starts an agent on one; 'gc' removes those
@@ -200,6 +202,7 @@ func checkpointInspect(ctx context.Context, a *app, args []string) int {
 // of each one not, and exits 125 when one was not.
 func checkpointRemove(ctx context.Context, a *app, args []string) int {
 	fs := checkpointFlags(a, "rm")
+	force := fs.Bool("force", false, "also remove checkpoints a server owns (serve's: its store then names a checkpoint that is gone)")
 	ids, code, done := parseCheckpointFlags(fs, args)
 	if done {
 		return code
@@ -224,6 +227,10 @@ func checkpointRemove(ctx context.Context, a *app, args []string) int {
 		c, ok := byID[id]
 		if !ok {
 			code = a.fail(errNoCheckpoint(id))
+			continue
+		}
+		if c.Owner != "" && !*force {
+			code = a.fail(fmt.Errorf("%w: checkpoint %s belongs to server %s: delete it through its API (DELETE /v1/checkpoints/%s), or use --force", sandboxagent.ErrInvalidArgument, id, line(c.Owner), id))
 			continue
 		}
 		switch err := checkpoint.Remove(ctx, eng, a.cfg.CheckpointRoot, c); {

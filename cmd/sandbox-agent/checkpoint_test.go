@@ -270,3 +270,19 @@ func TestPrintTurnCheckpoint(t *testing.T) {
 		t.Errorf("no checkpoint, yet: %s", out)
 	}
 }
+
+// A server's checkpoint (its store names it) is removed only with --force.
+func TestCheckpointRemoveOwned(t *testing.T) {
+	a, eng, _ := checkpointApp(t)
+	eng.commit(t, sandboxagent.Checkpoint{ID: "ck-dd", Created: ckTime, Parent: "sa-4", Driver: "pi", Owner: "serve-1"})
+	errb := a.rawStderr.(interface{ String() string })
+	if code := runCheckpoint(context.Background(), a, []string{"rm", "ck-dd"}); code != exitError || !strings.Contains(errb.String(), "belongs to server serve-1") {
+		t.Fatalf("rm of an owned checkpoint: exit %d, stderr %q", code, errb)
+	}
+	if len(eng.images) != 3 {
+		t.Fatalf("images left %d, want 3", len(eng.images))
+	}
+	if code := runCheckpoint(context.Background(), a, []string{"rm", "--force", "ck-dd"}); code != exitOK || len(eng.images) != 2 {
+		t.Fatalf("rm --force: exit %d, %d images left", code, len(eng.images))
+	}
+}
