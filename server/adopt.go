@@ -263,6 +263,7 @@ func (s *Server) adopt(ctx context.Context, rec store.Agent) (*agent, error) {
 		return nil, fmt.Errorf("agent %s: %w", rec.ID, err)
 	}
 	if rec.Status == statusLost {
+		s.forgetRequest(rec.ID)
 		a := s.newAgent(rec.ID, rec.Tenant, req, rec.Created, nil, nil, lastSeq)
 		a.lost = rec.Reason
 		return a, nil
@@ -289,6 +290,7 @@ func (s *Server) adopt(ctx context.Context, rec store.Agent) (*agent, error) {
 			return nil, fmt.Errorf("adopt agent %s: %w", rec.ID, err)
 		}
 		s.log.Warn("agent lost", "id", rec.ID, "err", err)
+		s.forgetRequest(rec.ID) // no fork of it: its env goes
 		a := s.newAgent(rec.ID, rec.Tenant, req, rec.Created, nil, nil, lastSeq)
 		a.lost = err.Error()
 		if err := s.save(ctx, a, statusLost); err != nil {
@@ -426,6 +428,33 @@ func (s *Server) interruptTurns(ctx context.Context, rec store.Agent, lastSeq in
 	return session, last, nil
 }
 
+// startBackground starts the housekeeping once, unless the server is
+// closed.
+func (s *Server) startBackground() {
+	s.bgOnce.Do(func() {
+		s.mu.Lock()
+		closed := s.closed
+		if !closed {
+			s.bg.Add(1)
+		}
+		s.mu.Unlock()
+		if closed {
+			return
+		}
+		go func() {
+			defer s.bg.Done()
+			s.housekeep(s.bgCtx)
+		}()
+	})
+}
+
+// forgetRequest drops the create request kept for the agent's forks.
+func (s *Server) forgetRequest(id string) {
+	s.mu.Lock()
+	delete(s.requests, id)
+	s.mu.Unlock()
+}
+
 // recoverWidth bounds the adoptions Recover runs at once: each is an
 // exec in its sandbox; on 2 cores 32 at once was slower than 8 (the
 // engine is the bottleneck: BenchmarkServeReadopt).
@@ -447,8 +476,14 @@ type Recovery struct {
 // the channel it returned: meanwhile reads of an agent not yet adopted
 // answer from the store, and a request that needs its sandbox adopts it
 // at once (or waits for the adoption under way). On a shared store it
-// does nothing: agents are borrowed when a request needs one.
+// adopts nothing: agents are borrowed when a request needs one.
+//
+// On either store it also starts the server's housekeeping, now and then
+// hourly until Close or Shutdown: the checkpoints of its Instance that
+// lost their record are removed (reconcileCheckpoints), and the create
+// requests kept for forks of agents deleted elsewhere are forgotten.
 func (s *Server) Recover(ctx context.Context) (<-chan Recovery, error) {
+	s.startBackground()
 	done := make(chan Recovery, 1)
 	if !s.opts.Exclusive {
 		done <- Recovery{}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -250,6 +251,12 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("driver: required"))
 		return
 	}
+	if req.Image != "" && namesCheckpointImage(req.Image) {
+		// A checkpoint is started through its record (checkpoint), which
+		// is the tenant's: its image, named here, would be anyone's.
+		writeError(w, badRequest("image %q: a checkpoint's image, or an image id or digest, is not a request's image; start on a checkpoint with the checkpoint field", req.Image))
+		return
+	}
 	if _, err := seconds("keepalive", req.Keepalive); err != nil {
 		writeError(w, err)
 		return
@@ -283,6 +290,9 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		req.From = &c
+		if req.Model == "" {
+			req.Model = c.Model // the record and the view show it
+		}
 	}
 	ad, err := s.admit(r.Context(), p.tenant, 1)
 	if err != nil {
@@ -295,13 +305,45 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	views, err := s.settle(r.Context(), []*agent{a}, []store.Agent{rec})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	if key != "" {
 		if err := s.st.SetIdempotencyRef(context.WithoutCancel(r.Context()), p.tenant, key, a.id); err != nil {
 			s.log.Warn("idempotency key", "agent", a.id, "err", err)
 		}
 	}
 	done = true
-	writeJSON(w, http.StatusCreated, s.settle(a, rec))
+	writeJSON(w, http.StatusCreated, views[0])
+}
+
+// namesCheckpointImage says whether an image reference could name a
+// checkpoint's committed image: its repository is
+// sandboxagent.CheckpointRepo (in any case, with Docker Hub's or Podman's
+// local prefixes, any tag or digest), or it is an image id or digest
+// ("sha256:...", bare hex), which the engine looks up as such.
+func namesCheckpointImage(ref string) bool {
+	r := strings.ToLower(strings.TrimSpace(ref))
+	if strings.HasPrefix(r, "sha256:") || r != "" && strings.Trim(r, "0123456789abcdef") == "" {
+		return true
+	}
+	if i := strings.IndexByte(r, '@'); i >= 0 {
+		r = r[:i]
+	}
+	if i := strings.LastIndexByte(r, ':'); i > strings.LastIndexByte(r, '/') {
+		r = r[:i]
+	}
+	for again := true; again; {
+		again = false
+		for _, p := range []string{"docker.io/", "index.docker.io/", "registry-1.docker.io/", "library/", "localhost/"} {
+			if strings.HasPrefix(r, p) {
+				r, again = r[len(p):], true
+			}
+		}
+	}
+	return r == sandboxagent.CheckpointRepo
 }
 
 // launch starts the agent of req, admitted by ad, and stores its row. The
@@ -310,7 +352,7 @@ func (s *Server) launch(ctx context.Context, req CreateRequest, ad *admission) (
 	ag, stop, err := s.opts.Start(ctx, req)
 	if err != nil {
 		s.log.Warn("create agent", "driver", req.Driver, "err", err)
-		return nil, store.Agent{}, err
+		return nil, store.Agent{}, s.startErr(req.From, err)
 	}
 	a := s.newAgent(newID(), req.Tenant, req, time.Now().UTC(), ag, stop, 0)
 	s.mu.Lock()
@@ -337,24 +379,45 @@ func (s *Server) launch(ctx context.Context, req CreateRequest, ad *admission) (
 	return a, rec, nil
 }
 
-// settle makes a launched agent the server's and returns its view: held
-// here (an exclusive store), or let go for any replica to borrow.
-func (s *Server) settle(a *agent, rec store.Agent) agentView {
-	container := ""
-	if a.ag != nil {
-		container = a.ag.Container().Name()
+// settle makes launched agents the server's and returns their views:
+// held here (an exclusive store), or let go for any replica to borrow.
+// All or none: a server closed since they started discards them (503).
+func (s *Server) settle(ctx context.Context, agents []*agent, recs []store.Agent) ([]agentView, error) {
+	views := make([]agentView, len(agents))
+	for i, a := range agents {
+		views[i] = a.view(recs[i])
 	}
-	s.log.Info("agent started", "id", a.id, "tenant", a.tenant, "driver", a.driver, "container", container)
-	view := a.view(rec)
 	if s.opts.Exclusive {
 		s.mu.Lock()
-		s.agents[a.id] = a
+		closed := s.closed
+		if !closed {
+			for _, a := range agents {
+				s.agents[a.id] = a
+			}
+		}
 		s.mu.Unlock()
-	} else if err := a.detach(); err != nil {
-		// Shared: any replica borrows it when a request needs it.
-		s.log.Warn("detach agent", "id", a.id, "err", err)
+		if closed { // stopAll has run: nobody would close them
+			err := error(&apiError{status: http.StatusServiceUnavailable, kind: KindInterrupted, msg: "the server is shutting down", retryAfter: 5})
+			if cleanup := s.discardAll(ctx, agents); cleanup != nil {
+				err = &cleanupError{err: err, cleanup: cleanup}
+			}
+			return nil, err
+		}
 	}
-	return view
+	for _, a := range agents {
+		container := ""
+		if a.ag != nil {
+			container = a.ag.Container().Name()
+		}
+		s.log.Info("agent started", "id", a.id, "tenant", a.tenant, "driver", a.driver, "container", container)
+		if !s.opts.Exclusive {
+			if err := a.detach(); err != nil {
+				// Shared: any replica borrows it when a request needs it.
+				s.log.Warn("detach agent", "id", a.id, "err", err)
+			}
+		}
+	}
+	return views, nil
 }
 
 // discard removes a launched agent that is not settled: its sandbox and
@@ -366,9 +429,7 @@ func (s *Server) discard(ctx context.Context, a *agent) error {
 			err = nil
 		}
 	}
-	s.mu.Lock()
-	delete(s.requests, a.id)
-	s.mu.Unlock()
+	s.forgetRequest(a.id)
 	if err != nil {
 		s.log.Warn("discard agent", "id", a.id, "err", err)
 	}

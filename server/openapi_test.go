@@ -557,7 +557,7 @@ const apiDocPreamble = "# HTTP API (`sandbox-agent serve`)\n" +
 	"| 403 | `forbidden` | the token's scopes do not allow the route |\n" +
 	"| 404 | `not_found` | unknown agent or checkpoint (or another tenant's), turn, session, image or path |\n" +
 	"| 409 | `busy` | a turn is running on this agent, here or through another replica (a session call waits 2 s for it first) |\n" +
-	"| 409 | `conflict` | the Idempotency-Key's first request is still in progress (`Retry-After`); `DELETE /v1/checkpoints/{id}` while an agent runs on it |\n" +
+	"| 409 | `conflict` | the Idempotency-Key's first request is still in progress (`Retry-After`); `DELETE /v1/checkpoints/{id}` while an agent runs on it; `POST .../fork` of an agent started with env by another server process (a restart, another replica) |\n" +
 	"| 410 | `lost` | the agent's sandbox is gone; only reading it and DELETE are left |\n" +
 	"| 413 | `too_large` | the body is over the limit (`serve_max_body_bytes`) |\n" +
 	"| 415 | `invalid_argument` | `PUT .../files` with a Content-Type other than `application/x-tar` or `application/octet-stream` |\n" +
@@ -566,9 +566,9 @@ const apiDocPreamble = "# HTTP API (`sandbox-agent serve`)\n" +
 	"| 422 | `too_large` | `GET .../files`: over `max_download_bytes`, `_entries` or `_depth` |\n" +
 	"| 422 | `conflict` | the Idempotency-Key was used for another request |\n" +
 	"| 422 | `checkpoint_too_large` | a checkpoint of a sandbox over `checkpoint_max_bytes` (none was made) |\n" +
-	"| 429 | `limit` | `serve_max_agents`, `serve_max_concurrent_turns`, `serve_tenant_max_agents`, `serve_tenant_max_turns` (`Retry-After`) or `serve_tenant_checkpoint_bytes` reached |\n" +
-	"| 500 | `internal` | unexpected server error |\n" +
-	"| 501 | `unsupported` | the driver does not support this |\n" +
+	"| 429 | `limit` | `serve_max_agents`, `serve_max_concurrent_turns`, `serve_tenant_max_agents`, `serve_tenant_max_turns` or `serve_tenant_checkpoint_bytes` reached (`Retry-After`: 60 for the checkpoint bytes) |\n" +
+	"| 500 | `internal` | unexpected server error (a corrupt stored checkpoint among them) |\n" +
+	"| 501 | `unsupported` | the driver does not support this; `DELETE /v1/checkpoints/{id}` of an image the server's engine cannot remove |\n" +
 	"| 503 | `engine_unavailable` | the container engine cannot be reached |\n" +
 	"| 503 | `interrupted` | the client went away, the agent was deleted or the server is shutting down |\n" +
 	"| 504 | `timeout` | the operation took longer than its timeout |\n" +

@@ -177,6 +177,13 @@ type Server struct {
 	// at once (on this server: replicas may pass the cap together).
 	checkpointMu sync.Mutex
 
+	// Background work (housekeep), started once by Recover, ended by
+	// stopAll.
+	bgOnce   sync.Once
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
+
 	sessions *inspectorSessions
 }
 
@@ -219,6 +226,7 @@ func New(opts Options) (*Server, error) {
 		adopting: map[string]*sync.Mutex{}, borrows: map[string]*borrowed{}, leaseHeld: map[string]time.Time{}, startingBy: map[string]int{}, turnsBy: map[string]int{},
 		requests: map[string]CreateRequest{},
 	}
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	s.mux = http.NewServeMux()
 	for _, r := range s.routes() {
 		s.mux.HandleFunc(r.pattern, r.handler)
@@ -458,9 +466,14 @@ func (s *Server) stopAll(ctx context.Context, remove bool) error {
 		all = append(all, a)
 	}
 	s.agents = map[string]*agent{}
+	s.requests = map[string]CreateRequest{} // their env values: none kept past the server
 	s.mu.Unlock()
+	if s.bgCancel != nil {
+		s.bgCancel()
+	}
 	var wg sync.WaitGroup
 	wg.Go(s.recovery.Wait) // an adoption under way lets go of its agent (attach)
+	wg.Go(s.bg.Wait)
 	errs := make([]error, len(all))
 	for i, a := range all {
 		wg.Add(1)

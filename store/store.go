@@ -225,7 +225,8 @@ type Store interface {
 	// was added).
 	GetSpend(ctx context.Context, scope string, period time.Time) (Spend, error)
 
-	// PutCheckpoint adds the checkpoint, or replaces the one with its ID.
+	// PutCheckpoint adds the checkpoint; ErrConflict when one with its ID
+	// exists (it is left as it was).
 	PutCheckpoint(ctx context.Context, c Checkpoint) error
 	// Checkpoint returns the checkpoint with that ID; ErrNotFound when
 	// absent.

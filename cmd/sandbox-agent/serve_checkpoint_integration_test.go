@@ -212,6 +212,12 @@ func TestServeCheckpoint(t *testing.T) {
 	wantError(t, "beta starts on acme's checkpoint", resp, out, http.StatusNotFound, "not_found")
 	resp, out = acme.do(t, http.MethodPost, "/v1/agents", map[string]any{"driver": "pi", "checkpoint": base.ID})
 	wantError(t, "another driver on the checkpoint", resp, out, http.StatusBadRequest, "invalid_argument")
+	// Its image is not a request's image: the checkpoint field, checked
+	// against the tenant, is the one way.
+	for _, img := range []string{"sandbox-agent-checkpoint:" + base.ID, "docker.io/library/sandbox-agent-checkpoint:" + base.ID, "localhost/sandbox-agent-checkpoint:" + base.ID} {
+		resp, out = beta.do(t, http.MethodPost, "/v1/agents", map[string]any{"driver": checkpointDriver, "image": img})
+		wantError(t, "beta starts acme's checkpoint image "+img, resp, out, http.StatusBadRequest, "invalid_argument")
+	}
 	later := acme.create(t, map[string]any{"driver": checkpointDriver, "checkpoint": base.ID})
 	if got := cat(acme, later); !strings.HasPrefix(got, "base") || strings.Contains(got, "from-parent") {
 		t.Fatalf("the agent started on the checkpoint has %q (want the base file, not the parent's env)", got)
@@ -219,9 +225,15 @@ func TestServeCheckpoint(t *testing.T) {
 	turn(acme, later, "FORK-LATER go on", "L-DONE")
 	serveCheckCarried(t, fm, "FORK-LATER", []string{"FORK-BASE"}, []string{"FORK-BRANCH-A", "FORK-BRANCH-B"})
 
-	// The parent, adopted by the new serve, forks with its stored request:
-	// its env values were never stored.
+	// The parent, adopted by the new serve, was started with env whose
+	// values were never stored: its fork is refused (409), nothing made.
 	resp, out = acme.do(t, http.MethodPost, "/v1/agents/"+parent+"/fork", nil)
+	wantError(t, "fork after a restart of a parent with env", resp, out, http.StatusConflict, "conflict")
+	if got := serveCheckpointIDs(serveCheckpoints(t, acme)); !slices.Equal(got, []string{base.ID}) {
+		t.Errorf("acme's checkpoints after a refused fork: %v, want %s", got, base.ID)
+	}
+	// An agent this serve started (on the checkpoint, without env) forks.
+	resp, out = acme.do(t, http.MethodPost, "/v1/agents/"+later+"/fork", nil)
 	var fork2 struct {
 		Agents     []struct{ ID string }
 		Checkpoint serveCheckpointOf

@@ -22,10 +22,10 @@ import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 __all__ = [
-    "SandboxAgent", "SandboxAgentError", "BusyError", "NotFoundError", "AgentTimeoutError",
+    "SandboxAgent", "Fork", "SandboxAgentError", "BusyError", "NotFoundError", "AgentTimeoutError",
     "DriverError", "UnauthorizedError", "parse_sse",
 ]
 
@@ -115,6 +115,16 @@ def parse_sse(lines: Iterable[bytes]) -> Iterator[Tuple[str, str]]:
             event = value
         elif field == "data":
             data.append(value)
+
+
+class Fork(NamedTuple):
+    """What ``SandboxAgent.fork_agents`` answers: the branches and their checkpoint.
+
+    A tuple, so ``branches, checkpoint = agent.fork_agents(2)`` works too.
+    """
+
+    agents: List["SandboxAgent"]
+    checkpoint: Dict[str, Any]
 
 
 class SandboxAgent:
@@ -308,19 +318,52 @@ class SandboxAgent:
             raise SandboxAgentError("no session to fork yet", kind="invalid_argument")
         return self._json("POST", self._path("sessions", sid, "fork"))["session_id"]
 
+    # --- checkpoints ---
+
     def checkpoint(self, name: Optional[str] = None) -> Dict[str, Any]:
-        """Keep the whole sandbox (files and session); answer the checkpoint (id, size, ...)."""
+        """Keep the whole sandbox (files and session); answer the checkpoint (id, size, ...).
+
+        Start agents on it with ``SandboxAgent(driver, checkpoint=id)``; it stays until
+        ``delete_checkpoint``.
+        """
         return self._json("POST", self._path("checkpoints"), {"name": name} if name else {})
 
-    def fork_agents(self, count: int = 1) -> List["SandboxAgent"]:
-        """Checkpoint this agent and start ``count`` agents on the checkpoint; answer them."""
+    def fork_agents(self, count: int = 1) -> Fork:
+        """Checkpoint this agent and start ``count`` agents on the checkpoint.
+
+        Answers a ``Fork``: ``agents``, a client of each branch (close them as any
+        agent), and ``checkpoint``, the checkpoint they started on (a dict as
+        ``checkpoint()`` answers), which stays until ``delete_checkpoint`` (refused
+        with 409 while a branch runs on its image).
+        """
         res = self._json("POST", self._path("fork"), {"count": count})
         out = []
         for info in res["agents"]:
             branch = SandboxAgent.attach(info["id"], url=self.url, token=self.token, timeout=self.timeout)
             branch.info = info
             out.append(branch)
-        return out
+        return Fork(out, res["checkpoint"])
+
+    def _checkpoint_path(self, checkpoint_id: str) -> str:
+        return "/v1/checkpoints/" + urllib.parse.quote(checkpoint_id, safe="")
+
+    def list_checkpoints(self) -> List[Dict[str, Any]]:
+        """The checkpoints of the token's tenant (the admin's token: every tenant's), oldest first.
+
+        Needs no agent: ``SandboxAgent.attach("", ...)`` is a client for this and the two below.
+        """
+        return self._json("GET", "/v1/checkpoints")["checkpoints"]
+
+    def get_checkpoint(self, checkpoint_id: str) -> Dict[str, Any]:
+        """One checkpoint (NotFoundError when unknown or another tenant's)."""
+        return self._json("GET", self._checkpoint_path(checkpoint_id))
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """Remove a checkpoint: its image or archive, and its record.
+
+        409 (kind "conflict") while an agent runs on its image: delete the agents first.
+        """
+        self._request("DELETE", self._checkpoint_path(checkpoint_id)).close()
 
     def use_session(self, session_id: str) -> None:
         """Make the next turn continue ``session_id`` ("" starts a new session)."""

@@ -137,6 +137,29 @@ class OfflineClientTest(unittest.TestCase):
         with self.assertRaises(sa.NotFoundError):
             sa.SandboxAgent.attach("nope", url=self.url, token="canned-token").get()
 
+    def test_checkpoints(self):
+        ck = {"id": "ck-01", "name": "fork", "agent": "a1"}
+        _Canned.routes = {
+            "POST /v1/agents/a1/fork": (201, {}, json.dumps({"agents": [{"id": "b1"}, {"id": "b2"}],
+                                                              "checkpoint": ck}).encode()),
+            "GET /v1/checkpoints": (200, {}, json.dumps({"checkpoints": [ck]}).encode()),
+            "GET /v1/checkpoints/ck-01": (200, {}, json.dumps(ck).encode()),
+            "DELETE /v1/checkpoints/ck-01": (409, {}, b'{"error": "in use", "kind": "conflict"}'),
+        }
+        a = self.agent()
+        fork = a.fork_agents(2)
+        branches, checkpoint = fork
+        self.assertEqual(([b.id for b in branches], checkpoint), (["b1", "b2"], ck))
+        self.assertEqual((fork.agents, fork.checkpoint), (branches, ck))
+        self.assertEqual((branches[0].info, branches[0].url, branches[0].token), ({"id": "b1"}, self.url, "canned-token"))
+        self.assertEqual(a.list_checkpoints(), [ck])
+        self.assertEqual(a.get_checkpoint("ck-01"), ck)
+        with self.assertRaises(sa.SandboxAgentError) as cm:
+            a.delete_checkpoint("ck-01")
+        self.assertEqual((cm.exception.status, cm.exception.kind), (409, "conflict"))
+        with self.assertRaises(sa.NotFoundError):
+            a.get_checkpoint("ck-02")
+
     def test_download_refuses_unsafe_entries(self):
         def tar(*entries):
             buf = io.BytesIO()
@@ -240,6 +263,31 @@ class ServerTest(unittest.TestCase):
         fork = self.agent.fork()
         self.assertTrue(fork)
         self.assertNotEqual(fork, s["current"])
+
+    def test_6z_checkpoints(self):
+        self.agent.exec(["sh", "-c", "echo ck-state > py-ck.txt"])
+        ck = self.agent.checkpoint("py")
+        self.assertEqual((ck["name"], ck["agent"], ck["driver"]), ("py", self.agent.id, DRIVER), ck)
+        self.assertEqual(self.agent.get_checkpoint(ck["id"])["id"], ck["id"])
+        branches, fork_ck = self.agent.fork_agents(1)
+        try:
+            self.assertEqual((len(branches), fork_ck["name"], fork_ck["agent"]), (1, "fork", self.agent.id))
+            ids = [c["id"] for c in self.agent.list_checkpoints()]
+            self.assertIn(ck["id"], ids)
+            self.assertIn(fork_ck["id"], ids)
+            res = branches[0].exec(["cat", "py-ck.txt"])
+            self.assertEqual((res["exit_code"], res["stdout"]), (0, "ck-state\n"), res)
+            if fork_ck.get("image"):  # a committed image: in use while the branch runs
+                with self.assertRaises(sa.SandboxAgentError) as cm:
+                    self.agent.delete_checkpoint(fork_ck["id"])
+                self.assertEqual((cm.exception.status, cm.exception.kind), (409, "conflict"))
+        finally:
+            for b in branches:
+                b.close()
+        for c in (fork_ck, ck):
+            self.agent.delete_checkpoint(c["id"])
+        with self.assertRaises(sa.NotFoundError):
+            self.agent.get_checkpoint(ck["id"])
 
     def test_7_errors(self):
         with self.assertRaises(sa.UnauthorizedError) as cm:

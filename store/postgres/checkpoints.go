@@ -14,10 +14,12 @@ func checkpointCols(c *store.Checkpoint) []any {
 }
 
 func (s *Store) PutCheckpoint(ctx context.Context, c store.Checkpoint) error {
-	if _, err := s.pool.Exec(ctx, `INSERT INTO checkpoints (`+checkpointColumns+`) VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant, agent_id = excluded.agent_id,
-			created = excluded.created, size = excluded.size, data = excluded.data`,
-		c.ID, c.Tenant, c.AgentID, timeArg(c.Created), c.Size, jsonArg(c.Data)); err != nil {
+	tag, err := s.pool.Exec(ctx, `INSERT INTO checkpoints (`+checkpointColumns+`) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
+		c.ID, c.Tenant, c.AgentID, timeArg(c.Created), c.Size, jsonArg(c.Data))
+	if err == nil && tag.RowsAffected() == 0 {
+		err = store.ErrConflict
+	}
+	if err != nil {
 		return fmt.Errorf("postgres: put checkpoint %q: %w", c.ID, err)
 	}
 	return nil

@@ -14,10 +14,12 @@ func checkpointCols(c *store.Checkpoint) []any {
 }
 
 func (s *Store) PutCheckpoint(ctx context.Context, c store.Checkpoint) error {
-	if _, err := s.exec(ctx, `INSERT INTO checkpoints (`+checkpointColumns+`) VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant, agent_id = excluded.agent_id,
-			created = excluded.created, size = excluded.size, data = excluded.data`,
-		c.ID, c.Tenant, c.AgentID, timeArg(c.Created), c.Size, jsonArg(c.Data)); err != nil {
+	n, err := s.exec(ctx, `INSERT INTO checkpoints (`+checkpointColumns+`) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		c.ID, c.Tenant, c.AgentID, timeArg(c.Created), c.Size, jsonArg(c.Data))
+	if err == nil && n == 0 {
+		err = store.ErrConflict
+	}
+	if err != nil {
 		return fmt.Errorf("sqlite: put checkpoint %q: %w", c.ID, err)
 	}
 	return nil

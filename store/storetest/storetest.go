@@ -877,7 +877,7 @@ func testSpend(t *testing.T, s store.Store) {
 	check(t, "saturated", got, store.Spend{Scope: "tenant c", InputTokens: math.MaxInt64, CostNanoUSD: math.MaxInt64, Requests: 1})
 }
 
-// Checkpoints: put, read back whole, replaced by id, listed per tenant
+// Checkpoints: put, read back whole, never replaced by id, listed per tenant
 // oldest first, deleted; they outlive the agent they were made of.
 func testCheckpoints(t *testing.T, s store.Store) {
 	ctx := t.Context()
@@ -917,13 +917,13 @@ func testCheckpoints(t *testing.T, s store.Store) {
 		check(t, fmt.Sprintf("Checkpoints(%q)", tc.tenant), got, tc.want)
 	}
 
-	// Put again replaces.
-	upd := a2
-	upd.Size, upd.Data = 21, json.RawMessage(`{"id":"ck-a2","size":21}`)
-	must(t, s.PutCheckpoint(ctx, upd))
+	// A second put of an id conflicts and leaves the first.
+	clash := a2
+	clash.Tenant, clash.Size, clash.Data = "b", 21, json.RawMessage(`{"id":"ck-a2","size":21}`)
+	wantErr(t, "PutCheckpoint of a stored id", s.PutCheckpoint(ctx, clash), store.ErrConflict)
 	one, err = s.Checkpoint(ctx, "ck-a2")
 	must(t, err)
-	check(t, "Checkpoint after a second put", one, upd)
+	check(t, "Checkpoint after a second put", one, a2)
 
 	// Not tied to an agent: deleting one (or none existing) leaves them.
 	must(t, s.CreateAgent(ctx, newAgent("ag-ck-b1", "b", t0)))
@@ -937,7 +937,7 @@ func testCheckpoints(t *testing.T, s store.Store) {
 	wantErr(t, "DeleteCheckpoint twice", s.DeleteCheckpoint(ctx, "ck-a1"), store.ErrNotFound)
 	got, err = s.Checkpoints(ctx, "a")
 	must(t, err)
-	check(t, "Checkpoints after DeleteCheckpoint", got, []store.Checkpoint{upd})
+	check(t, "Checkpoints after DeleteCheckpoint", got, []store.Checkpoint{a2})
 }
 
 // Concurrent adds (replicas charging one tenant) lose none.
