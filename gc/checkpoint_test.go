@@ -2,9 +2,6 @@ package gc
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,60 +10,8 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/checkpoint"
-	"github.com/sandbox-agent/sandbox-agent/internal/labels"
+	"github.com/sandbox-agent/sandbox-agent/checkpoint/checkpointtest"
 )
-
-// fakeEngine holds committed checkpoints as images; inUse ones refuse
-// removal as an engine does while a container runs on them.
-type fakeEngine struct {
-	images  []checkpoint.Image
-	inUse   map[string]bool
-	removed []string
-}
-
-func (f *fakeEngine) Images(_ context.Context, label string) ([]checkpoint.Image, error) {
-	return f.images, nil
-}
-
-func (f *fakeEngine) RemoveImage(_ context.Context, ref string) error {
-	if f.inUse[ref] {
-		return fmt.Errorf("%w: a container runs on %s", checkpoint.ErrInUse, ref)
-	}
-	i := slices.IndexFunc(f.images, func(img checkpoint.Image) bool { return img.Ref == ref })
-	if i < 0 {
-		return checkpoint.ErrNotFound
-	}
-	f.images = slices.Delete(f.images, i, i+1)
-	f.removed = append(f.removed, ref)
-	return nil
-}
-
-// add commits c as an image, labelled as the library labels one.
-func (f *fakeEngine) add(t *testing.T, c sandboxagent.Checkpoint) {
-	t.Helper()
-	c.Image = sandboxagent.CheckpointRepo + ":" + c.ID
-	b, err := json.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.images = append(f.images, checkpoint.Image{Ref: c.Image, ID: "sha256:" + c.ID, Created: c.Created,
-		Labels: map[string]string{labels.Checkpoint: base64.RawURLEncoding.EncodeToString(b)}})
-}
-
-// archive writes c as a finished archive under root.
-func archive(t *testing.T, root string, c sandboxagent.Checkpoint) string {
-	t.Helper()
-	dir := filepath.Join(root, c.ID)
-	c.Archive = dir
-	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(c)
-	if err := os.WriteFile(filepath.Join(dir, "checkpoint.json"), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // leftover makes a folder of an archive never completed, age old.
 func leftover(t *testing.T, root, id string, age time.Duration) string {
@@ -95,15 +40,16 @@ func TestCheckpointsRetention(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC()
 	old, recent := now.Add(-200*time.Hour), now.Add(-time.Hour)
-	eng := &fakeEngine{inUse: map[string]bool{sandboxagent.CheckpointRepo + ":ck-03": true}}
-	eng.add(t, sandboxagent.Checkpoint{ID: "ck-01", Name: "old", Created: old, Driver: "pi"})
-	eng.add(t, sandboxagent.Checkpoint{ID: "ck-02", Name: "owned", Created: old, Owner: "serve-a", Driver: "pi"})
-	eng.add(t, sandboxagent.Checkpoint{ID: "ck-03", Name: "in use", Created: old, Driver: "pi"})
-	eng.add(t, sandboxagent.Checkpoint{ID: "ck-04", Name: "recent", Created: recent, Driver: "pi"})
+	eng := &checkpointtest.Engine{}
+	eng.SetInUse(sandboxagent.CheckpointRepo+":ck-03", true)
+	eng.Commit(t, sandboxagent.Checkpoint{ID: "ck-01", Name: "old", Created: old, Driver: "pi"})
+	eng.Commit(t, sandboxagent.Checkpoint{ID: "ck-02", Name: "owned", Created: old, Owner: "serve-a", Driver: "pi"})
+	eng.Commit(t, sandboxagent.Checkpoint{ID: "ck-03", Name: "in use", Created: old, Driver: "pi"})
+	eng.Commit(t, sandboxagent.Checkpoint{ID: "ck-04", Name: "recent", Created: recent, Driver: "pi"})
 	root := t.TempDir()
-	oldDir := archive(t, root, sandboxagent.Checkpoint{ID: "ck-0a", Created: old, Driver: "pi"})
-	recentDir := archive(t, root, sandboxagent.Checkpoint{ID: "ck-0b", Created: recent, Driver: "pi"})
-	ownedDir := archive(t, root, sandboxagent.Checkpoint{ID: "ck-0c", Created: old, Owner: "serve-a", Driver: "pi"})
+	oldDir := checkpointtest.WriteArchive(t, root, sandboxagent.Checkpoint{ID: "ck-0a", Created: old, Driver: "pi"}).Archive
+	recentDir := checkpointtest.WriteArchive(t, root, sandboxagent.Checkpoint{ID: "ck-0b", Created: recent, Driver: "pi"}).Archive
+	ownedDir := checkpointtest.WriteArchive(t, root, sandboxagent.Checkpoint{ID: "ck-0c", Created: old, Owner: "serve-a", Driver: "pi"}).Archive
 	stale := leftover(t, root, "ck-0d", 2*time.Hour)
 	fresh := leftover(t, root, "ck-0e", time.Minute)
 	notOurs := leftover(t, root, "keep-me", 2*time.Hour)
@@ -125,8 +71,8 @@ func TestCheckpointsRetention(t *testing.T) {
 	if !slices.Equal(res.Leftovers, []string{stale}) {
 		t.Errorf("dry run leftovers %v", res.Leftovers)
 	}
-	if len(eng.removed) != 0 {
-		t.Errorf("dry run removed %v", eng.removed)
+	if removed := eng.Removed(); len(removed) != 0 {
+		t.Errorf("dry run removed %v", removed)
 	}
 	for _, d := range []string{oldDir, stale} {
 		if _, err := os.Stat(d); err != nil {
@@ -141,8 +87,8 @@ func TestCheckpointsRetention(t *testing.T) {
 	if got := ids(res.Removed); !slices.Equal(got, []string{"ck-01", "ck-0a"}) {
 		t.Errorf("removed %v", got)
 	}
-	if !slices.Equal(eng.removed, []string{sandboxagent.CheckpointRepo + ":ck-01"}) {
-		t.Errorf("engine removed %v", eng.removed)
+	if removed := eng.Removed(); !slices.Equal(removed, []string{sandboxagent.CheckpointRepo + ":ck-01"}) {
+		t.Errorf("engine removed %v", removed)
 	}
 	kept := map[string]string{}
 	for _, e := range res.Kept {
@@ -181,7 +127,7 @@ func TestCheckpointsNothing(t *testing.T) {
 		t.Errorf("%+v, %v", res, err)
 	}
 	root := t.TempDir()
-	archive(t, root, sandboxagent.Checkpoint{ID: "ck-01", Created: time.Now().Add(-1000 * time.Hour), Driver: "pi"})
+	checkpointtest.WriteArchive(t, root, sandboxagent.Checkpoint{ID: "ck-01", Created: time.Now().Add(-1000 * time.Hour), Driver: "pi"})
 	res, err = Checkpoints(context.Background(), nil, root, CheckpointOptions{})
 	if err != nil || len(res.Removed) != 0 {
 		t.Errorf("retention 0: %+v, %v", res, err)

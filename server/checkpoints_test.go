@@ -7,7 +7,6 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,52 +23,9 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/checkpoint"
-	"github.com/sandbox-agent/sandbox-agent/internal/labels"
+	"github.com/sandbox-agent/sandbox-agent/checkpoint/checkpointtest"
 	"github.com/sandbox-agent/sandbox-agent/store"
 )
-
-// fakeEngine is a checkpoint.Engine whose images are only names (and
-// the checkpoints' labels, for those it lists).
-type fakeEngine struct {
-	mu      sync.Mutex
-	removed []string
-	inUse   map[string]bool
-	images  []checkpoint.Image
-}
-
-func (f *fakeEngine) Images(context.Context, string) ([]checkpoint.Image, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.images), nil
-}
-
-// commit lists c's image, labelled as the library labels it.
-func (f *fakeEngine) commit(c sandboxagent.Checkpoint) {
-	b, _ := json.Marshal(c)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.images = append(f.images, checkpoint.Image{Ref: c.Image, Created: c.Created,
-		Labels: map[string]string{labels.Checkpoint: base64.RawURLEncoding.EncodeToString(b)}})
-}
-
-func (f *fakeEngine) RemoveImage(_ context.Context, ref string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.inUse[ref] {
-		// An engine's words: they name the container.
-		return fmt.Errorf("remove image %s: conflict: image is being used by running container sandbox-agent-4242: %w", ref, checkpoint.ErrInUse)
-	}
-	f.removed = append(f.removed, ref)
-	f.images = slices.DeleteFunc(f.images, func(img checkpoint.Image) bool { return img.Ref == ref })
-	return nil
-}
-
-func (f *fakeEngine) wasRemoved(ref string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Contains(f.removed, ref)
-}
 
 // testCheckpoint is a committed checkpoint of a pi agent.
 func testCheckpoint(id string, size int64) sandboxagent.Checkpoint {
@@ -90,7 +46,7 @@ func putCheckpoint(t *testing.T, st store.Store, tenant string, c sandboxagent.C
 
 // newCheckpointServer is a Server on st with the fake engine and an
 // archive root, and its test HTTP server.
-func newCheckpointServer(t *testing.T, st store.Store, eng *fakeEngine, root string, opts ...func(*Options)) (*Server, *httptest.Server) {
+func newCheckpointServer(t *testing.T, st store.Store, eng *checkpointtest.Engine, root string, opts ...func(*Options)) (*Server, *httptest.Server) {
 	t.Helper()
 	o := Options{Token: testToken, Store: st, Checkpoints: eng, CheckpointRoot: root, Exclusive: true,
 		Start: func(context.Context, CreateRequest) (*sandboxagent.Agent, func(), error) {
@@ -140,7 +96,7 @@ func checkpointIDs(t *testing.T, ts *httptest.Server, auth string) []string {
 // use is a 409; views show no host path.
 func TestCheckpointRoutes(t *testing.T) {
 	st := testStore(t)
-	eng := &fakeEngine{inUse: map[string]bool{}}
+	eng := &checkpointtest.Engine{}
 	root := t.TempDir()
 	_, ts := newCheckpointServer(t, st, eng, root)
 	a := "Bearer " + newToken(t, st, "team-a", 0)
@@ -149,7 +105,7 @@ func TestCheckpointRoutes(t *testing.T) {
 	metrics := "Bearer " + newToken(t, st, "team-a", 0, ScopeMetrics)
 	admin := "Bearer " + testToken
 
-	a1, b1 := testCheckpoint("ck-a1", 100), testCheckpoint("ck-b1", 200)
+	a1, b1 := eng.Commit(t, testCheckpoint("ck-a1", 100)), eng.Commit(t, testCheckpoint("ck-b1", 200))
 	archived := testCheckpoint("ck-a2", 300)
 	archived.Image, archived.Archive = "", filepath.Join(root, "ck-a2")
 	if err := os.MkdirAll(filepath.Join(archived.Archive, "files"), 0o700); err != nil {
@@ -197,14 +153,12 @@ func TestCheckpointRoutes(t *testing.T) {
 	if code, _ := call(t, ts, "GET", "/v1/checkpoints", "", ""); code != http.StatusUnauthorized {
 		t.Errorf("GET /v1/checkpoints without a token: %d", code)
 	}
-	if eng.wasRemoved(b1.Image) || eng.wasRemoved(a1.Image) {
-		t.Fatalf("images removed by refused requests: %v", eng.removed)
+	if eng.WasRemoved(b1.Image) || eng.WasRemoved(a1.Image) {
+		t.Fatalf("images removed by refused requests: %v", eng.Removed())
 	}
 
 	// In use: 409, kept.
-	eng.mu.Lock()
-	eng.inUse[a1.Image] = true
-	eng.mu.Unlock()
+	eng.SetInUse(a1.Image, true)
 	if code, e := call(t, ts, "DELETE", "/v1/checkpoints/ck-a1", a, ""); code != http.StatusConflict || e.Kind != KindConflict ||
 		!strings.Contains(e.Error, "an agent still runs on this checkpoint") || strings.Contains(e.Error, "sandbox-agent-4242") {
 		t.Errorf("DELETE in use: %d %+v, want 409 conflict, without the engine's words", code, e)
@@ -212,9 +166,7 @@ func TestCheckpointRoutes(t *testing.T) {
 	if code, _ := call(t, ts, "GET", "/v1/checkpoints/ck-a1", a, ""); code != 200 {
 		t.Errorf("a checkpoint in use after DELETE: %d", code)
 	}
-	eng.mu.Lock()
-	eng.inUse[a1.Image] = false
-	eng.mu.Unlock()
+	eng.SetInUse(a1.Image, false)
 	for _, id := range []string{"ck-a1", "ck-a2"} {
 		if code, e := call(t, ts, "DELETE", "/v1/checkpoints/"+id, a, ""); code != http.StatusNoContent {
 			t.Errorf("DELETE %s: %d %+v", id, code, e)
@@ -223,14 +175,14 @@ func TestCheckpointRoutes(t *testing.T) {
 			t.Errorf("GET %s after DELETE: %d", id, code)
 		}
 	}
-	if !eng.wasRemoved(a1.Image) {
-		t.Errorf("DELETE did not remove the image: %v", eng.removed)
+	if !eng.WasRemoved(a1.Image) {
+		t.Errorf("DELETE did not remove the image: %v", eng.Removed())
 	}
 	if _, err := os.Lstat(archived.Archive); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("DELETE left the archive: %v", err)
 	}
 	// The admin deletes anyone's.
-	if code, e := call(t, ts, "DELETE", "/v1/checkpoints/ck-b1", admin, ""); code != http.StatusNoContent || !eng.wasRemoved(b1.Image) {
+	if code, e := call(t, ts, "DELETE", "/v1/checkpoints/ck-b1", admin, ""); code != http.StatusNoContent || !eng.WasRemoved(b1.Image) {
 		t.Errorf("admin DELETE: %d %+v", code, e)
 	}
 }
@@ -239,7 +191,7 @@ func TestCheckpointRoutes(t *testing.T) {
 // before they need the sandbox (a lost agent's: 410 past the checks).
 func TestCheckpointRequests(t *testing.T) {
 	st := testStore(t)
-	s, ts := newCheckpointServer(t, st, &fakeEngine{}, t.TempDir(), func(o *Options) { o.MaxAgents = 3 })
+	s, ts := newCheckpointServer(t, st, &checkpointtest.Engine{}, t.TempDir(), func(o *Options) { o.MaxAgents = 3 })
 	storedAgent(t, st, "ag_a", "team-a")
 	a := "Bearer " + newToken(t, st, "team-a", 0)
 	b := "Bearer " + newToken(t, st, "team-b", 0)
@@ -307,7 +259,7 @@ func (r *recordingStarter) start(ctx context.Context, req CreateRequest) (*sandb
 func TestCreateFromCheckpoint(t *testing.T) {
 	st := testStore(t)
 	rs := &recordingStarter{}
-	eng := &fakeEngine{}
+	eng := &checkpointtest.Engine{}
 	_, ts := newCheckpointServer(t, st, eng, t.TempDir(), func(o *Options) { o.Start = rs.start })
 	a := "Bearer " + newToken(t, st, "team-a", 0)
 	b := "Bearer " + newToken(t, st, "team-b", 0)
@@ -373,11 +325,11 @@ func TestCreateFromCheckpoint(t *testing.T) {
 func TestForkAllOrNone(t *testing.T) {
 	ctx := context.Background()
 	st := testStore(t)
-	eng := &fakeEngine{}
+	eng := &checkpointtest.Engine{}
 	rs := &recordingStarter{fail: 2}
 	s, _ := newCheckpointServer(t, st, eng, t.TempDir(), func(o *Options) { o.Start = rs.start })
 	parent := CreateRequest{Driver: "pi", Model: "glm", Egress: "model", Memory: "1g", Env: map[string]string{"K": "secret"}, Tenant: "team-a", Image: "sandbox-agent/pi:1"}
-	c := testCheckpoint("ck-f1", 100)
+	c := eng.Commit(t, testCheckpoint("ck-f1", 100))
 	if _, err := s.keepCheckpoint(ctx, "team-a", "ag_parent", c); err != nil {
 		t.Fatal(err)
 	}
@@ -397,8 +349,8 @@ func TestForkAllOrNone(t *testing.T) {
 	if rs.calls.Load() != 3 || rs.stops.Load() != 2 {
 		t.Errorf("%d starts, %d stops: want 3 and the 2 started stopped", rs.calls.Load(), rs.stops.Load())
 	}
-	if _, err := st.Checkpoint(ctx, c.ID); !errors.Is(err, store.ErrNotFound) || !eng.wasRemoved(c.Image) {
-		t.Errorf("the checkpoint after a failed fork: %v, image removed %v", err, eng.wasRemoved(c.Image))
+	if _, err := st.Checkpoint(ctx, c.ID); !errors.Is(err, store.ErrNotFound) || !eng.WasRemoved(c.Image) {
+		t.Errorf("the checkpoint after a failed fork: %v, image removed %v", err, eng.WasRemoved(c.Image))
 	}
 	s.mu.Lock()
 	left := s.starting + len(s.startingBy) + len(s.requests) + len(s.agents)
@@ -415,7 +367,7 @@ func TestForkAllOrNone(t *testing.T) {
 	// All start: kept, with the checkpoint.
 	rs2 := &recordingStarter{}
 	s.opts.Start = rs2.start
-	c2 := testCheckpoint("ck-f2", 100)
+	c2 := eng.Commit(t, testCheckpoint("ck-f2", 100))
 	if _, err := s.keepCheckpoint(ctx, "team-a", "ag_parent", c2); err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +383,7 @@ func TestForkAllOrNone(t *testing.T) {
 	if all, _ := st.ListAgents(ctx, "team-a"); len(all) != 2 || !strings.Contains(string(all[0].Request), `"checkpoint":"ck-f2"`) {
 		t.Errorf("branches stored: %+v", all)
 	}
-	if _, err := st.Checkpoint(ctx, c2.ID); err != nil || eng.wasRemoved(c2.Image) {
+	if _, err := st.Checkpoint(ctx, c2.ID); err != nil || eng.WasRemoved(c2.Image) {
 		t.Errorf("the checkpoint of a fork: %v", err)
 	}
 	// A branch forks with its request, env included, as it was started here.
@@ -445,7 +397,7 @@ func TestForkAllOrNone(t *testing.T) {
 // had no env, and is a 409 conflict when it had (its values are not
 // stored: the branches' environment is unknown).
 func TestBranchRequest(t *testing.T) {
-	s, _ := newCheckpointServer(t, testStore(t), &fakeEngine{}, t.TempDir())
+	s, _ := newCheckpointServer(t, testStore(t), &checkpointtest.Engine{}, t.TempDir())
 	full := CreateRequest{Driver: "pi", Model: "glm", Egress: "none", Env: map[string]string{"K": "secret"}, Pids: 50}
 	noEnv := full
 	noEnv.Env = nil
@@ -481,21 +433,21 @@ func TestBranchRequest(t *testing.T) {
 func TestTenantCheckpointBytes(t *testing.T) {
 	ctx := context.Background()
 	st := testStore(t)
-	eng := &fakeEngine{}
+	eng := &checkpointtest.Engine{}
 	s, ts := newCheckpointServer(t, st, eng, t.TempDir(), func(o *Options) { o.TenantCheckpointBytes = 250 })
-	for _, c := range []sandboxagent.Checkpoint{testCheckpoint("ck-01", 100), testCheckpoint("ck-02", 150)} {
+	for _, c := range []sandboxagent.Checkpoint{eng.Commit(t, testCheckpoint("ck-01", 100)), eng.Commit(t, testCheckpoint("ck-02", 150))} {
 		if _, err := s.keepCheckpoint(ctx, "team-a", "ag_1", c); err != nil {
 			t.Fatalf("%s: %v", c.ID, err)
 		}
 	}
-	over := testCheckpoint("ck-03", 1)
+	over := eng.Commit(t, testCheckpoint("ck-03", 1))
 	_, err := s.keepCheckpoint(ctx, "team-a", "ag_1", over)
 	var ae *apiError
 	if !errors.As(err, &ae) || ae.status != http.StatusTooManyRequests || ae.kind != KindLimit || !strings.Contains(ae.msg, "serve_tenant_checkpoint_bytes") || ae.retryAfter != 60 {
 		t.Fatalf("past the cap: %v, want 429 limit with Retry-After 60", err)
 	}
-	if _, err := st.Checkpoint(ctx, over.ID); !errors.Is(err, store.ErrNotFound) || !eng.wasRemoved(over.Image) {
-		t.Errorf("the checkpoint past the cap: %v, removed %v", err, eng.wasRemoved(over.Image))
+	if _, err := st.Checkpoint(ctx, over.ID); !errors.Is(err, store.ErrNotFound) || !eng.WasRemoved(over.Image) {
+		t.Errorf("the checkpoint past the cap: %v, removed %v", err, eng.WasRemoved(over.Image))
 	}
 	if _, err := s.keepCheckpoint(ctx, "team-b", "ag_2", testCheckpoint("ck-04", 250)); err != nil {
 		t.Errorf("another tenant: %v", err)
@@ -518,7 +470,7 @@ func TestForkModel(t *testing.T) {
 	ctx := context.Background()
 	st := testStore(t)
 	rs := &recordingStarter{}
-	s, _ := newCheckpointServer(t, st, &fakeEngine{}, t.TempDir(), func(o *Options) { o.Start = rs.start })
+	s, _ := newCheckpointServer(t, st, &checkpointtest.Engine{}, t.TempDir(), func(o *Options) { o.Start = rs.start })
 	c := testCheckpoint("ck-0f", 10)
 	if _, err := s.keepCheckpoint(ctx, "team-a", "ag_parent", c); err != nil {
 		t.Fatal(err)
@@ -575,7 +527,7 @@ func TestCreateImageNotACheckpoint(t *testing.T) {
 
 	st := testStore(t)
 	rs := &recordingStarter{}
-	_, ts := newCheckpointServer(t, st, &fakeEngine{}, t.TempDir(), func(o *Options) { o.Start = rs.start })
+	_, ts := newCheckpointServer(t, st, &checkpointtest.Engine{}, t.TempDir(), func(o *Options) { o.Start = rs.start })
 	putCheckpoint(t, st, "team-b", testCheckpoint("ck-b1", 100))
 	a := "Bearer " + newToken(t, st, "team-a", 0)
 	for _, img := range []string{"sandbox-agent-checkpoint:ck-b1", "docker.io/library/sandbox-agent-checkpoint:ck-b1", "localhost/sandbox-agent-checkpoint:ck-b1", "sha256:" + hex64} {
@@ -591,21 +543,6 @@ func TestCreateImageNotACheckpoint(t *testing.T) {
 	}
 }
 
-// writeArchive makes c's complete archive folder under root (its
-// checkpoint.json, as the library writes it) and returns c with it.
-func writeArchive(t *testing.T, root string, c sandboxagent.Checkpoint) sandboxagent.Checkpoint {
-	t.Helper()
-	c.Image, c.Archive = "", filepath.Join(root, c.ID)
-	if err := os.MkdirAll(filepath.Join(c.Archive, "files"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(c)
-	if err := os.WriteFile(filepath.Join(c.Archive, "checkpoint.json"), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // TestReconcileCheckpoints: the checkpoints of this server's instance
 // without a record, older than orphanAge, are removed (images and
 // archives); those with a record, younger, another owner's or in use are
@@ -613,7 +550,7 @@ func writeArchive(t *testing.T, root string, c sandboxagent.Checkpoint) sandboxa
 func TestReconcileCheckpoints(t *testing.T) {
 	ctx := context.Background()
 	st := testStore(t)
-	eng := &fakeEngine{inUse: map[string]bool{}}
+	eng := &checkpointtest.Engine{}
 	root := t.TempDir()
 	const me = "serve-test"
 	s, _ := newCheckpointServer(t, st, eng, root, func(o *Options) { o.Instance = me })
@@ -642,15 +579,15 @@ func TestReconcileCheckpoints(t *testing.T) {
 			c.Parent = tc.parent
 		}
 		if tc.archive {
-			c = writeArchive(t, root, c)
+			c = checkpointtest.WriteArchive(t, root, c)
 		} else {
-			eng.commit(c)
+			c = eng.Commit(t, c)
 		}
 		if tc.stored {
 			putCheckpoint(t, st, "team-a", c)
 		}
 		if tc.used {
-			eng.inUse[c.Image] = true
+			eng.SetInUse(c.Image, true)
 		}
 		return c
 	}
@@ -680,7 +617,7 @@ func TestReconcileCheckpoints(t *testing.T) {
 	}
 	for _, tc := range cases {
 		c := cks[tc.id]
-		gone := eng.wasRemoved(c.Image)
+		gone := eng.WasRemoved(c.Image)
 		if tc.archive {
 			_, err := os.Lstat(c.Archive)
 			gone = errors.Is(err, os.ErrNotExist)
@@ -691,7 +628,7 @@ func TestReconcileCheckpoints(t *testing.T) {
 	}
 
 	// Recover runs it at once (on a shared store too), in the background.
-	eng.commit(func() sandboxagent.Checkpoint {
+	eng.Commit(t, func() sandboxagent.Checkpoint {
 		c := testCheckpoint("ck-10", 10)
 		c.Owner, c.Created = me, old
 		return c
@@ -700,7 +637,7 @@ func TestReconcileCheckpoints(t *testing.T) {
 	if _, err := s2.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !eng.wasRemoved(sandboxagent.CheckpointRepo + ":ck-10"); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !eng.WasRemoved(sandboxagent.CheckpointRepo + ":ck-10"); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("Recover did not reconcile the checkpoints")
 		}
@@ -718,7 +655,7 @@ func TestReconcileCheckpoints(t *testing.T) {
 // nothing removed); left out of lists.
 func TestCorruptCheckpointRecord(t *testing.T) {
 	st := testStore(t)
-	eng := &fakeEngine{}
+	eng := &checkpointtest.Engine{}
 	root := t.TempDir()
 	rs := &recordingStarter{}
 	_, ts := newCheckpointServer(t, st, eng, root, func(o *Options) { o.Start = rs.start })
@@ -735,7 +672,7 @@ func TestCorruptCheckpointRecord(t *testing.T) {
 		f(&c)
 		return c
 	}
-	put("ck-0a", testCheckpoint("ck-0a", 1)) // sound
+	put("ck-0a", eng.Commit(t, testCheckpoint("ck-0a", 1))) // sound, its image held
 	for _, tc := range []struct {
 		name, id string
 		data     any
@@ -751,6 +688,7 @@ func TestCorruptCheckpointRecord(t *testing.T) {
 		{"not a checkpoint", "ck-c9", "a string"},
 	} {
 		put(tc.id, tc.data)
+		eng.Commit(t, testCheckpoint(tc.id, 1)) // an image a wrong DELETE would remove
 		for _, r := range []struct{ method, path, body string }{
 			{"GET", "/v1/checkpoints/" + tc.id, ""},
 			{"DELETE", "/v1/checkpoints/" + tc.id, ""},
@@ -765,8 +703,8 @@ func TestCorruptCheckpointRecord(t *testing.T) {
 	if got := checkpointIDs(t, ts, a); !slices.Equal(got, []string{"ck-0a"}) {
 		t.Errorf("list: %v, want the sound one only", got)
 	}
-	if len(eng.removed) != 0 || rs.calls.Load() != 0 {
-		t.Errorf("corrupt records removed %v, started %d agents", eng.removed, rs.calls.Load())
+	if removed := eng.Removed(); len(removed) != 0 || rs.calls.Load() != 0 {
+		t.Errorf("corrupt records removed %v, started %d agents", removed, rs.calls.Load())
 	}
 }
 
@@ -793,7 +731,7 @@ func TestCheckpointErrorsHidePaths(t *testing.T) {
 	gone := testCheckpoint("ck-a1", 1)
 	gone.Image, gone.Archive = "", filepath.Join(root, "ck-a1") // no folder
 	putCheckpoint(t, st, "team-a", gone)
-	here := writeArchive(t, root, testCheckpoint("ck-a2", 1))
+	here := checkpointtest.WriteArchive(t, root, testCheckpoint("ck-a2", 1))
 	putCheckpoint(t, st, "team-a", here)
 	for _, tc := range []struct {
 		name, id string
@@ -837,7 +775,7 @@ func TestCheckpointErrorsHidePaths(t *testing.T) {
 // 410); another tenant goes on.
 func TestCheckpointCapUpFront(t *testing.T) {
 	st := testStore(t)
-	_, ts := newCheckpointServer(t, st, &fakeEngine{}, t.TempDir(), func(o *Options) { o.TenantCheckpointBytes = 100 })
+	_, ts := newCheckpointServer(t, st, &checkpointtest.Engine{}, t.TempDir(), func(o *Options) { o.TenantCheckpointBytes = 100 })
 	storedAgent(t, st, "ag_a", "team-a")
 	storedAgent(t, st, "ag_b", "team-b")
 	putCheckpoint(t, st, "team-a", testCheckpoint("ck-a1", 100))
@@ -873,7 +811,7 @@ func TestCheckpointCapUpFront(t *testing.T) {
 func TestRequestsForgotten(t *testing.T) {
 	ctx := context.Background()
 	st := testStore(t)
-	s, _ := newCheckpointServer(t, st, &fakeEngine{}, t.TempDir())
+	s, _ := newCheckpointServer(t, st, &checkpointtest.Engine{}, t.TempDir())
 	storedAgent(t, st, "ag_lost", "team-a")
 	storedAgent(t, st, "ag_live", "team-a")
 	live, err := st.GetAgent(ctx, "ag_live")
@@ -943,7 +881,7 @@ func (failingDeletes) DeleteAgent(context.Context, string) error {
 func TestForkShutdown(t *testing.T) {
 	ctx := context.Background()
 	st := testStore(t)
-	eng := &fakeEngine{}
+	eng := &checkpointtest.Engine{}
 	rs := &recordingStarter{}
 	s, _ := newCheckpointServer(t, st, eng, t.TempDir(), func(o *Options) { o.Start = rs.start })
 	c := testCheckpoint("ck-5d", 10)

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,74 +11,24 @@ import (
 	"time"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/checkpoint"
+	"github.com/sandbox-agent/sandbox-agent/checkpoint/checkpointtest"
 	"github.com/sandbox-agent/sandbox-agent/gc"
-	"github.com/sandbox-agent/sandbox-agent/internal/labels"
 )
-
-// fakeCheckpointEngine holds committed checkpoints as images; those in
-// inUse refuse removal as an engine does while a container runs on them.
-type fakeCheckpointEngine struct {
-	images []checkpoint.Image
-	inUse  map[string]bool
-}
-
-func (f *fakeCheckpointEngine) Images(_ context.Context, label string) ([]checkpoint.Image, error) {
-	return f.images, nil
-}
-
-func (f *fakeCheckpointEngine) RemoveImage(_ context.Context, ref string) error {
-	if f.inUse[ref] {
-		return fmt.Errorf("%w: container abc runs on %s", checkpoint.ErrInUse, ref)
-	}
-	i := slices.IndexFunc(f.images, func(img checkpoint.Image) bool { return img.Ref == ref })
-	if i < 0 {
-		return checkpoint.ErrNotFound
-	}
-	f.images = slices.Delete(f.images, i, i+1)
-	return nil
-}
-
-// commit adds c as the library labels a committed checkpoint.
-func (f *fakeCheckpointEngine) commit(t *testing.T, c sandboxagent.Checkpoint) {
-	t.Helper()
-	c.Image = sandboxagent.CheckpointRepo + ":" + c.ID
-	b, err := json.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.images = append(f.images, checkpoint.Image{Ref: c.Image, ID: "sha256:" + c.ID, Created: c.Created,
-		Labels: map[string]string{labels.Checkpoint: base64.RawURLEncoding.EncodeToString(b)}})
-}
-
-// writeArchive writes c as a finished archived checkpoint under root.
-func writeArchive(t *testing.T, root string, c sandboxagent.Checkpoint) string {
-	t.Helper()
-	dir := filepath.Join(root, c.ID)
-	c.Archive = dir
-	if err := os.MkdirAll(filepath.Join(dir, "files"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(c)
-	if err := os.WriteFile(filepath.Join(dir, "checkpoint.json"), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 var ckTime = time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 
 // checkpointApp is a testApp whose checkpoints are eng's images and the
 // archives of a fresh root: an image checkpoint (ck-aa, newest), one
 // in use (ck-bb) and an archive (ck-cc, oldest; a hostile name).
-func checkpointApp(t *testing.T) (*app, *fakeCheckpointEngine, string) {
+func checkpointApp(t *testing.T) (*app, *checkpointtest.Engine, string) {
 	t.Helper()
 	a, _, _ := testApp()
 	root := t.TempDir()
-	eng := &fakeCheckpointEngine{inUse: map[string]bool{sandboxagent.CheckpointRepo + ":ck-bb": true}}
-	eng.commit(t, sandboxagent.Checkpoint{ID: "ck-aa", Name: "base", Created: ckTime, Parent: "sa-1", Driver: "pi", Size: 3 << 20})
-	eng.commit(t, sandboxagent.Checkpoint{ID: "ck-bb", Created: ckTime.Add(-time.Hour), Parent: "sa-2", Driver: "dsh", Size: 512})
-	writeArchive(t, root, sandboxagent.Checkpoint{ID: "ck-cc", Name: "k8s\x1b[2J", Created: ckTime.Add(-2 * time.Hour), Parent: "sa-3", Driver: "pi", Size: 1 << 30})
+	eng := &checkpointtest.Engine{}
+	eng.SetInUse(sandboxagent.CheckpointRepo+":ck-bb", true)
+	eng.Commit(t, sandboxagent.Checkpoint{ID: "ck-aa", Name: "base", Created: ckTime, Parent: "sa-1", Driver: "pi", Size: 3 << 20})
+	eng.Commit(t, sandboxagent.Checkpoint{ID: "ck-bb", Created: ckTime.Add(-time.Hour), Parent: "sa-2", Driver: "dsh", Size: 512})
+	checkpointtest.WriteArchive(t, root, sandboxagent.Checkpoint{ID: "ck-cc", Name: "k8s\x1b[2J", Created: ckTime.Add(-2 * time.Hour), Parent: "sa-3", Driver: "pi", Size: 1 << 30})
 	a.ckEngine = eng
 	a.cfg.CheckpointRoot = root
 	return a, eng, root
@@ -131,7 +79,7 @@ func TestCheckpointListJSON(t *testing.T) {
 	}
 	// No checkpoint: an empty array, not null.
 	a, _, _ = testApp()
-	a.ckEngine, a.cfg.CheckpointRoot = &fakeCheckpointEngine{}, filepath.Join(t.TempDir(), "none")
+	a.ckEngine, a.cfg.CheckpointRoot = &checkpointtest.Engine{}, filepath.Join(t.TempDir(), "none")
 	if code := runCheckpoint(context.Background(), a, []string{"list", "--json"}); code != exitOK || a.rawStdout.(interface{ String() string }).String() != "[]\n" {
 		t.Errorf("empty: exit %d, %q", code, a.rawStdout)
 	}
@@ -164,8 +112,8 @@ func TestCheckpointRemove(t *testing.T) {
 	if code != exitOK || out.String() != "ck-aa\nck-cc\n" || errb.String() != "" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errb)
 	}
-	if len(eng.images) != 1 || eng.images[0].Ref != sandboxagent.CheckpointRepo+":ck-bb" {
-		t.Errorf("images left %+v", eng.images)
+	if refs := eng.Refs(); !slices.Equal(refs, []string{sandboxagent.CheckpointRepo + ":ck-bb"}) {
+		t.Errorf("images left %v", refs)
 	}
 	if _, err := os.Stat(filepath.Join(root, "ck-cc")); !os.IsNotExist(err) {
 		t.Errorf("archive still there: %v", err)
@@ -187,14 +135,14 @@ func TestCheckpointRemove(t *testing.T) {
 			t.Errorf("stderr %q lacks %q", errb, want)
 		}
 	}
-	if len(eng.images) != 1 {
-		t.Errorf("images left %+v", eng.images)
+	if refs := eng.Refs(); len(refs) != 1 {
+		t.Errorf("images left %v", refs)
 	}
 }
 
 func TestCheckpointArguments(t *testing.T) {
 	root := t.TempDir()
-	writeArchive(t, root, sandboxagent.Checkpoint{ID: "ck-cc", Created: ckTime, Driver: "pi"})
+	checkpointtest.WriteArchive(t, root, sandboxagent.Checkpoint{ID: "ck-cc", Created: ckTime, Driver: "pi"})
 	// Kubernetes: no engine to connect to for checkpoints, the archives only.
 	k8s := map[string]string{"SANDBOX_AGENT_RUNTIME": "kubernetes", "SANDBOX_AGENT_CHECKPOINT_ROOT": root}
 	tests := []struct {
@@ -274,15 +222,15 @@ func TestPrintTurnCheckpoint(t *testing.T) {
 // A server's checkpoint (its store names it) is removed only with --force.
 func TestCheckpointRemoveOwned(t *testing.T) {
 	a, eng, _ := checkpointApp(t)
-	eng.commit(t, sandboxagent.Checkpoint{ID: "ck-dd", Created: ckTime, Parent: "sa-4", Driver: "pi", Owner: "serve-1"})
+	eng.Commit(t, sandboxagent.Checkpoint{ID: "ck-dd", Created: ckTime, Parent: "sa-4", Driver: "pi", Owner: "serve-1"})
 	errb := a.rawStderr.(interface{ String() string })
 	if code := runCheckpoint(context.Background(), a, []string{"rm", "ck-dd"}); code != exitError || !strings.Contains(errb.String(), "belongs to server serve-1") {
 		t.Fatalf("rm of an owned checkpoint: exit %d, stderr %q", code, errb)
 	}
-	if len(eng.images) != 3 {
-		t.Fatalf("images left %d, want 3", len(eng.images))
+	if n := len(eng.Refs()); n != 3 {
+		t.Fatalf("images left %d, want 3", n)
 	}
-	if code := runCheckpoint(context.Background(), a, []string{"rm", "--force", "ck-dd"}); code != exitOK || len(eng.images) != 2 {
-		t.Fatalf("rm --force: exit %d, %d images left", code, len(eng.images))
+	if code := runCheckpoint(context.Background(), a, []string{"rm", "--force", "ck-dd"}); code != exitOK || len(eng.Refs()) != 2 {
+		t.Fatalf("rm --force: exit %d, %d images left", code, len(eng.Refs()))
 	}
 }

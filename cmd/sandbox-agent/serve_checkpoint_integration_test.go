@@ -18,6 +18,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
@@ -159,8 +160,8 @@ func TestServeCheckpoint(t *testing.T) {
 	}
 	turn(acme, a.ID, "FORK-BRANCH-A go on", "A-DONE")
 	turn(acme, b.ID, "FORK-BRANCH-B go on", "B-DONE")
-	serveCheckCarried(t, fm, "FORK-BRANCH-A", []string{"FORK-BASE"}, []string{"FORK-BRANCH-B"})
-	serveCheckCarried(t, fm, "FORK-BRANCH-B", []string{"FORK-BASE"}, []string{"FORK-BRANCH-A"})
+	drivertest.CheckCarried(t, fm, "FORK-BRANCH-A", []string{"FORK-BASE"}, []string{"FORK-BRANCH-B"})
+	drivertest.CheckCarried(t, fm, "FORK-BRANCH-B", []string{"FORK-BASE"}, []string{"FORK-BRANCH-A"})
 
 	// GET: each tenant its own.
 	if got := serveCheckpointIDs(serveCheckpoints(t, acme)); !slices.Equal(got, []string{base.ID, fork.Checkpoint.ID}) {
@@ -223,7 +224,7 @@ func TestServeCheckpoint(t *testing.T) {
 		t.Fatalf("the agent started on the checkpoint has %q (want the base file, not the parent's env)", got)
 	}
 	turn(acme, later, "FORK-LATER go on", "L-DONE")
-	serveCheckCarried(t, fm, "FORK-LATER", []string{"FORK-BASE"}, []string{"FORK-BRANCH-A", "FORK-BRANCH-B"})
+	drivertest.CheckCarried(t, fm, "FORK-LATER", []string{"FORK-BASE"}, []string{"FORK-BRANCH-A", "FORK-BRANCH-B"})
 
 	// The parent, adopted by the new serve, was started with env whose
 	// values were never stored: its fork is refused (409), nothing made.
@@ -262,31 +263,4 @@ func serveCheckpointIDs(cs []serveCheckpointOf) []string {
 		out = append(out, c.ID)
 	}
 	return out
-}
-
-// serveCheckCarried checks the model requests of the turn marked by marker:
-// at least one, each carrying every want and none of avoid.
-func serveCheckCarried(t *testing.T, fm *fakemodel.Server, marker string, want, avoid []string) {
-	t.Helper()
-	n := 0
-	for _, r := range fm.Requests() {
-		body := string(r.Body)
-		if r.API == "" || !strings.Contains(body, marker) {
-			continue
-		}
-		n++
-		for _, w := range want {
-			if !strings.Contains(body, w) {
-				t.Errorf("a model request of turn %s lacks %s (the base session): request %d", marker, w, r.Seq)
-			}
-		}
-		for _, x := range avoid {
-			if strings.Contains(body, x) {
-				t.Errorf("a model request of turn %s carries %s (another branch's turn): request %d", marker, x, r.Seq)
-			}
-		}
-	}
-	if n == 0 {
-		t.Errorf("no model request carried %s", marker)
-	}
 }

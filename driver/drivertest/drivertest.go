@@ -15,8 +15,9 @@
 // passes: ShellTurn (a tool call, its result, the events, the audit, no
 // key in the sandbox), CheckBadKey (a 401 is a one-line *DriverError
 // without the key), CheckAuditLines, NoKeyInHome, RequestText (what
-// reached the model). Put these tests behind a build tag (this project
-// uses integration) so a plain go test needs no engine.
+// reached the model), CheckCarried (which session a fork's turn
+// carried). Put these tests behind a build tag (this project uses
+// integration) so a plain go test needs no engine.
 //
 // Running the contract against your own driver:
 //
@@ -226,6 +227,34 @@ func RequestText(t testing.TB, srv *fakemodel.Server, from int) string {
 		t.Fatalf("the fake model got no model request after #%d", from)
 	}
 	return b.String()
+}
+
+// CheckCarried checks the model requests of the turn marked by marker
+// (a forked or restored session's): at least one, each carrying every
+// want (the base session's markers) and none of avoid (another branch's).
+func CheckCarried(t testing.TB, srv *fakemodel.Server, marker string, want, avoid []string) {
+	t.Helper()
+	n := 0
+	for _, r := range srv.Requests() {
+		body := string(r.Body)
+		if r.API == "" || !strings.Contains(body, marker) {
+			continue
+		}
+		n++
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				t.Errorf("a model request of turn %s lacks %s (the base session): request %d", marker, w, r.Seq)
+			}
+		}
+		for _, x := range avoid {
+			if strings.Contains(body, x) {
+				t.Errorf("a model request of turn %s carries %s (another branch's turn): request %d", marker, x, r.Seq)
+			}
+		}
+	}
+	if n == 0 {
+		t.Errorf("no model request carried %s", marker)
+	}
 }
 
 // jsonStrings writes every string inside a JSON value to out.

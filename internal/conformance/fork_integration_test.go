@@ -117,9 +117,9 @@ func forkScenario(t *testing.T, rt sandboxagent.Runtime, name string, opts ...sa
 	turn(branches[0], "FORK-BRANCH-A go on", "A-DONE")
 	turn(branches[1], "FORK-BRANCH-B go on", "B-DONE")
 	turn(a, "FORK-ORIGINAL go on", "O-DONE")
-	checkCarried(t, srv, "FORK-BRANCH-A", []string{"FORK-BASE"}, []string{"FORK-BRANCH-B", "FORK-ORIGINAL"})
-	checkCarried(t, srv, "FORK-BRANCH-B", []string{"FORK-BASE"}, []string{"FORK-BRANCH-A", "FORK-ORIGINAL"})
-	checkCarried(t, srv, "FORK-ORIGINAL", []string{"FORK-BASE"}, []string{"FORK-BRANCH-A", "FORK-BRANCH-B"})
+	drivertest.CheckCarried(t, srv, "FORK-BRANCH-A", []string{"FORK-BASE"}, []string{"FORK-BRANCH-B", "FORK-ORIGINAL"})
+	drivertest.CheckCarried(t, srv, "FORK-BRANCH-B", []string{"FORK-BASE"}, []string{"FORK-BRANCH-A", "FORK-ORIGINAL"})
+	drivertest.CheckCarried(t, srv, "FORK-ORIGINAL", []string{"FORK-BASE"}, []string{"FORK-BRANCH-A", "FORK-BRANCH-B"})
 
 	// The checkpoint outlives its agent.
 	a.Close()
@@ -132,34 +132,7 @@ func forkScenario(t *testing.T, rt sandboxagent.Runtime, name string, opts ...sa
 		t.Fatalf("started from the checkpoint: fork-state.txt holds %q", got)
 	}
 	turn(later, "FORK-LATER go on", "L-DONE")
-	checkCarried(t, srv, "FORK-LATER", []string{"FORK-BASE"}, []string{"FORK-BRANCH-A", "FORK-BRANCH-B", "FORK-ORIGINAL"})
-}
-
-// checkCarried checks the model requests of the turn marked by marker:
-// at least one, each carrying every want and none of avoid.
-func checkCarried(t *testing.T, srv *fakemodel.Server, marker string, want, avoid []string) {
-	t.Helper()
-	n := 0
-	for _, r := range srv.Requests() {
-		body := string(r.Body)
-		if r.API == "" || !strings.Contains(body, marker) {
-			continue
-		}
-		n++
-		for _, w := range want {
-			if !strings.Contains(body, w) {
-				t.Errorf("a model request of turn %s lacks %s (the base session): request %d", marker, w, r.Seq)
-			}
-		}
-		for _, x := range avoid {
-			if strings.Contains(body, x) {
-				t.Errorf("a model request of turn %s carries %s (another branch's turn): request %d", marker, x, r.Seq)
-			}
-		}
-	}
-	if n == 0 {
-		t.Errorf("no model request carried %s", marker)
-	}
+	drivertest.CheckCarried(t, srv, "FORK-LATER", []string{"FORK-BASE"}, []string{"FORK-BRANCH-A", "FORK-BRANCH-B", "FORK-ORIGINAL"})
 }
 
 // checkpointEngine is rt as the checkpoint package's engine, nil when it
