@@ -159,7 +159,7 @@ func StartFrom(ctx context.Context, rt Runtime, drv Driver, c Checkpoint, opts .
 	} else {
 		first = append(first, WithImage(c.BaseImage))
 	}
-	a, err := Start(ctx, rt, drv, append(opts, first...)...)
+	a, err := Start(ctx, rt, drv, slices.Concat(opts, first)...) // never into the caller's array
 	if err != nil {
 		return nil, err
 	}

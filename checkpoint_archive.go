@@ -118,8 +118,7 @@ func (a *Agent) archive(ctx context.Context, c *Checkpoint) (err error) {
 		_, rep, err = transfer.Download(ctx, f, c.WorkDir, filepath.Join(dir, archiveFiles), lim)
 		return err
 	})
-	// The byte budget is the checkpoint's size; entries and depth are not.
-	if (errors.Is(err, safetar.ErrLimit) || errors.Is(err, ErrLimitExceeded)) && strings.Contains(err.Error(), "bytes") {
+	if bytesExceeded(err) {
 		return fmt.Errorf("%w: the working directory: %w", ErrCheckpointSize, err)
 	}
 	if err != nil {
@@ -193,4 +192,12 @@ func cut(b []byte) string {
 		return string(b[:200]) + "…"
 	}
 	return string(b)
+}
+
+// bytesExceeded says whether err is the archive's byte budget running out
+// (the checkpoint's size), not its entries or depth: the reason says
+// which, not the hostile entry name.
+func bytesExceeded(err error) bool {
+	var se *safetar.Error
+	return errors.As(err, &se) && errors.Is(se, safetar.ErrLimit) && strings.Contains(se.Reason, "bytes")
 }

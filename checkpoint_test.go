@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandbox-agent/sandbox-agent/safetar"
 )
 
 func TestStartFromRefuses(t *testing.T) {
@@ -77,6 +80,25 @@ func TestForkCount(t *testing.T) {
 	for _, n := range []int{0, -1, maxFork + 1} {
 		if _, err := a.Fork(context.Background(), n); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("Fork(%d): %v; want ErrInvalidArgument", n, err)
+		}
+	}
+}
+
+func TestBytesExceeded(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&safetar.Error{Entry: "big.bin", Reason: "more than 8388608 bytes of regular files", Err: safetar.ErrLimit}, true},
+		{fmt.Errorf("download: %w", &safetar.Error{Entry: "x", Reason: "file of 9 bytes exceeds the remaining byte budget (1 of 8)", Err: safetar.ErrLimit}), true},
+		// The entry's name is the sandbox's: it says nothing.
+		{&safetar.Error{Entry: "node_modules/bytes/index.js", Reason: "more than 100000 entries (implicitly created directories included)", Err: safetar.ErrLimit}, false},
+		{&safetar.Error{Entry: "bytes/a/b", Reason: "deeper than 64 components", Err: safetar.ErrLimit}, false},
+		{&safetar.Error{Entry: "bytes", Reason: "bytes of a symlink", Err: safetar.ErrUnsafe}, false},
+		{errors.New("more than 5 bytes"), false},
+	} {
+		if got := bytesExceeded(tc.err); got != tc.want {
+			t.Errorf("bytesExceeded(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }

@@ -148,8 +148,8 @@ func DefaultConfig() Config {
 // reboots, unlike the audit's temporary one).
 func defaultCheckpointRoot() string {
 	dir, err := os.UserCacheDir()
-	if err != nil {
-		dir = os.TempDir()
+	if err != nil { // no home: a folder of this user's alone, in the sticky temp folder
+		return filepath.Join(os.TempDir(), fmt.Sprintf("sandbox-agent-checkpoints-%d", os.Getuid()))
 	}
 	return filepath.Join(dir, "sandbox-agent", "checkpoints")
 }
