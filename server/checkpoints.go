@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	units "github.com/docker/go-units"
 
@@ -143,7 +144,7 @@ func (s *Server) postCheckpoint(w http.ResponseWriter, r *http.Request, a *agent
 		writeError(w, err)
 		return
 	}
-	if len(req.Name) > maxCheckpointName || bytes.ContainsFunc([]byte(req.Name), unicode.IsControl) {
+	if utf8.RuneCountInString(req.Name) > maxCheckpointName || bytes.ContainsFunc([]byte(req.Name), unicode.IsControl) {
 		writeError(w, badRequest("name: want at most %d characters, no control characters", maxCheckpointName))
 		return
 	}
@@ -176,7 +177,7 @@ func (s *Server) checkpoint(ctx context.Context, a *agent, rec store.Agent, name
 	release()
 	if err != nil {
 		s.log.Warn("checkpoint", "agent", a.id, "err", err)
-		return store.Checkpoint{}, sandboxagent.Checkpoint{}, err
+		return store.Checkpoint{}, sandboxagent.Checkpoint{}, checkpointFailed(err)
 	}
 	ck, err := s.keepCheckpoint(ctx, a.tenant, a.id, c)
 	if err != nil {
@@ -246,6 +247,20 @@ func (s *Server) keepCheckpoint(ctx context.Context, tenant, agentID string, c s
 		return store.Checkpoint{}, fmt.Errorf("store the checkpoint: %w", err)
 	}
 	return rec, nil
+}
+
+// checkpointFailed is what a client hears of a failed checkpoint: the
+// size limit and the request's own end as they are; the rest (a host
+// folder, an engine's words) goes to the log. The server's checkpoint
+// folder refused is the server's fault (500), not the request's.
+func checkpointFailed(err error) error {
+	switch {
+	case errors.Is(err, sandboxagent.ErrCheckpointSize), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, sandboxagent.ErrInvalidArgument):
+		return errors.New("checkpoint failed: the server's checkpoint folder is not usable (the server's log has the details)")
+	}
+	return &hidden{msg: "checkpoint failed (the server's log has the details)", err: err}
 }
 
 // hidden is err with a message of its own: its kind (classify) is err's,
@@ -548,6 +563,23 @@ func (s *Server) deleteCheckpoint(w http.ResponseWriter, r *http.Request) {
 	rec, c, ok := s.lookupCheckpoint(w, r)
 	if !ok {
 		return
+	}
+	// A checkpoint of an agent started on c sits on c's image: the engine
+	// would untag c and keep its layers, the tenant's bytes freed, not
+	// the disk.
+	if c.Image != "" {
+		all, err := s.st.Checkpoints(r.Context(), "")
+		if err != nil {
+			writeError(w, fmt.Errorf("list checkpoints: %w", err))
+			return
+		}
+		for _, o := range all {
+			if oc, err := s.libCheckpoint(o); err == nil && oc.BaseImage == c.Image {
+				writeError(w, &apiError{status: http.StatusConflict, kind: KindConflict, msg: fmt.Sprintf(
+					"checkpoint %s is the base of another checkpoint (made of an agent started on it): delete that one first", rec.ID)})
+				return
+			}
+		}
 	}
 	if err := s.removeCheckpoint(r.Context(), c); err != nil {
 		s.log.Warn("remove checkpoint", "id", rec.ID, "err", err)

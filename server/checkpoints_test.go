@@ -936,3 +936,53 @@ func TestForkShutdown(t *testing.T) {
 		t.Errorf("its kind: %d %s, want the branch's driver_error", status, body.Kind)
 	}
 }
+
+// A checkpoint another one was made on (an agent started on it, then
+// checkpointed) is refused deletion: the engine would untag it and keep
+// its layers, its bytes no longer counted.
+func TestDeleteBaseCheckpoint(t *testing.T) {
+	st := testStore(t)
+	eng := &checkpointtest.Engine{}
+	_, ts := newCheckpointServer(t, st, eng, t.TempDir())
+	a := "Bearer " + newToken(t, st, "team-a", 0)
+	base := eng.Commit(t, testCheckpoint("ck-0b", 100))
+	child := testCheckpoint("ck-0c", 50)
+	child.BaseImage = base.Image
+	child = eng.Commit(t, child)
+	putCheckpoint(t, st, "team-a", base)
+	putCheckpoint(t, st, "team-b", child) // another tenant's counts too
+	if code, e := call(t, ts, "DELETE", "/v1/checkpoints/ck-0b", a, ""); code != http.StatusConflict || e.Kind != KindConflict ||
+		!strings.Contains(e.Error, "base of another checkpoint") || strings.Contains(e.Error, "ck-0c") {
+		t.Fatalf("DELETE a base: %d %+v, want 409 naming no other tenant's checkpoint", code, e)
+	}
+	if eng.WasRemoved(base.Image) {
+		t.Fatal("the base's image was removed")
+	}
+	if code, _ := call(t, ts, "DELETE", "/v1/checkpoints/ck-0c", "Bearer "+testToken, ""); code != http.StatusNoContent {
+		t.Fatalf("DELETE the child: %d", code)
+	}
+	if code, e := call(t, ts, "DELETE", "/v1/checkpoints/ck-0b", a, ""); code != http.StatusNoContent {
+		t.Fatalf("DELETE the base after its child: %d %+v", code, e)
+	}
+}
+
+func TestCheckpointFailedHidesHostDetails(t *testing.T) {
+	for _, tc := range []struct {
+		err      error
+		kind     string
+		mustHide string
+	}{
+		{fmt.Errorf("checkpoint sb: %w: 9 bytes, limit 8", sandboxagent.ErrCheckpointSize), KindCheckpointTooLarge, ""},
+		{fmt.Errorf("%w: checkpoint_root /home/u/.cache/x: want mode 0700", sandboxagent.ErrInvalidArgument), KindInternal, "/home/u"},
+		{errors.New("mkdir /home/u/.cache/sandbox-agent/checkpoints/ck-1: no space left on device"), KindInternal, "/home/u"},
+		{fmt.Errorf("commit: Error response from daemon: /var/lib/docker/overlay2/x: %w", sandboxagent.ErrEngineUnavailable), "", "/var/lib/docker"},
+	} {
+		status, body := classify(checkpointFailed(tc.err))
+		if tc.kind != "" && body.Kind != tc.kind {
+			t.Errorf("%v: kind %s (%d), want %s", tc.err, body.Kind, status, tc.kind)
+		}
+		if tc.mustHide != "" && strings.Contains(body.Error, tc.mustHide) {
+			t.Errorf("%v: the client reads %q", tc.err, body.Error)
+		}
+	}
+}
