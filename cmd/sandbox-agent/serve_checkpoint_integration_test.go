@@ -80,7 +80,11 @@ func TestServeCheckpoint(t *testing.T) {
 		for _, a := range list.Agents {
 			r.do(t, http.MethodDelete, "/v1/agents/"+a.ID, nil)
 		}
-		for _, c := range serveCheckpoints(t, r.serveProc) {
+		// Newest first: a checkpoint made on another (an agent started
+		// on it) goes before its base.
+		cks := serveCheckpoints(t, r.serveProc)
+		slices.Reverse(cks)
+		for _, c := range cks {
 			if resp, out := r.do(t, http.MethodDelete, "/v1/checkpoints/"+c.ID, nil); resp.StatusCode != http.StatusNoContent {
 				t.Errorf("cleanup: DELETE checkpoint %s: %d %s", c.ID, resp.StatusCode, out)
 			}
