@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sync"
@@ -67,8 +68,26 @@ type committer interface {
 	Commit(ctx context.Context, id, ref string, labels func(changed int64) map[string]string, maxBytes int64) (int64, error)
 }
 
-// checkpointID is what newCheckpointID makes.
-var checkpointID = regexp.MustCompile(`^ck-[0-9a-f]{8,60}$`)
+// checkpointID is the form of newCheckpointID's ids.
+var checkpointID = regexp.MustCompile(`^ck-[0-9a-f]{1,61}$`)
+
+// Check reports whether c names only what a checkpoint of ours can: an id
+// of Checkpoint's form, and either its image (CheckpointRepo:id) or its
+// folder under root (root/id). A Checkpoint read from a store, a label or
+// a file is checked before it is used (ErrInvalidArgument).
+func (c Checkpoint) Check(root string) error {
+	switch {
+	case !checkpointID.MatchString(c.ID):
+		return fmt.Errorf("%w: checkpoint id %q", ErrInvalidArgument, c.ID)
+	case (c.Image == "") == (c.Archive == ""):
+		return fmt.Errorf("%w: checkpoint %s: want an image or an archive", ErrInvalidArgument, c.ID)
+	case c.Image != "" && c.Image != CheckpointRepo+":"+c.ID:
+		return fmt.Errorf("%w: checkpoint %s names image %q: want %s:<its id>", ErrInvalidArgument, c.ID, c.Image, CheckpointRepo)
+	case c.Archive != "" && (!filepath.IsAbs(root) || filepath.Clean(c.Archive) != filepath.Join(root, c.ID)):
+		return fmt.Errorf("%w: checkpoint %s: its archive %q is not its folder under checkpoint_root %q", ErrInvalidArgument, c.ID, c.Archive, root)
+	}
+	return nil
+}
 
 // maxFork is the most branches one Fork makes.
 const maxFork = 100
@@ -132,15 +151,12 @@ func StartFrom(ctx context.Context, rt Runtime, drv Driver, c Checkpoint, opts .
 	if c.Driver != drv.Name() {
 		return nil, fmt.Errorf("%w: checkpoint %s is of a %s agent, not %s", ErrInvalidArgument, c.ID, c.Driver, drv.Name())
 	}
-	if (c.Image == "") == (c.Archive == "") {
-		return nil, fmt.Errorf("%w: checkpoint %s: want an image or an archive", ErrInvalidArgument, c.ID)
-	}
-	// A Checkpoint may come from a store or a label: it starts only an
-	// image of ours, the one its id names.
-	if !checkpointID.MatchString(c.ID) || (c.Image != "" && c.Image != CheckpointRepo+":"+c.ID) {
-		return nil, fmt.Errorf("%w: checkpoint %q names image %q: want %s:<its id>", ErrInvalidArgument, c.ID, c.Image, CheckpointRepo)
-	}
 	o, cfg := applyOptions(opts)
+	// A Checkpoint may come from a store or a label: it starts only an
+	// image of ours, the one its id names, or its folder.
+	if err := c.Check(cfg.CheckpointRoot); err != nil {
+		return nil, err
+	}
 	if c.Archive != "" {
 		stored, err := archived(cfg, c)
 		if err != nil {

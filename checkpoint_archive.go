@@ -70,16 +70,16 @@ func archived(cfg Config, c Checkpoint) (Checkpoint, error) {
 	if err != nil {
 		return Checkpoint{}, err
 	}
-	dir := filepath.Join(root, c.ID)
-	if !checkpointID.MatchString(c.ID) || filepath.Clean(c.Archive) != dir {
-		return Checkpoint{}, fmt.Errorf("%w: checkpoint %q: its archive %q is not under checkpoint_root %s", ErrInvalidArgument, c.ID, c.Archive, root)
+	if err := c.Check(root); err != nil {
+		return Checkpoint{}, err
 	}
+	dir := filepath.Join(root, c.ID)
 	b, err := os.ReadFile(filepath.Join(dir, archiveMeta))
 	var meta Checkpoint
 	if err == nil {
 		err = json.Unmarshal(b, &meta)
 	}
-	if err != nil || meta.ID != c.ID || filepath.Clean(meta.Archive) != dir {
+	if err != nil || meta.ID != c.ID || meta.Check(root) != nil {
 		return Checkpoint{}, fmt.Errorf("%w: checkpoint %s: its archive is missing or incomplete (%v)", ErrInvalidArgument, c.ID, err)
 	}
 	return meta, nil

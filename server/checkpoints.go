@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -64,20 +63,6 @@ type forkResult struct {
 	Checkpoint checkpointView `json:"checkpoint"`
 }
 
-// validCheckpointID says whether id has the form of the library's
-// checkpoint ids: "ck-" and lowercase hex.
-func validCheckpointID(id string) bool {
-	if len(id) <= 3 || len(id) > 64 || !strings.HasPrefix(id, "ck-") {
-		return false
-	}
-	for _, r := range id[3:] {
-		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // libCheckpoint is the library's checkpoint of a stored record, checked
 // before it is trusted: its id is the record's, its image the one a
 // commit names (CheckpointRepo:id), its archive the folder under
@@ -88,14 +73,10 @@ func (s *Server) libCheckpoint(rec store.Checkpoint) (sandboxagent.Checkpoint, e
 	err := json.Unmarshal(rec.Data, &c)
 	switch {
 	case err != nil:
-	case c.ID != rec.ID || !validCheckpointID(c.ID):
-		err = fmt.Errorf("its id %q is not the record's, or not a checkpoint id", c.ID)
-	case (c.Image == "") == (c.Archive == ""):
-		err = errors.New("want an image or an archive")
-	case c.Image != "" && c.Image != sandboxagent.CheckpointRepo+":"+c.ID:
-		err = fmt.Errorf("image %q is not %s:<its id>", c.Image, sandboxagent.CheckpointRepo)
-	case c.Archive != "" && (s.opts.CheckpointRoot == "" || c.Archive != filepath.Join(s.opts.CheckpointRoot, c.ID)):
-		err = fmt.Errorf("archive %q is not its folder under the checkpoint root %q", c.Archive, s.opts.CheckpointRoot)
+	case c.ID != rec.ID:
+		err = fmt.Errorf("its id %q is not the record's", c.ID)
+	default:
+		err = c.Check(s.opts.CheckpointRoot)
 	}
 	if err != nil {
 		s.log.Error("corrupt checkpoint record", "id", rec.ID, "tenant", rec.Tenant, "err", err)
