@@ -85,6 +85,17 @@ func (a *app) findCheckpoint(ctx context.Context, id string) (sandboxagent.Check
 	return c, err
 }
 
+// checkpoints are the engine (nil on Kubernetes) and every checkpoint of
+// its images and of checkpoint_root's archives.
+func (a *app) checkpoints(ctx context.Context) (checkpoint.Engine, []sandboxagent.Checkpoint, error) {
+	eng, err := a.checkpointEngine(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	list, err := checkpoint.List(ctx, eng, a.cfg.CheckpointRoot)
+	return eng, list, err
+}
+
 // errNoCheckpoint: no checkpoint has that id (checkpoint.ErrNotFound).
 func errNoCheckpoint(id string) error {
 	return fmt.Errorf("%w: %q (see 'sandbox-agent checkpoint list')", checkpoint.ErrNotFound, id)
@@ -142,11 +153,7 @@ func checkpointList(ctx context.Context, a *app, args []string) int {
 	if len(pos) > 0 {
 		return a.fail(fmt.Errorf("%w: checkpoint list takes no arguments", sandboxagent.ErrInvalidArgument))
 	}
-	eng, err := a.checkpointEngine(ctx)
-	if err != nil {
-		return a.fail(err)
-	}
-	list, err := checkpoint.List(ctx, eng, a.cfg.CheckpointRoot)
+	_, list, err := a.checkpoints(ctx)
 	if err != nil {
 		return a.fail(err)
 	}
@@ -210,11 +217,7 @@ func checkpointRemove(ctx context.Context, a *app, args []string) int {
 	if len(ids) == 0 {
 		return a.fail(fmt.Errorf("%w: usage: sandbox-agent checkpoint rm ID...", sandboxagent.ErrInvalidArgument))
 	}
-	eng, err := a.checkpointEngine(ctx)
-	if err != nil {
-		return a.fail(err)
-	}
-	list, err := checkpoint.List(ctx, eng, a.cfg.CheckpointRoot)
+	eng, list, err := a.checkpoints(ctx)
 	if err != nil {
 		return a.fail(err)
 	}
