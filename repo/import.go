@@ -1,0 +1,299 @@
+package repo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// outRef is the one ref a sandbox's bundle may carry.
+const outRef = "refs/sandbox-agent/out"
+
+// incoming is the quarantine's ref for what the last import took.
+const incoming = "refs/heads/incoming"
+
+// quarantine is a bare repository of the package's own beside the host
+// one: imports land and are checked there; the host's objects are its
+// alternates, so a bundle's prerequisites resolve without a copy.
+type quarantine struct {
+	dir    string
+	git    git
+	hexLen int
+}
+
+func newQuarantine(ctx context.Context, hostObjects, format string) (*quarantine, error) {
+	dir, err := os.MkdirTemp("", "sandbox-agent-repo-")
+	if err != nil {
+		return nil, err
+	}
+	q := &quarantine{dir: dir, git: git{dir: dir}, hexLen: 40}
+	if format == "sha256" {
+		q.hexLen = 64
+	}
+	if _, err := q.git.out(ctx, "init", "-q", "--bare", "--template=", "--object-format="+format, dir); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	alt := filepath.Join(dir, "objects", "info")
+	if err := os.MkdirAll(alt, 0o700); err == nil {
+		err = os.WriteFile(filepath.Join(alt, "alternates"), []byte(hostObjects+"\n"), 0o600)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return q, nil
+}
+
+func (q *quarantine) close() { os.RemoveAll(q.dir) }
+
+// packs lists the quarantine's pack indexes.
+func (q *quarantine) packs() (map[string]bool, error) {
+	m := map[string]bool{}
+	es, err := os.ReadDir(filepath.Join(q.dir, "objects", "pack"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	for _, e := range es {
+		if strings.HasSuffix(e.Name(), ".idx") {
+			m[e.Name()] = true
+		}
+	}
+	return m, nil
+}
+
+// fsckConfig turns git's own checks of received objects on, the
+// warnings that matter for a checkout made errors.
+var fsckConfig = []string{
+	"-c", "fetch.fsckObjects=true",
+	"-c", "transfer.fsckObjects=true",
+	"-c", "fetch.unpackLimit=1",
+	"-c", "transfer.unpackLimit=1",
+	"-c", "fetch.fsck.badFilemode=error",
+	"-c", "fetch.fsck.zeroPaddedFilemode=error",
+	"-c", "fetch.fsck.fullPathname=error",
+	"-c", "fetch.fsck.emptyName=error",
+	"-c", "fetch.fsck.hasDot=error",
+	"-c", "fetch.fsck.hasDotdot=error",
+	"-c", "fetch.fsck.hasDotgit=error",
+	"-c", "fetch.fsck.nulInHeader=error",
+	"-c", "fetch.fsck.largePathname=error",
+}
+
+// take reads the bundle at path into the quarantine under the limits
+// and checks every object it added. It returns the bundle's tip; on an
+// error the quarantine's ref is where it was (objects a refused bundle
+// left there are unreachable and never reach the host).
+func (q *quarantine) take(ctx context.Context, path string, lim Limits) (string, error) {
+	h, err := readBundleHeader(path, q.hexLen)
+	if err != nil {
+		return "", err
+	}
+	if len(h.refs) != 1 || h.refs[outRef] == "" {
+		names := make([]string, 0, len(h.refs))
+		for r := range h.refs {
+			names = append(names, clip(r))
+		}
+		sort.Strings(names)
+		return "", unsafe("", "the bundle must carry exactly %s; it carries %s", outRef, strings.Join(names, ", "))
+	}
+	if int64(h.objects) > lim.MaxObjects {
+		return "", fmt.Errorf("%w: the changes hold %d objects, over the cap of %d", ErrLimitExceeded, h.objects, lim.MaxObjects)
+	}
+	for _, p := range h.prereqs {
+		if ok, err := q.git.ok(ctx, "cat-file", "-e", p+"^{commit}"); err != nil {
+			return "", err
+		} else if !ok {
+			return "", unsafe(p, "the bundle builds on a commit the host does not have")
+		}
+	}
+	before, err := q.packs()
+	if err != nil {
+		return "", err
+	}
+	args := append(append([]string{}, fsckConfig...), "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc",
+		"--no-recurse-submodules", "--no-show-forced-updates", path, "+"+outRef+":refs/sandbox-agent/checking")
+	if _, err := q.git.out(ctx, args...); err != nil {
+		return "", &UnsafeError{Reason: "git refused the bundle: " + clip(firstLine(err.Error()))}
+	}
+	tip, err := q.git.out(ctx, "rev-parse", "--verify", "refs/sandbox-agent/checking^{commit}")
+	if err != nil {
+		return "", unsafe(h.refs[outRef], "the bundle's ref is not a commit")
+	}
+	after, err := q.packs()
+	if err != nil {
+		return "", err
+	}
+	var oids []string
+	for idx := range after {
+		if before[idx] {
+			continue
+		}
+		f, err := os.Open(filepath.Join(q.dir, "objects", "pack", idx))
+		if err != nil {
+			return "", err
+		}
+		out, err := q.git.run(ctx, f, "show-index")
+		f.Close()
+		if err != nil {
+			return "", err
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) >= 2 {
+				oids = append(oids, f[1])
+			}
+		}
+	}
+	if int64(len(oids)) > lim.MaxObjects {
+		return "", fmt.Errorf("%w: the changes hold %d objects, over the cap of %d", ErrLimitExceeded, len(oids), lim.MaxObjects)
+	}
+	if err := q.check(ctx, oids, lim); err != nil {
+		return "", err
+	}
+	if _, err := q.git.out(ctx, "update-ref", incoming, tip); err != nil {
+		return "", err
+	}
+	return tip, nil
+}
+
+// check applies the package's rules to the new objects oids (see the
+// package doc); git's fsck has run already.
+func (q *quarantine) check(ctx context.Context, oids []string, lim Limits) error {
+	isNew := make(map[string]bool, len(oids))
+	var commits, trees []string
+	err := catFile(ctx, q.git, oids, true, func(o object, _ []byte) error {
+		isNew[o.oid] = true
+		switch o.typ {
+		case "blob":
+			if o.size > lim.MaxBlobBytes {
+				return fmt.Errorf("%w: file %s is %d bytes, over the cap of %d", ErrLimitExceeded, short(o.oid), o.size, lim.MaxBlobBytes)
+			}
+		case "tree":
+			trees = append(trees, o.oid)
+		case "commit":
+			commits = append(commits, o.oid)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	rawLen := q.hexLen / 2
+	type link struct{ tree, blob string }
+	sub := map[string][]string{}   // new tree → its subtrees
+	climb := map[string]int{}      // new tree → its own symlinks' deepest climb
+	var links []link               // symlinks with a new target blob
+	modules := map[string]string{} // new .gitmodules blob → its tree
+	err = catFile(ctx, q.git, trees, false, func(o object, data []byte) error {
+		es, err := parseTree(data, rawLen)
+		if err != nil {
+			return unsafe(o.oid, "%v", err)
+		}
+		for _, e := range es {
+			if err := checkName(o.oid, e.name); err != nil {
+				return err
+			}
+			gitmodules := isDotName(e.name, ".gitmodules", "gitmod~1")
+			switch e.mode {
+			case "100644", "100755":
+				if gitmodules && isNew[e.oid] {
+					modules[e.oid] = o.oid
+				}
+			case "120000":
+				if gitmodules {
+					return unsafe(o.oid, ".gitmodules is a symlink")
+				}
+				if isNew[e.oid] {
+					links = append(links, link{o.oid, e.oid})
+				}
+			case "40000":
+				sub[o.oid] = append(sub[o.oid], e.oid)
+			case "160000":
+			default:
+				return unsafe(o.oid, "tree entry %q has mode %s", clip(e.name), clip(e.mode))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(links) > 0 {
+		blobs := make([]string, len(links))
+		for i, l := range links {
+			blobs[i] = l.blob
+		}
+		i := 0
+		err = catFile(ctx, q.git, blobs, false, func(o object, data []byte) error {
+			l := links[i]
+			i++
+			if o.size > 4096 {
+				return unsafe(o.oid, "symlink target of %d bytes", o.size)
+			}
+			n, err := symlinkClimb(o.oid, string(data))
+			if err != nil {
+				return err
+			}
+			climb[l.tree] = max(climb[l.tree], n)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	// need(t): how far above t's folder its links reach; a commit's
+	// root tree must need nothing.
+	need := map[string]int{}
+	var walk func(t string, depth int) int
+	walk = func(t string, depth int) int {
+		if n, ok := need[t]; ok {
+			return n
+		}
+		if depth > 4096 {
+			return 1 << 30
+		}
+		n := climb[t]
+		for _, s := range sub[t] {
+			if isNew[s] {
+				n = max(n, walk(s, depth+1)-1)
+			}
+		}
+		need[t] = n
+		return n
+	}
+	if len(commits) > 0 {
+		err = catFile(ctx, q.git, commits, false, func(o object, data []byte) error {
+			line, _, _ := strings.Cut(string(data), "\n")
+			tree, ok := strings.CutPrefix(line, "tree ")
+			if !ok {
+				return unsafe(o.oid, "commit without a tree")
+			}
+			if isNew[tree] && walk(tree, 0) > 0 {
+				return unsafe(o.oid, "a symlink in the commit points out of the repository")
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for blob := range modules {
+		list, err := q.git.out(ctx, "config", "--blob", blob, "--null", "--list")
+		if err != nil {
+			return unsafe(blob, ".gitmodules does not parse")
+		}
+		if err := checkGitmodules(blob, []byte(list)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}

@@ -1,0 +1,128 @@
+package repo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// local is a Sandbox whose "container" is a host folder: the scripts run
+// there with sh, as they would in a sandbox.
+type local struct{ dir string }
+
+func (l local) Run(ctx context.Context, cmd []string, env map[string]string, stdin io.Reader, stdout io.Writer) (int, []byte, error) {
+	c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
+	c.Dir = l.dir
+	c.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + l.dir}
+	for k, v := range env {
+		c.Env = append(c.Env, k+"="+v)
+	}
+	var errb bytes.Buffer
+	c.Stdin, c.Stdout, c.Stderr = stdin, stdout, &errb
+	err := c.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), errb.Bytes(), nil
+	}
+	return 0, errb.Bytes(), err
+}
+
+// sh runs a shell script in dir with a fixed identity, failing the test
+// on error; it returns stdout.
+func sh(t *testing.T, dir, script string) string {
+	t.Helper()
+	c := exec.Command("sh", "-ec", script)
+	c.Dir = dir
+	c.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// hostRepo makes a host repository with two commits and uncommitted work
+// (a modified file, an untracked one, an ignored one).
+func hostRepo(t *testing.T) string {
+	dir := t.TempDir()
+	sh(t, dir, `git init -q -b main .
+echo one > a.txt; echo ignored.log > .gitignore; git add .; git commit -qm one
+echo two >> a.txt; git commit -qam two
+echo dirty >> a.txt; echo new > untracked.txt; echo secret > ignored.log`)
+	return dir
+}
+
+func TestRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	host := hostRepo(t)
+	headBefore := sh(t, host, "git rev-parse HEAD")
+	statusBefore := sh(t, host, "git status --porcelain")
+	r, err := Open(ctx, host, "t1", Options{Worktree: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sbDir := t.TempDir()
+	sb := local{sbDir}
+	if err := r.Put(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(t, sbDir, "cat a.txt; ls"); !strings.Contains(got, "dirty") || !strings.Contains(got, "untracked.txt") || strings.Contains(got, "ignored.log") {
+		t.Fatalf("sandbox work tree:\n%s", got)
+	}
+	if got := sh(t, sbDir, "git status --porcelain"); got != "" {
+		t.Fatalf("sandbox status not clean after put: %q", got)
+	}
+	// Turn 1: a commit and uncommitted work.
+	sh(t, sbDir, `echo agent > b.txt; git add b.txt; git commit -qm "agent one"; echo later > c.txt`)
+	ch, err := r.Sync(ctx, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ch.Uncommitted || ch.Rewritten || len(ch.Commits) != 3 || ch.Branch != "sandbox-agent/t1" {
+		t.Fatalf("first sync: %+v", ch)
+	}
+	if got := sh(t, host, "git log --format=%s sandbox-agent/t1"); got != "sandbox-agent: uncommitted work\nagent one\nsandbox-agent: uncommitted work from the host\ntwo\none" {
+		t.Fatalf("branch log:\n%s", got)
+	}
+	if got := sh(t, host, "git show sandbox-agent/t1:c.txt"); got != "later" {
+		t.Fatalf("c.txt = %q", got)
+	}
+	// Turn 2: only the new commit comes.
+	sh(t, sbDir, `git add c.txt; git commit -qm "agent two"`)
+	ch, err = r.Sync(ctx, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Uncommitted || ch.Rewritten || len(ch.Commits) != 1 {
+		t.Fatalf("second sync: %+v", ch)
+	}
+	tip2 := ch.Tip
+	// Nothing new.
+	ch, err = r.Sync(ctx, sb)
+	if err != nil || !ch.Unchanged || len(ch.Commits) != 0 {
+		t.Fatalf("third sync: %+v %v", ch, err)
+	}
+	// Turn 3: an amend.
+	sh(t, sbDir, `git commit -q --amend -m "agent two, amended"`)
+	ch, err = r.Sync(ctx, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ch.Rewritten || ch.Previous != "sandbox-agent/t1-previous-1" {
+		t.Fatalf("amend sync: %+v", ch)
+	}
+	if got := sh(t, host, "git rev-parse sandbox-agent/t1-previous-1"); got != tip2 {
+		t.Fatalf("previous tip %s, want %s", got, tip2)
+	}
+	if sh(t, host, "git rev-parse HEAD") != headBefore || sh(t, host, "git status --porcelain") != statusBefore {
+		t.Fatal("the host's HEAD or work tree changed")
+	}
+	sh(t, host, "git fsck --strict --no-dangling")
+}
