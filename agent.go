@@ -19,6 +19,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/labels"
 	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
+	"github.com/sandbox-agent/sandbox-agent/repo"
 	"github.com/sandbox-agent/sandbox-agent/telemetry"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
@@ -53,6 +54,7 @@ type Agent struct {
 
 	meter *metering.Meter // counts the model proxy's requests
 	hooks telemetry.Hooks
+	repo  *repo.Repo // WithRepo's
 
 	turnCtx    atomic.Pointer[context.Context] // the running (or last) turn's: the model requests' hook
 	deniedMu   sync.Mutex                      // guards the four below: egress denials and usage wait here for the turn
@@ -94,6 +96,8 @@ type agentOptions struct {
 	sandbox                        func(*SandboxOptions)
 	meter                          *metering.Meter
 	hooks                          telemetry.Hooks
+	repoDir                        string // WithRepo
+	repo                           repo.Options
 }
 
 // AgentOption configures Start.
@@ -282,6 +286,14 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (_ 
 	if err != nil {
 		return nil, err
 	}
+	if a.repo, err = o.openRepo(ctx, sopts.Name); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil && a.repo != nil {
+			a.repo.Close()
+		}
+	}()
 	ctx, started := o.hooks.StartSandbox(ctx, telemetry.SandboxStart{Image: image})
 	var phases []telemetry.Phase
 	defer func() { started(telemetry.SandboxDone{Phases: phases, Err: err}) }()
@@ -301,6 +313,15 @@ func Start(ctx context.Context, rt Runtime, drv Driver, opts ...AgentOption) (_ 
 	if err != nil {
 		a.Close()
 		return nil, fmt.Errorf("set up %s: %w", drv.Name(), err)
+	}
+	if a.repo != nil {
+		t2 := time.Now()
+		err = a.repo.Put(ctx, repoSandbox{sb})
+		phases = append(phases, telemetry.Phase{Name: "repo", Duration: time.Since(t2)})
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("repository %s: %w", a.repo.Dir(), err)
+		}
 	}
 	if a.audit {
 		if err := audit.Prune(cfg.AuditRoot, cfg.AuditRetentionDays, time.Now()); err != nil {
@@ -497,6 +518,9 @@ func (a *Agent) Close() error {
 	err := a.sb.Close()
 	if a.net != nil {
 		a.net.Close()
+	}
+	if a.repo != nil {
+		a.repo.Close()
 	}
 	return err
 }

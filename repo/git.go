@@ -77,7 +77,9 @@ func (g git) run(ctx context.Context, stdin io.Reader, args ...string) (string, 
 	return strings.TrimRight(out.String(), "\n"), nil
 }
 
-func (g git) out(ctx context.Context, args ...string) (string, error) { return g.run(ctx, nil, args...) }
+func (g git) out(ctx context.Context, args ...string) (string, error) {
+	return g.run(ctx, nil, args...)
+}
 
 // ok runs git and says whether it exited 0 (a failure to run at all is
 // an error).

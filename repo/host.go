@@ -41,8 +41,9 @@ type Repo struct {
 	wrote    bool   // Output holds what a sync wrote
 }
 
-// Open checks that dir is a git work tree with a commit and that git runs
-// on the host. name names the default branch (sandbox-agent/<name>).
+// Open checks that dir is a git repository (a work tree, or a bare one
+// without Options.Worktree) with a commit and that git runs on the host.
+// name names the default branch (sandbox-agent/<name>).
 func Open(ctx context.Context, dir, name string, o Options) (*Repo, error) {
 	o, err := o.check(name)
 	if err != nil {
@@ -59,9 +60,21 @@ func Open(ctx context.Context, dir, name string, o Options) (*Repo, error) {
 		return nil, fmt.Errorf("%w: %s: not a folder", ErrNotRepository, dir)
 	}
 	g := git{dir: abs}
-	top, err := g.out(ctx, "rev-parse", "--show-toplevel")
+	bare, err := g.out(ctx, "rev-parse", "--is-bare-repository")
 	if errors.Is(err, ErrNoGit) {
 		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: not in a git repository", ErrNotRepository, dir)
+	}
+	var top string
+	if bare == "true" {
+		if o.Worktree {
+			return nil, fmt.Errorf("%w: %s is a bare repository: it has no working tree to send", errdefs.InvalidArgument, dir)
+		}
+		top, err = g.out(ctx, "rev-parse", "--absolute-git-dir")
+	} else {
+		top, err = g.out(ctx, "rev-parse", "--show-toplevel")
 	}
 	if err != nil || top == "" {
 		return nil, fmt.Errorf("%w: %s: not in a git work tree", ErrNotRepository, dir)

@@ -105,7 +105,8 @@ type Options struct {
 	// commit on top of HEAD. Off: the sandbox gets HEAD's tree.
 	Worktree bool
 	// Branch is the host branch a sync moves (ModeBranch); default
-	// "sandbox-agent/<name>" with the name given to Open.
+	// "sandbox-agent/<name>" with the name given to Open (its prefix
+	// "sandbox-agent-" left out).
 	Branch string
 	// AuthorName and AuthorEmail are the identity of the sandbox's
 	// commits: the agent's own (its git config) and the ones a sync
@@ -163,7 +164,7 @@ func (o Options) check(name string) (Options, error) {
 		return o, fmt.Errorf("%w: changes %s needs an output path", errdefs.InvalidArgument, o.Mode)
 	}
 	if o.Branch == "" {
-		o.Branch = branchPrefix + name
+		o.Branch = branchPrefix + strings.TrimPrefix(name, "sandbox-agent-")
 	}
 	o.Branch = strings.TrimPrefix(o.Branch, "refs/heads/")
 	if err := checkBranch(o.Branch); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 	"github.com/sandbox-agent/sandbox-agent/internal/hardening"
 	"github.com/sandbox-agent/sandbox-agent/metering"
+	"github.com/sandbox-agent/sandbox-agent/repo"
 	"github.com/sandbox-agent/sandbox-agent/trajectory"
 )
 
@@ -154,7 +155,7 @@ func (a *app) sandboxHooks(ctx context.Context) ([]sandboxagent.AgentOption, err
 // as serve's agents (server.NewStarter); on checkpoint from when not nil
 // (sandboxagent.StartFrom: its files and session). The returned stop func
 // shuts the fake model down.
-func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts sandboxagent.SandboxOptions, from *sandboxagent.Checkpoint) (*sandboxagent.Agent, func(), error) {
+func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts sandboxagent.SandboxOptions, from *sandboxagent.Checkpoint, extra ...sandboxagent.AgentOption) (*sandboxagent.Agent, func(), error) {
 	cfg := a.agentConfig(f)
 	if opts.DiskBytes != 0 { // --disk, parsed with the other sandbox flags
 		cfg.DiskBytes = opts.DiskBytes
@@ -188,6 +189,7 @@ func (a *app) startAgent(ctx context.Context, name string, f *agentFlags, opts s
 		sandboxagent.WithEnv(opts.Env),
 		sandboxagent.WithResources(opts.MemoryBytes, opts.PidsLimit),
 	}, hooks...)
+	agentOpts = append(agentOpts, extra...)
 	var ag *sandboxagent.Agent
 	if from != nil {
 		ag, err = sandboxagent.StartFrom(ctx, rt, drv, *from, agentOpts...)
@@ -217,6 +219,10 @@ type resultLine struct {
 	Usage *metering.Spent `json:"usage,omitempty"`
 	// Checkpoint: the id of the checkpoint --checkpoint made after the turn.
 	Checkpoint string `json:"checkpoint,omitempty"`
+	// Branch: the host branch --repo's changes came back as; Changes:
+	// the whole sync (--changes patch|bundle: its output).
+	Branch  string        `json:"branch,omitempty"`
+	Changes *repo.Changes `json:"changes,omitempty"`
 }
 
 func runAsk(ctx context.Context, a *app, args []string) int {
@@ -233,6 +239,8 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 	fromCk := fs.String("from-checkpoint", "", "start the agent on this checkpoint (`ID`, see 'checkpoint list'): its files, continuing its session; --driver, when given, must be the checkpoint's")
 	var af agentFlags
 	af.register(fs)
+	var rf repoFlags
+	rf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -242,6 +250,15 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 	prompt := strings.Join(fs.Args(), " ")
 	if strings.TrimSpace(prompt) == "" {
 		return a.fail(errors.New("ask: no prompt given"))
+	}
+	var extra []sandboxagent.AgentOption
+	if o, err := rf.option(fs); err != nil {
+		return a.fail(fmt.Errorf("ask: %w", err))
+	} else if o != nil {
+		if *fromCk != "" {
+			return a.fail(fmt.Errorf("%w: ask: --repo with --from-checkpoint: the checkpoint holds the sandbox's files", sandboxagent.ErrInvalidArgument))
+		}
+		extra = append(extra, o)
 	}
 	opts, ups, downs, err := af.sandboxFlags.options(a.cfg)
 	if err != nil {
@@ -264,7 +281,7 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 		*driver = c.Driver
 		from = &c
 	}
-	ag, stop, err := a.startAgent(ctx, *driver, &af, opts, from)
+	ag, stop, err := a.startAgent(ctx, *driver, &af, opts, from, extra...)
 	defer stop()
 	if err != nil {
 		return a.fail(err)
@@ -287,6 +304,16 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeouts.Copy)
 	defer cancel()
 	dlErr := a.download(dctx, ag.Container(), downs)
+	// The agent's work comes home whether or not its turn succeeded.
+	var changes *repo.Changes
+	var chErr error
+	if ag.Repo() != nil {
+		if ch, err := ag.Changes(dctx); err != nil {
+			chErr = fmt.Errorf("changes: %w", err)
+		} else {
+			changes = &ch
+		}
+	}
 	var ck sandboxagent.Checkpoint
 	var ckErr error
 	if *ckName != "" && turnErr == nil {
@@ -294,12 +321,15 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 			ckErr = fmt.Errorf("checkpoint %q: %w", *ckName, ckErr)
 		}
 	}
-	a.printTurn(enc, *asJSON, res, turnErr, ck.ID)
+	a.printTurn(enc, *asJSON, res, turnErr, ck.ID, changes)
 	if *ckName != "" && turnErr != nil {
 		fmt.Fprintln(a.stderr, "sandbox-agent: --checkpoint: no checkpoint made, the turn failed")
 	}
 	if dlErr != nil {
 		return a.fail(dlErr)
+	}
+	if chErr != nil {
+		return a.fail(chErr)
 	}
 	if ckErr != nil {
 		return a.fail(ckErr)
@@ -322,15 +352,19 @@ func runAsk(ctx context.Context, a *app, args []string) int {
 // reply on stdout and the error on stderr. Both go through the doors of
 // output.go: the reply is the agent's text, hostile like all of it.
 func (a *app) printResult(enc *json.Encoder, asJSON bool, res sandboxagent.TurnResult, turnErr error) {
-	a.printTurn(enc, asJSON, res, turnErr, "")
+	a.printTurn(enc, asJSON, res, turnErr, "", nil)
 }
 
 // printTurn is printResult with the id of the checkpoint made after the
-// turn ("": none): the result line's "checkpoint", or a last line
-// "checkpoint: ID" after the reply.
-func (a *app) printTurn(enc *json.Encoder, asJSON bool, res sandboxagent.TurnResult, turnErr error, checkpointID string) {
+// turn ("": none) and the repository's changes (nil: none): the result
+// line's "checkpoint", "branch" and "changes", or last lines
+// "checkpoint: ID", "branch: NAME" (or "changes: PATH") after the reply.
+func (a *app) printTurn(enc *json.Encoder, asJSON bool, res sandboxagent.TurnResult, turnErr error, checkpointID string, ch *repo.Changes) {
 	if asJSON {
-		rl := resultLine{Kind: "result", Reply: res.Reply, SessionID: res.SessionID, ExitCode: res.ExitCode, AuditDir: res.AuditDir, Verification: res.Verification, Usage: res.Usage, Checkpoint: checkpointID}
+		rl := resultLine{Kind: "result", Reply: res.Reply, SessionID: res.SessionID, ExitCode: res.ExitCode, AuditDir: res.AuditDir, Verification: res.Verification, Usage: res.Usage, Checkpoint: checkpointID, Changes: ch}
+		if ch != nil {
+			rl.Branch = ch.Branch
+		}
 		if turnErr != nil {
 			rl.Error = turnErr.Error()
 		}
@@ -340,6 +374,9 @@ func (a *app) printTurn(enc *json.Encoder, asJSON bool, res sandboxagent.TurnRes
 		if checkpointID != "" {
 			fmt.Fprintf(a.stdout, "checkpoint: %s\n", line(checkpointID))
 		}
+	}
+	if !asJSON && ch != nil {
+		printChanges(a.stdout, ch)
 	}
 	if turnErr != nil {
 		fmt.Fprintf(a.stderr, "sandbox-agent: %s\n", errText(turnErr))

@@ -202,12 +202,12 @@ func TestPrintCheckpointGC(t *testing.T) {
 
 func TestPrintTurnCheckpoint(t *testing.T) {
 	a, out, _ := testApp()
-	a.printTurn(a.jsonOut(), false, sandboxagent.TurnResult{Reply: "DONE"}, nil, "ck-0123")
+	a.printTurn(a.jsonOut(), false, sandboxagent.TurnResult{Reply: "DONE"}, nil, "ck-0123", nil)
 	if out.String() != "DONE\ncheckpoint: ck-0123\n" {
 		t.Errorf("plain: %q", out)
 	}
 	a, out, _ = testApp()
-	a.printTurn(a.jsonOut(), true, sandboxagent.TurnResult{Reply: "DONE"}, nil, "ck-0123")
+	a.printTurn(a.jsonOut(), true, sandboxagent.TurnResult{Reply: "DONE"}, nil, "ck-0123", nil)
 	var rl resultLine
 	if err := json.Unmarshal(out.Bytes(), &rl); err != nil || rl.Checkpoint != "ck-0123" || rl.Reply != "DONE" {
 		t.Errorf("json: %+v, %v: %s", rl, err, out)
