@@ -1,0 +1,112 @@
+//go:build integration
+
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+)
+
+func gitIn(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	c := exec.Command("git", args...)
+	c.Dir = dir
+	c.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_AUTHOR_NAME=user", "GIT_AUTHOR_EMAIL=user@example.com", "GIT_COMMITTER_NAME=user", "GIT_COMMITTER_EMAIL=user@example.com")
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestIntegrationCLIRepo: ask --repo through the command users run, in
+// the three modes: the result line names the branch (or the output), the
+// host's HEAD and work tree stay as they were.
+func TestIntegrationCLIRepo(t *testing.T) {
+	testenv.Runtime(t)
+	dir := t.TempDir()
+	host := filepath.Join(dir, "host")
+	if err := os.MkdirAll(host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gitIn(t, host, "init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(host, "a.txt"), []byte("a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitIn(t, host, "add", "-A")
+	gitIn(t, host, "commit", "-qm", "base")
+	if err := os.WriteFile(filepath.Join(host, "a.txt"), []byte("the user's edit\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	head, status := gitIn(t, host, "rev-parse", "HEAD"), gitIn(t, host, "status", "--porcelain")
+	script := filepath.Join(dir, "script.json")
+	s, _ := json.Marshal(map[string]any{"responses": []map[string]string{
+		{"tool": "shell", "command": "echo agent > b.txt && git add b.txt && git commit -qm 'agent: b' && echo left > c.txt"},
+		{"text": "DONE"},
+	}})
+	if err := os.WriteFile(script, s, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(extra ...string) resultLine {
+		t.Helper()
+		args := append([]string{"ask", "--driver", agentDriver, "--fake-model", script, "--json", "--timeout", "4m",
+			"--audit-root", filepath.Join(dir, "audit"), "--repo", host, "--author", "Bot <bot@example.com>"}, extra...)
+		code, stdout, stderr := runCLI(t, cliEnv(), append(args, "commit b, leave c")...)
+		agentUnavailable(t, code, stderr)
+		if code != exitOK {
+			t.Fatalf("ask %v: exit %d\nstdout:\n%s\nstderr:\n%s", extra, code, stdout, stderr)
+		}
+		lines := strings.Split(strings.TrimSpace(stdout), "\n")
+		var r resultLine
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil || r.Kind != "result" || r.Changes == nil {
+			t.Fatalf("last line %q: not a result line with changes (%v)", lines[len(lines)-1], err)
+		}
+		if gitIn(t, host, "rev-parse", "HEAD") != head || gitIn(t, host, "status", "--porcelain") != status {
+			t.Fatalf("ask %v changed the host's HEAD or work tree", extra)
+		}
+		return r
+	}
+
+	r := ask("--branch", "feature/agent")
+	if r.Branch != "feature/agent" || len(r.Changes.Commits) != 2 || !r.Changes.Uncommitted {
+		t.Fatalf("branch mode: %+v %+v", r, r.Changes)
+	}
+	if got := gitIn(t, host, "log", "--format=%s|%an", "main..feature/agent"); got != "sandbox-agent: uncommitted work|Bot\nagent: b|Bot" {
+		t.Fatalf("the branch's new commits:\n%s", got)
+	}
+	gitIn(t, host, "fsck", "--strict", "--no-dangling")
+
+	patches := filepath.Join(dir, "patches")
+	r = ask("--changes", "patch", "--changes-out", patches)
+	if r.Branch != "" || r.Changes.Output != patches {
+		t.Fatalf("patch mode: %+v %+v", r, r.Changes)
+	}
+	ents, err := os.ReadDir(patches)
+	if err != nil || len(ents) != 2 || !strings.HasPrefix(ents[0].Name(), "0001-") {
+		t.Fatalf("patch folder: %v %v", ents, err)
+	}
+	// The series applies to the base.
+	clone := filepath.Join(dir, "clone")
+	gitIn(t, dir, "clone", "-q", host, clone)
+	gitIn(t, clone, "am", "-q", filepath.Join(patches, ents[0].Name()), filepath.Join(patches, ents[1].Name()))
+	if b, err := os.ReadFile(filepath.Join(clone, "c.txt")); err != nil || string(b) != "left\n" {
+		t.Fatalf("c.txt after git am: %q %v", b, err)
+	}
+
+	bundle := filepath.Join(dir, "changes.bundle")
+	r = ask("--changes", "bundle", "--changes-out", bundle)
+	if r.Changes.Output != bundle {
+		t.Fatalf("bundle mode: %+v", r.Changes)
+	}
+	gitIn(t, host, "bundle", "verify", "-q", bundle)
+	if refs := gitIn(t, host, "for-each-ref", "--format=%(refname)"); refs != "refs/heads/feature/agent\nrefs/heads/main" {
+		t.Fatalf("the host's refs after the patch and bundle modes:\n%s", refs)
+	}
+}
