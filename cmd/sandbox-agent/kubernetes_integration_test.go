@@ -56,6 +56,7 @@ func TestIntegrationKubernetesAgent(t *testing.T) {
 		return
 	}
 	t.Run("ask", func(t *testing.T) { checkAgentAsk(t, "kubernetes", env) })
+	t.Run("repo", func(t *testing.T) { checkCLIRepo(t, env) })
 	t.Run("smoke", func(t *testing.T) { checkAgentSmoke(t, "kubernetes", env) })
 	t.Run("egress model reaches the model only", func(t *testing.T) { checkModelEgressOnly(t, env) })
 	t.Run("smoke gvisor", func(t *testing.T) {

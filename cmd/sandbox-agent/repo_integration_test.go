@@ -31,6 +31,11 @@ func gitIn(t *testing.T, dir string, args ...string) string {
 // host's HEAD and work tree stay as they were.
 func TestIntegrationCLIRepo(t *testing.T) {
 	testenv.Runtime(t)
+	checkCLIRepo(t, cliEnv())
+}
+
+// checkCLIRepo is TestIntegrationCLIRepo with env (the engine's).
+func checkCLIRepo(t *testing.T, env map[string]string) {
 	dir := t.TempDir()
 	host := filepath.Join(dir, "host")
 	if err := os.MkdirAll(host, 0o755); err != nil {
@@ -58,7 +63,7 @@ func TestIntegrationCLIRepo(t *testing.T) {
 		t.Helper()
 		args := append([]string{"ask", "--driver", agentDriver, "--fake-model", script, "--json", "--timeout", "4m",
 			"--audit-root", filepath.Join(dir, "audit"), "--repo", host, "--author", "Bot <bot@example.com>"}, extra...)
-		code, stdout, stderr := runCLI(t, cliEnv(), append(args, "commit b, leave c")...)
+		code, stdout, stderr := runCLI(t, env, append(args, "commit b, leave c")...)
 		agentUnavailable(t, code, stderr)
 		if code != exitOK {
 			t.Fatalf("ask %v: exit %d\nstdout:\n%s\nstderr:\n%s", extra, code, stdout, stderr)
