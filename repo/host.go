@@ -92,11 +92,16 @@ func Open(ctx context.Context, dir, name string, o Options) (*Repo, error) {
 	if err != nil {
 		return nil, err
 	}
-	q, err := newQuarantine(ctx, objects, format)
-	if err != nil {
+	r := &Repo{host: g, top: top, format: format, opts: o, base: base}
+	if o.Mode == ModeBranch {
+		if err := r.notCheckedOut(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if r.q, err = newQuarantine(ctx, objects, format); err != nil {
 		return nil, err
 	}
-	return &Repo{host: g, top: top, format: format, opts: o, q: q, base: base}, nil
+	return r, nil
 }
 
 // Close removes the quarantine (what the syncs brought home stays).

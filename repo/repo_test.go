@@ -126,3 +126,57 @@ func TestRoundTrip(t *testing.T) {
 	}
 	sh(t, host, "git fsck --strict --no-dangling")
 }
+
+// TestCheckedOutBranch: a sync never moves a branch a host work tree has
+// checked out (its files would then read as the agent's work reverted).
+func TestCheckedOutBranch(t *testing.T) {
+	ctx := context.Background()
+	host := hostRepo(t)
+	if _, err := Open(ctx, host, "x", Options{Branch: "main"}); !errors.Is(err, ErrBranchExists) {
+		t.Fatalf("Open with the checked-out branch: %v; want ErrBranchExists", err)
+	}
+	// Checked out after Open, before the sync: refused then too.
+	sh(t, host, "git branch later")
+	r, err := Open(ctx, host, "x", Options{Branch: "later"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sb := local{t.TempDir()}
+	if err := r.Put(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, sb.dir, "echo x > x.txt; git add x.txt; git commit -qm x")
+	sh(t, host, "git worktree add -q ../wt-later later")
+	t.Cleanup(func() { os.RemoveAll(host + "/../wt-later") })
+	before := sh(t, host, "git rev-parse later")
+	if _, err := r.Sync(ctx, sb); !errors.Is(err, ErrBranchExists) {
+		t.Fatalf("Sync onto a branch checked out in another work tree: %v; want ErrBranchExists", err)
+	}
+	if after := sh(t, host, "git rev-parse later"); after != before {
+		t.Fatalf("the branch moved: %s → %s", before, after)
+	}
+}
+
+// TestOptions: bad options are refused before any git runs.
+func TestOptions(t *testing.T) {
+	for _, o := range []Options{
+		{Depth: -1},
+		{Mode: "zip"},
+		{Mode: ModePatch},
+		{Branch: "a..b"},
+		{Branch: "-x"},
+		{Branch: "x.lock"},
+		{Branch: "a b"},
+		{AuthorName: "a\nb"},
+		{AuthorEmail: "<x>"},
+	} {
+		if _, err := o.check("n"); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+	o, err := Options{}.check("sandbox-agent-abc")
+	if err != nil || o.Branch != "sandbox-agent/abc" || o.Mode != ModeBranch || o.Limits != DefaultLimits {
+		t.Fatalf("defaults: %+v %v", o, err)
+	}
+}

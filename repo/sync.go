@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -123,14 +124,22 @@ func (r *Repo) Sync(ctx context.Context, sb Sandbox) (Changes, error) {
 	} else if head != tip {
 		return Changes{}, unsafe(tip, "the tip is not the agent's HEAD")
 	}
-	if ok, err := q.ok(ctx, "merge-base", "--is-ancestor", r.lastHead, head); err != nil {
+	// The agent's last HEAD gone from its history: a rewrite (it may be
+	// gone from the host too: the sandbox's first commit, of the host's
+	// uncommitted work, comes with the first sync, or not at all).
+	if known, err := q.ok(ctx, "cat-file", "-e", r.lastHead+"^{commit}"); err != nil {
+		return Changes{}, err
+	} else if !known {
+		ch.Rewritten = true
+	} else if ok, err := isAncestor(ctx, q, r.lastHead, head); err != nil {
 		return Changes{}, err
 	} else if !ok {
 		ch.Rewritten = true
 	}
+	ch.Unchanged = tip == r.lastTip
 	not := []string{r.base}
 	if r.lastTip != "" {
-		not = append(not, r.lastHead)
+		not = append(not, r.lastHead, r.lastTip)
 	}
 	list, err := q.out(ctx, append([]string{"rev-list", "--reverse", "--topo-order", tip, "--not"}, not...)...)
 	if err != nil {
@@ -164,7 +173,7 @@ func (r *Repo) moveBranch(ctx context.Context, ch *Changes) error {
 	switch {
 	case r.lastTip == "" && old != "":
 		// A branch of that name already: only a fast-forward is taken.
-		if ok, err := r.q.git.ok(ctx, "merge-base", "--is-ancestor", old, ch.Tip); err != nil {
+		if ok, err := isAncestor(ctx, r.q.git, old, ch.Tip); err != nil {
 			return err
 		} else if !ok {
 			return fmt.Errorf("%w: %s exists on the host and is not an ancestor of the agent's work; name another with the branch option", ErrBranchExists, r.opts.Branch)
@@ -172,8 +181,10 @@ func (r *Repo) moveBranch(ctx context.Context, ch *Changes) error {
 	case r.lastTip != "" && old != r.lastTip:
 		return fmt.Errorf("%w: %s moved on the host since the last sync (it is %s, the sync left %s); nothing was changed", ErrBranchExists, r.opts.Branch, short(old), short(r.lastTip))
 	}
+	if err := r.notCheckedOut(ctx); err != nil {
+		return err
+	}
 	if old == ch.Tip {
-		ch.Unchanged = true
 		return nil
 	}
 	// The quarantine's incoming ref names the tip (take left it there,
@@ -210,6 +221,9 @@ func (r *Repo) moveBranch(ctx context.Context, ch *Changes) error {
 // since the repository went in, beside Output, and renames it into place.
 func (r *Repo) write(ctx context.Context, ch *Changes) error {
 	ch.Output = r.opts.Output
+	if ch.Unchanged && r.wrote {
+		return nil
+	}
 	q := r.q.git
 	ref := "refs/heads/" + r.opts.Branch
 	if _, err := q.out(ctx, "update-ref", ref, ch.Tip); err != nil {
@@ -299,4 +313,38 @@ func (w *bundleWriter) Write(p []byte) (int, error) {
 	}
 	w.n += int64(len(p))
 	return n, nil
+}
+
+// isAncestor says whether commit a is an ancestor of b (git merge-base
+// --is-ancestor: exit 1 is "no", any other failure an error).
+func isAncestor(ctx context.Context, g git, a, b string) (bool, error) {
+	args := []string{"merge-base", "--is-ancestor", a, b}
+	c := g.cmd(ctx, args...)
+	var errb strings.Builder
+	c.Stderr = &errb
+	err := c.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &ee) && ee.ExitCode() == 1:
+		return false, nil
+	}
+	return false, gitError(args, err, errb.String())
+}
+
+// notCheckedOut refuses a branch checked out in a work tree of the host
+// repository: moving it would change that work tree's HEAD under its
+// files (git status would show the agent's work reverted).
+func (r *Repo) notCheckedOut(ctx context.Context) error {
+	list, err := r.host.out(ctx, "worktree", "list", "--porcelain")
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(list, "\n") {
+		if l == "branch refs/heads/"+r.opts.Branch {
+			return fmt.Errorf("%w: %s is checked out on the host; name another branch", ErrBranchExists, r.opts.Branch)
+		}
+	}
+	return nil
 }

@@ -25,7 +25,7 @@ func (f *repoFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.worktree, "repo-worktree", false, "with --repo: the uncommitted and untracked (not ignored) files go in too, as one commit on top of HEAD")
 	fs.StringVar(&f.branch, "branch", "", "with --repo: the branch the changes come back as (default sandbox-agent/<sandbox name>)")
 	fs.StringVar(&f.changes, "changes", "branch", "with --repo: `MODE` the changes come back as: branch, patch (format-patch files in a folder) or bundle (a git bundle file)")
-	fs.StringVar(&f.out, "changes-out", "", "with --changes patch|bundle: the folder or file to write (default sandbox-agent-<sandbox name>.patches or .bundle in the current folder)")
+	fs.StringVar(&f.out, "changes-out", "", "with --changes patch|bundle: the folder or file to write (default sandbox-agent-<the repository folder's name>.patches or .bundle in the current folder)")
 	fs.StringVar(&f.author, "author", "", "with --repo: the identity of the agent's commits, `\"NAME <EMAIL>\"` (default sandbox-agent <agent@sandbox-agent.invalid>)")
 }
 
