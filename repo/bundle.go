@@ -14,6 +14,7 @@ type bundleHeader struct {
 	prereqs []string          // commits the receiver must have
 	refs    map[string]string // ref name → object id
 	objects uint32            // the pack's object count
+	pack    int64             // the pack's offset in the file
 }
 
 // maxHeaderLines bounds a bundle's header (its prerequisites and refs):
@@ -33,6 +34,7 @@ func readBundleHeader(path string, hexLen int) (bundleHeader, error) {
 	h := bundleHeader{refs: map[string]string{}}
 	line := func() (string, error) {
 		s, err := r.ReadSlice('\n')
+		h.pack += int64(len(s))
 		if err == bufio.ErrBufferFull {
 			return "", unsafe("", "bundle header line too long")
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -23,6 +25,7 @@ type quarantine struct {
 	dir    string
 	git    git
 	hexLen int
+	host   git // git in dir seeing the host's objects only
 }
 
 func newQuarantine(ctx context.Context, hostObjects, format string) (*quarantine, error) {
@@ -30,7 +33,8 @@ func newQuarantine(ctx context.Context, hostObjects, format string) (*quarantine
 	if err != nil {
 		return nil, err
 	}
-	q := &quarantine{dir: dir, git: git{dir: dir}, hexLen: 40}
+	q := &quarantine{dir: dir, git: git{dir: dir}, hexLen: 40,
+		host: git{dir: dir, extra: []string{"GIT_OBJECT_DIRECTORY=" + hostObjects}}}
 	if format == "sha256" {
 		q.hexLen = 64
 	}
@@ -50,39 +54,6 @@ func newQuarantine(ctx context.Context, hostObjects, format string) (*quarantine
 }
 
 func (q *quarantine) close() { os.RemoveAll(q.dir) }
-
-// packs lists the quarantine's pack indexes.
-func (q *quarantine) packs() (map[string]bool, error) {
-	m := map[string]bool{}
-	es, err := os.ReadDir(filepath.Join(q.dir, "objects", "pack"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	for _, e := range es {
-		if strings.HasSuffix(e.Name(), ".idx") {
-			m[e.Name()] = true
-		}
-	}
-	return m, nil
-}
-
-// fsckConfig turns git's own checks of received objects on, the
-// warnings that matter for a checkout made errors.
-var fsckConfig = []string{
-	"-c", "fetch.fsckObjects=true",
-	"-c", "transfer.fsckObjects=true",
-	"-c", "fetch.unpackLimit=1",
-	"-c", "transfer.unpackLimit=1",
-	"-c", "fetch.fsck.badFilemode=error",
-	"-c", "fetch.fsck.zeroPaddedFilemode=error",
-	"-c", "fetch.fsck.fullPathname=error",
-	"-c", "fetch.fsck.emptyName=error",
-	"-c", "fetch.fsck.hasDot=error",
-	"-c", "fetch.fsck.hasDotdot=error",
-	"-c", "fetch.fsck.hasDotgit=error",
-	"-c", "fetch.fsck.nulInHeader=error",
-	"-c", "fetch.fsck.largePathname=error",
-}
 
 // take reads the bundle at path into the quarantine under the limits
 // and checks every object it added. It returns the bundle's tip; on an
@@ -111,42 +82,59 @@ func (q *quarantine) take(ctx context.Context, path string, lim Limits) (string,
 			return "", unsafe(p, "the bundle builds on a commit the host does not have")
 		}
 	}
-	before, err := q.packs()
+	// The pack goes to git index-pack directly, not through git fetch:
+	// fetch from a bundle runs no fsck before git 2.46 (whatever
+	// fetch.fsckObjects says). --strict is fsck with every warning an
+	// error (.git, .., modes, .gitmodules); --fix-thin completes deltas on the host's objects;
+	// --max-input-size stops a pack past the byte cap as it is read.
+	f, err := os.Open(path)
 	if err != nil {
 		return "", err
 	}
-	args := append(append([]string{}, fsckConfig...), "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc",
-		"--no-recurse-submodules", "--no-show-forced-updates", path, "+"+outRef+":refs/sandbox-agent/checking")
-	if _, err := q.git.out(ctx, args...); err != nil {
-		return "", &UnsafeError{Reason: "git refused the bundle: " + clip(firstLine(err.Error()))}
+	defer f.Close()
+	if _, err := f.Seek(h.pack, io.SeekStart); err != nil {
+		return "", err
 	}
-	tip, err := q.git.out(ctx, "rev-parse", "--verify", "refs/sandbox-agent/checking^{commit}")
-	if err != nil {
-		return "", unsafe(h.refs[outRef], "the bundle's ref is not a commit")
+	out, err := q.git.run(ctx, f, "index-pack", "--stdin", "--fix-thin", "--strict",
+		fmt.Sprintf("--max-input-size=%d", lim.MaxBytes))
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return "", &UnsafeError{Reason: "git's fsck refused the bundle: " + clip(fsckLine(err.Error()))}
+	} else if err != nil {
+		return "", err
 	}
-	after, err := q.packs()
+	kind, hash, _ := strings.Cut(strings.TrimSpace(out), "\t")
+	if kind != "pack" || !isOID(hash, q.hexLen) {
+		return "", fmt.Errorf("git index-pack printed %q", clip(out))
+	}
+	tip := h.refs[outRef]
+	if typ, err := q.git.out(ctx, "cat-file", "-t", tip); err != nil || typ != "commit" {
+		return "", unsafe(tip, "the bundle's ref is not a commit")
+	}
+	// Every object the tip reaches is there (its own or the host's).
+	if _, err := q.git.out(ctx, append([]string{"rev-list", "--objects", "--quiet", tip, "--not"}, h.prereqs...)...); err != nil {
+		return "", unsafe(tip, "the bundle does not hold everything its commits reach")
+	}
+	idx, err := os.Open(filepath.Join(q.dir, "objects", "pack", "pack-"+hash+".idx"))
 	if err != nil {
 		return "", err
 	}
-	var oids []string
-	for idx := range after {
-		if before[idx] {
-			continue
+	list, err := q.git.run(ctx, idx, "show-index")
+	idx.Close()
+	if err != nil {
+		return "", err
+	}
+	var all []string
+	for _, l := range strings.Split(list, "\n") {
+		if f := strings.Fields(l); len(f) >= 2 {
+			all = append(all, f[1])
 		}
-		f, err := os.Open(filepath.Join(q.dir, "objects", "pack", idx))
-		if err != nil {
-			return "", err
-		}
-		out, err := q.git.run(ctx, f, "show-index")
-		f.Close()
-		if err != nil {
-			return "", err
-		}
-		for _, l := range strings.Split(out, "\n") {
-			if f := strings.Fields(l); len(f) >= 2 {
-				oids = append(oids, f[1])
-			}
-		}
+	}
+	// --fix-thin copied the host's delta bases in: those are the host's
+	// own, not the sandbox's, and are not judged.
+	oids, err := q.notInHost(ctx, all)
+	if err != nil {
+		return "", err
 	}
 	if int64(len(oids)) > lim.MaxObjects {
 		return "", fmt.Errorf("%w: the changes hold %d objects, over the cap of %d", ErrLimitExceeded, len(oids), lim.MaxObjects)
@@ -296,4 +284,31 @@ func (q *quarantine) check(ctx context.Context, oids []string, lim Limits) error
 func firstLine(s string) string {
 	l, _, _ := strings.Cut(s, "\n")
 	return l
+}
+
+// fsckLine is the line of git's stderr that names what fsck refused.
+func fsckLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if i := strings.Index(l, "error: object "); i >= 0 {
+			return l[i+len("error: "):]
+		}
+	}
+	return firstLine(s)
+}
+
+// notInHost is oids less the objects the host repository has.
+func (q *quarantine) notInHost(ctx context.Context, oids []string) ([]string, error) {
+	c := q.host.cmd(ctx, "cat-file", "--batch-check=%(objectname)")
+	c.Stdin = strings.NewReader(strings.Join(oids, "\n") + "\n")
+	out, err := c.Output()
+	if err != nil {
+		return nil, gitError([]string{"cat-file"}, err, "")
+	}
+	var rest []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if oid, ok := strings.CutSuffix(l, " missing"); ok {
+			rest = append(rest, oid)
+		}
+	}
+	return rest, nil
 }

@@ -66,10 +66,27 @@ func Unbundle(ctx context.Context, path, dir string, lim Limits) error {
 		os.RemoveAll(dir)
 		return err
 	}
-	args := append(append([]string{}, fsckConfig...), "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc",
-		"--no-recurse-submodules", path, "+"+head+":"+head)
-	if _, err := g.out(ctx, args...); err != nil {
-		return fail(&UnsafeError{Reason: "git refused the bundle: " + clip(firstLine(err.Error()))})
+	f, err := os.Open(path)
+	if err != nil {
+		return fail(err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(h.pack, io.SeekStart); err != nil {
+		return fail(err)
+	}
+	// As take: index-pack with fsck, not fetch (no fsck from a bundle
+	// before git 2.46).
+	if _, err := g.run(ctx, f, "index-pack", "--stdin", "--strict", fmt.Sprintf("--max-input-size=%d", lim.MaxBytes)); err != nil {
+		return fail(&UnsafeError{Reason: "git's fsck refused the bundle: " + clip(fsckLine(err.Error()))})
+	}
+	if typ, err := g.out(ctx, "cat-file", "-t", headOID); err != nil || typ != "commit" {
+		return fail(unsafe(headOID, "the bundle's branch is not a commit"))
+	}
+	if _, err := g.out(ctx, "rev-list", "--objects", "--quiet", headOID); err != nil {
+		return fail(unsafe(headOID, "the bundle does not hold everything its branch reaches"))
+	}
+	if _, err := g.out(ctx, "update-ref", head, headOID); err != nil {
+		return fail(err)
 	}
 	if _, err := g.out(ctx, "symbolic-ref", "HEAD", head); err != nil {
 		return fail(err)
