@@ -18,6 +18,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 	"github.com/sandbox-agent/sandbox-agent/internal/bounded"
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
+	"github.com/sandbox-agent/sandbox-agent/repo"
 )
 
 // stateVersion is the format of AgentState (its Version).
@@ -60,6 +61,9 @@ type AgentState struct {
 	// LongLived: the CLI runs in its long-lived mode (else one per turn).
 	LongLived bool      `json:"long_lived"`
 	Started   time.Time `json:"started"` // the agent's start (its network audit's date folder)
+	// Repo: the repository WithRepo put in and where its syncs are
+	// (nil: none).
+	Repo *repo.State `json:"repo,omitempty"`
 }
 
 // State is what Adopt needs to take the agent over in another process. It
@@ -78,6 +82,10 @@ func (a *Agent) State() AgentState {
 	_, st.LongLived = a.longLived()
 	if sb.host != nil {
 		st.ModelPort, st.EgressPort = sb.host.Port(boundary.ServiceModel), sb.host.Port(boundary.ServiceEgress)
+	}
+	if a.repo != nil {
+		rs := a.repo.State()
+		st.Repo = &rs
 	}
 	return st
 }
@@ -153,6 +161,13 @@ func Adopt(ctx context.Context, rt Runtime, drv Driver, st AgentState, opts ...A
 		a.sb.detach()
 		return nil, fmt.Errorf("%w: adopt %s: its CLI reaches the model proxy at %s, the driver's route is now %s (the upstream's path changed?)",
 			ErrInvalidArgument, st.SandboxName, st.ModelBaseURL, a.baseURL)
+	}
+	if st.Repo != nil {
+		// The agent goes on without its repository when this host cannot
+		// open it (another machine's folder): Changes then says so.
+		if a.repo, err = repo.Resume(ctx, *st.Repo); err != nil {
+			a.log.Warn("sandbox-agent: adopt: the agent's repository cannot be opened here; its changes cannot be brought home", "agent", st.SandboxName, "err", err)
+		}
 	}
 	a.adopted = true
 	return a, nil

@@ -538,6 +538,9 @@ func (a *Agent) Detach() error {
 	if a.net != nil {
 		a.net.Close()
 	}
+	if a.repo != nil {
+		a.repo.Close() // its quarantine; the adopter resumes from State
+	}
 	return nil
 }
 

@@ -35,6 +35,9 @@ type Repo struct {
 	opts   Options
 	q      *quarantine
 
+	// Written under mu and smu (State reads them under smu alone, so it
+	// does not wait for a running sync).
+	smu      sync.Mutex
 	base     string // the host's HEAD when the repository went in
 	lastHead string // the agent's HEAD at the last sync (the sandbox's first commit before)
 	lastTip  string // what the last sync brought ("": none yet)
@@ -235,7 +238,9 @@ func (r *Repo) Put(ctx context.Context, sb Sandbox) error {
 	if !isOID(head, r.q.hexLen) {
 		return fmt.Errorf("put the repository in the sandbox: it printed %q", clip(head))
 	}
+	r.smu.Lock()
 	r.lastHead = head
+	r.smu.Unlock()
 	return nil
 }
 
@@ -331,4 +336,64 @@ func (r *Repo) pack(gitDir string, files []string, w io.Writer) error {
 		return err
 	}
 	return bw.Flush()
+}
+
+// State is what Resume needs to go on with a repository in another
+// process (an adopted agent: serve's restart, another replica). It names
+// a host folder and commits, no secret.
+type State struct {
+	Dir         string `json:"dir"`
+	Base        string `json:"base"`
+	LastHead    string `json:"last_head"`
+	LastTip     string `json:"last_tip,omitempty"`
+	Depth       int    `json:"depth,omitempty"`
+	Worktree    bool   `json:"worktree,omitempty"`
+	Branch      string `json:"branch"`
+	AuthorName  string `json:"author_name"`
+	AuthorEmail string `json:"author_email"`
+	Mode        Mode   `json:"mode"`
+	Output      string `json:"output,omitempty"`
+	Wrote       bool   `json:"wrote,omitempty"`
+	Limits      Limits `json:"limits"`
+}
+
+// State is the repository's state for Resume.
+func (r *Repo) State() State {
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	o := r.opts
+	return State{Dir: r.top, Base: r.base, LastHead: r.lastHead, LastTip: r.lastTip, Depth: o.Depth, Worktree: o.Worktree,
+		Branch: o.Branch, AuthorName: o.AuthorName, AuthorEmail: o.AuthorEmail, Mode: o.Mode, Output: o.Output, Wrote: r.wrote, Limits: o.Limits}
+}
+
+// Resume opens the repository of st again, for syncs that go on where
+// the last left off. The quarantine is new: in ModeBranch what the syncs
+// brought is in the host repository; in the other modes it was in the
+// old quarantine only, so the next sync brings everything since the base
+// again (the outputs are cumulative anyway).
+func Resume(ctx context.Context, st State) (*Repo, error) {
+	o := Options{Depth: st.Depth, Worktree: st.Worktree, Branch: st.Branch, AuthorName: st.AuthorName, AuthorEmail: st.AuthorEmail,
+		Mode: st.Mode, Output: st.Output, Limits: st.Limits}
+	if st.Branch == "" {
+		return nil, fmt.Errorf("%w: repository state without a branch", errdefs.InvalidArgument)
+	}
+	r, err := Open(ctx, st.Dir, "", o)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range []string{st.Base, st.LastHead, st.LastTip} {
+		if c != "" && !isOID(c, r.q.hexLen) {
+			r.Close()
+			return nil, fmt.Errorf("%w: repository state: commit %q", errdefs.InvalidArgument, clip(c))
+		}
+	}
+	if ok, err := r.q.git.ok(ctx, "cat-file", "-e", st.Base+"^{commit}"); err != nil || !ok {
+		r.Close()
+		return nil, fmt.Errorf("%w: %s no longer has the commit %s the sandbox's repository went in at", ErrNotRepository, st.Dir, short(st.Base))
+	}
+	r.base, r.lastHead, r.wrote = st.Base, st.LastHead, st.Wrote
+	if o.Mode == ModeBranch {
+		r.lastTip = st.LastTip
+	}
+	return r, nil
 }

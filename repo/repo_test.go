@@ -180,3 +180,44 @@ func TestOptions(t *testing.T) {
 		t.Fatalf("defaults: %+v %v", o, err)
 	}
 }
+
+// TestResume: a repository resumed from its State goes on where the
+// last sync left off (one new commit, the branch fast-forwarded), and an
+// amend after the resume is still seen as a rewrite.
+func TestResume(t *testing.T) {
+	ctx := context.Background()
+	host := hostRepo(t)
+	r, err := Open(ctx, host, "res", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := local{t.TempDir()}
+	if err := r.Put(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, sb.dir, "echo 1 > one.txt; git add one.txt; git commit -qm one")
+	if _, err := r.Sync(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	st := r.State()
+	r.Close()
+	r2, err := Resume(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	sh(t, sb.dir, "echo 2 > two.txt; git add two.txt; git commit -qm two")
+	ch, err := r2.Sync(ctx, sb)
+	if err != nil || len(ch.Commits) != 1 || ch.Rewritten || ch.Branch != "sandbox-agent/res" {
+		t.Fatalf("sync after resume: %+v %v", ch, err)
+	}
+	sh(t, sb.dir, "git commit -q --amend -m two-amended")
+	if ch, err = r2.Sync(ctx, sb); err != nil || !ch.Rewritten || ch.Previous == "" {
+		t.Fatalf("amend after resume: %+v %v", ch, err)
+	}
+	bad := st
+	bad.Base = "not-a-commit"
+	if _, err := Resume(ctx, bad); err == nil {
+		t.Fatal("Resume with a bad base: no error")
+	}
+}

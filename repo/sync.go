@@ -158,7 +158,9 @@ func (r *Repo) Sync(ctx context.Context, sb Sandbox) (Changes, error) {
 	if err != nil {
 		return Changes{}, err
 	}
+	r.smu.Lock()
 	r.lastHead, r.lastTip = head, tip
+	r.smu.Unlock()
 	return ch, nil
 }
 
@@ -269,7 +271,9 @@ func (r *Repo) write(ctx context.Context, ch *Changes) error {
 	if err := os.Rename(made, r.opts.Output); err != nil {
 		return err
 	}
+	r.smu.Lock()
 	r.wrote = true
+	r.smu.Unlock()
 	return nil
 }
 

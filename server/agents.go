@@ -191,6 +191,11 @@ func stored(req CreateRequest) CreateRequest {
 		}
 		req.Env = env
 	}
+	if req.Repo != nil && len(req.Repo.Bundle) > 0 {
+		rr := *req.Repo
+		rr.Bundle = nil // in its bare repository (RepoDir)
+		req.Repo = &rr
+	}
 	return req
 }
 
@@ -258,6 +263,10 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, err := seconds("keepalive", req.Keepalive); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.checkRepo(&req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -349,17 +358,26 @@ func namesCheckpointImage(ref string) bool {
 // launch starts the agent of req, admitted by ad, and stores its row. The
 // caller settles it (or discards it).
 func (s *Server) launch(ctx context.Context, req CreateRequest, ad *admission) (*agent, store.Agent, error) {
+	id := newID()
+	dropRepo, err := s.prepareRepo(ctx, id, &req)
+	if err != nil {
+		return nil, store.Agent{}, err
+	}
+	req.Repo = stored(req).Repo // the bundle is in RepoDir now
 	ag, stop, err := s.opts.Start(ctx, req)
 	if err != nil {
+		dropRepo()
 		s.log.Warn("create agent", "driver", req.Driver, "err", err)
 		return nil, store.Agent{}, s.startErr(req.From, err)
 	}
-	a := s.newAgent(newID(), req.Tenant, req, time.Now().UTC(), ag, stop, 0)
+	a := s.newAgent(id, req.Tenant, req, time.Now().UTC(), ag, stop, 0)
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		_ = a.close()
+		if a.close() == nil {
+			dropRepo()
+		}
 		return nil, store.Agent{}, &apiError{status: http.StatusServiceUnavailable, kind: KindInterrupted, msg: "the server is shutting down", retryAfter: 5}
 	}
 	rec, err := s.record(a, statusIdle)
@@ -368,7 +386,9 @@ func (s *Server) launch(ctx context.Context, req CreateRequest, ad *admission) (
 	}
 	if err != nil {
 		// Not stored: a restarted server would not know it, so it goes.
-		_ = a.close()
+		if a.close() == nil {
+			dropRepo()
+		}
 		s.log.Warn("store agent", "err", err)
 		return nil, store.Agent{}, fmt.Errorf("store the agent: %w", err)
 	}
@@ -430,6 +450,9 @@ func (s *Server) discard(ctx context.Context, a *agent) error {
 		}
 	}
 	s.forgetRequest(a.id)
+	if err == nil {
+		s.removeBundle(a.id)
+	}
 	if err != nil {
 		s.log.Warn("discard agent", "id", a.id, "err", err)
 	}
@@ -588,6 +611,7 @@ func (s *Server) deleteAgent(w http.ResponseWriter, r *http.Request, a *agent, r
 	}
 	delete(s.requests, a.id)
 	s.mu.Unlock()
+	s.removeBundle(a.id)
 	s.log.Info("agent deleted", "id", a.id)
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -163,7 +163,8 @@ func forbidden(scope string) error {
 
 // routeScope is the scope a request needs.
 func routeScope(r *http.Request) string {
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+	// GET .../changes moves a branch of the host repository: a write.
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !strings.HasSuffix(r.URL.Path, "/changes") {
 		return ScopeRead
 	}
 	return ScopeAgents

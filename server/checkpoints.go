@@ -456,6 +456,9 @@ func (s *Server) discardAll(ctx context.Context, agents []*agent) error {
 // returned, with the removals that failed.
 func (s *Server) forkFrom(ctx context.Context, ad *admission, req CreateRequest, c sandboxagent.Checkpoint, n int) ([]agentView, error) {
 	req.Checkpoint, req.From, req.Image = c.ID, &c, ""
+	// The checkpoint's files hold the repository; the branches have
+	// none of their own (no changes to bring home).
+	req.Repo, req.RepoDir = nil, ""
 	if req.Model == "" {
 		req.Model = c.Model
 	}

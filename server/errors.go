@@ -12,6 +12,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/checkpoint"
 	"github.com/sandbox-agent/sandbox-agent/config"
 	"github.com/sandbox-agent/sandbox-agent/metering"
+	"github.com/sandbox-agent/sandbox-agent/repo"
 )
 
 // Kinds of error, the "kind" of every JSON error body. A public interface:
@@ -98,6 +99,17 @@ func classify(err error) (int, errorBody) {
 		// Before too_large: an archive over the limit wraps the
 		// download's limit too.
 		status, body.Kind = http.StatusUnprocessableEntity, KindCheckpointTooLarge
+	case errors.Is(err, repo.ErrBranchExists):
+		status, body.Kind = http.StatusConflict, KindConflict
+	case errors.Is(err, repo.ErrUnsafe):
+		// A bundle a request uploaded, or the agent's changes, refused.
+		status, body.Kind = http.StatusUnprocessableEntity, KindUnsafeArchive
+	case errors.Is(err, repo.ErrNotRepository):
+		status, body.Kind = http.StatusBadRequest, KindInvalidArgument
+	case errors.Is(err, repo.ErrNoGit):
+		// git missing in the sandbox's image (or on the server's host),
+		// as a CLI missing there is.
+		status, body.Kind = http.StatusUnprocessableEntity, KindDriverError
 	case errors.Is(err, checkpoint.ErrInUse):
 		status, body.Kind = http.StatusConflict, KindConflict
 	case errors.Is(err, checkpoint.ErrNotFound):

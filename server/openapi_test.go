@@ -557,13 +557,13 @@ const apiDocPreamble = "# HTTP API (`sandbox-agent serve`)\n" +
 	"| 403 | `forbidden` | the token's scopes do not allow the route |\n" +
 	"| 404 | `not_found` | unknown agent or checkpoint (or another tenant's), turn, session, image or path |\n" +
 	"| 409 | `busy` | a turn is running on this agent, here or through another replica (a session call waits 2 s for it first) |\n" +
-	"| 409 | `conflict` | the Idempotency-Key's first request is still in progress (`Retry-After`); `DELETE /v1/checkpoints/{id}` while an agent runs on it; `POST .../fork` of an agent started with env by another server process (a restart, another replica) |\n" +
+	"| 409 | `conflict` | the Idempotency-Key's first request is still in progress (`Retry-After`); `DELETE /v1/checkpoints/{id}` while an agent runs on it; `POST .../fork` of an agent started with env by another server process (a restart, another replica); `GET .../changes` of an agent without a repository (or not attached here any more), or whose branch exists and would not fast-forward |\n" +
 	"| 410 | `lost` | the agent's sandbox is gone; only reading it and DELETE are left |\n" +
 	"| 413 | `too_large` | the body is over the limit (`serve_max_body_bytes`) |\n" +
 	"| 415 | `invalid_argument` | `PUT .../files` with a Content-Type other than `application/x-tar` or `application/octet-stream` |\n" +
-	"| 422 | `driver_error` | the agent CLI reported a failure; `driver`, `exit_code` and `status` are set |\n" +
-	"| 422 | `unsafe_archive` | `GET .../files`: nothing safe to copy (a symlink, a device) |\n" +
-	"| 422 | `too_large` | `GET .../files`: over `max_download_bytes`, `_entries` or `_depth` |\n" +
+	"| 422 | `driver_error` | the agent CLI reported a failure; `driver`, `exit_code` and `status` are set; git is missing in the sandbox's image (a create with `repo`, `GET .../changes`) |\n" +
+	"| 422 | `unsafe_archive` | `GET .../files`: nothing safe to copy (a symlink, a device); a create's `repo.bundle`, or an agent's repository changes (`GET .../changes`), refused by git's or the server's checks |\n" +
+	"| 422 | `too_large` | `GET .../files`: over `max_download_bytes`, `_entries` or `_depth`; a repository bundle or the agent's repository changes over a cap (bytes, objects, one file's size) |\n" +
 	"| 422 | `conflict` | the Idempotency-Key was used for another request |\n" +
 	"| 422 | `checkpoint_too_large` | a checkpoint of a sandbox over `checkpoint_max_bytes` (none was made) |\n" +
 	"| 429 | `limit` | `serve_max_agents`, `serve_max_concurrent_turns`, `serve_tenant_max_agents`, `serve_tenant_max_turns` or `serve_tenant_checkpoint_bytes` reached (`Retry-After`: 60 for the checkpoint bytes) |\n" +

@@ -76,6 +76,16 @@ type CreateRequest struct {
 	// (GET /v1/checkpoints) the agent starts on: its files and its CLI's
 	// session. Its driver must be the request's; image must be empty.
 	Checkpoint string `json:"checkpoint,omitempty"`
+	// Repo, when set, is a git repository put in the sandbox's working
+	// directory (sandboxagent.WithRepo); GET /v1/agents/{id}/changes
+	// brings the agent's work home as a branch of it. Not with
+	// Checkpoint.
+	Repo *RepoRequest `json:"repo,omitempty"`
+	// RepoDir is the host repository the Starter hands WithRepo: Repo's
+	// path resolved under Options.RepoRoot, or the bare repository its
+	// bundle was unpacked into. The server sets it; never read from a
+	// request.
+	RepoDir string `json:"-"`
 	// Tenant is whose agent it is: the server sets it for the Starter and
 	// the Adopter (a tenant's budget); never read from a request.
 	Tenant string `json:"-"`
@@ -147,6 +157,14 @@ type Options struct {
 	// (config key serve_tenant_checkpoint_bytes; the admin has none); 0:
 	// none.
 	TenantCheckpointBytes int64
+	// RepoRoot is the folder under which a create request's repo.path
+	// may name a repository of the server's host (config key
+	// serve_repo_root); "": repo.path is refused.
+	RepoRoot string
+	// RepoDir is the folder of the bare repositories made of the
+	// bundles create requests upload (repo.bundle), one per agent,
+	// removed with it; "": repo.bundle is refused.
+	RepoDir string
 }
 
 // Server is the HTTP API over the agents it owns.
@@ -265,6 +283,7 @@ func (s *Server) routes() []route {
 		{"PUT /v1/agents/{id}/session", s.withIdleAgent(s.setSession)},
 		{"POST /v1/agents/{id}/checkpoints", s.withRecord(s.postCheckpoint)}, // holds the agent after the body
 		{"POST /v1/agents/{id}/fork", s.withRecord(s.fork)},
+		{"GET /v1/agents/{id}/changes", s.withIdleAgent(s.getChanges)},
 		{"GET /v1/checkpoints", s.listCheckpoints},
 		{"GET /v1/checkpoints/{id}", s.getCheckpoint},
 		{"DELETE /v1/checkpoints/{id}", s.deleteCheckpoint},
@@ -484,6 +503,7 @@ func (s *Server) stopAll(ctx context.Context, remove bool) error {
 				return
 			}
 			if errs[i] = a.close(); errs[i] == nil {
+				s.removeBundle(a.id)
 				if err := s.st.DeleteAgent(context.WithoutCancel(ctx), a.id); err != nil && !errors.Is(err, store.ErrNotFound) {
 					errs[i] = err
 				}

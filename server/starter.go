@@ -175,6 +175,9 @@ func requestOptions(base *sandboxagent.Config, ociRuntimes []string, tenants *me
 		cfg.OCIRuntime = req.OCIRuntime
 	}
 	opts := []sandboxagent.AgentOption{}
+	if req.RepoDir != "" && req.Repo != nil {
+		opts = append(opts, sandboxagent.WithRepo(req.RepoDir, req.Repo.options()))
+	}
 	if req.Budget != nil || tenants != nil {
 		mo := metering.MeterOptions{Prices: cfg.Prices}
 		if req.Budget != nil {

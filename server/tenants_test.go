@@ -66,7 +66,8 @@ var agentRoutes = []string{"GET /v1/agents/{id}", "DELETE /v1/agents/{id}", "POS
 	"GET /v1/agents/{id}/turns/1", "GET /v1/agents/{id}/events", "POST /v1/agents/{id}/exec", "GET /v1/agents/{id}/files",
 	"PUT /v1/agents/{id}/files", "GET /v1/agents/{id}/sessions", "POST /v1/agents/{id}/sessions", "GET /v1/agents/{id}/sessions/s",
 	"DELETE /v1/agents/{id}/sessions/s", "POST /v1/agents/{id}/sessions/s/fork", "GET /v1/agents/{id}/sessions/s/events",
-	"PUT /v1/agents/{id}/session", "POST /v1/agents/{id}/checkpoints", "POST /v1/agents/{id}/fork"}
+	"PUT /v1/agents/{id}/session", "POST /v1/agents/{id}/checkpoints", "POST /v1/agents/{id}/fork",
+	"GET /v1/agents/{id}/changes"}
 
 // TestTenants: a tenant's agents are invisible to another tenant on every
 // route; scopes bound what a token may do; revoked and expired tokens are
@@ -125,7 +126,7 @@ func testTenants(t *testing.T, exclusive bool) {
 	}
 	// Scopes: read-only cannot change anything.
 	for _, r := range []string{"POST /v1/agents", "DELETE /v1/agents/ag_a", "POST /v1/agents/ag_a/turns", "POST /v1/agents/ag_a/exec",
-		"POST /v1/agents/ag_a/checkpoints", "POST /v1/agents/ag_a/fork", "DELETE /v1/checkpoints/ck-00"} {
+		"POST /v1/agents/ag_a/checkpoints", "POST /v1/agents/ag_a/fork", "DELETE /v1/checkpoints/ck-00", "GET /v1/agents/ag_a/changes"} {
 		method, path, _ := strings.Cut(r, " ")
 		if code, e := call(t, ts, method, path, readOnly, `{"driver":"pi"}`); code != http.StatusForbidden || e.Kind != KindForbidden {
 			t.Errorf("read-only %s: %d %+v, want 403", r, code, e)

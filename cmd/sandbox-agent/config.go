@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -64,6 +65,9 @@ type settings struct {
 	// serveTenantCheckpointBytes caps the bytes of the checkpoints one
 	// tenant of serve keeps (0: no limit).
 	serveTenantCheckpointBytes int64
+	// serveRepoRoot: the folder under which a create request's repo.path
+	// may name a repository of the host ("": none may).
+	serveRepoRoot string
 	// checkpointRetention: gc removes the checkpoints older than this
 	// that no server owns.
 	checkpointRetention time.Duration
@@ -135,6 +139,14 @@ var settingsKeys = []configfile.Key[settings]{
 	}),
 	configfile.Int("serve_tenant_checkpoint_bytes", 0, func(s *settings, n int64) { s.serveTenantCheckpointBytes = n }),
 	configfile.Duration("checkpoint_retention", func(s *settings) *time.Duration { return &s.checkpointRetention }),
+	{Name: "serve_repo_root", Env: configfile.EnvName("serve_repo_root"), Apply: func(s *settings, raw string) error {
+		v := strings.TrimSpace(raw)
+		if v != "" && !filepath.IsAbs(v) {
+			return fmt.Errorf("want an absolute folder, got %q", raw)
+		}
+		s.serveRepoRoot = v
+		return nil
+	}},
 }
 
 // loadConfig reads the library's keys and the command line's from the

@@ -59,6 +59,29 @@ func TestLoadConfigCheckpointKeys(t *testing.T) {
 	}
 }
 
+func TestLoadConfigServeRepoRoot(t *testing.T) {
+	_, d, err := loadConfig("", func(string) string { return "" })
+	if err != nil || d.serveRepoRoot != "" {
+		t.Errorf("default: %q, %v", d.serveRepoRoot, err)
+	}
+	env := map[string]string{"SANDBOX_AGENT_SERVE_REPO_ROOT": "/srv/repos"}
+	_, s, err := loadConfig("", func(k string) string { return env[k] })
+	if err != nil || s.serveRepoRoot != "/srv/repos" {
+		t.Errorf("environment: %q, %v", s.serveRepoRoot, err)
+	}
+	dir, drop, err := serveRepoDir(memoryState)
+	if err != nil || !filepath.IsAbs(dir) {
+		t.Fatalf("serveRepoDir(:memory:) = %q, %v", dir, err)
+	}
+	drop()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the temporary repository folder stays: %v", err)
+	}
+	if dir, _, _ := serveRepoDir("/var/x/state.db"); dir != "/var/x/state.db.repos" {
+		t.Errorf("serveRepoDir(state file) = %q", dir)
+	}
+}
+
 func TestLoadConfigErrors(t *testing.T) {
 	for _, tt := range []struct{ body, key string }{
 		{`{"max_concurrent_starts": 0}`, "max_concurrent_starts"},
@@ -66,6 +89,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{`{"timeout_exec": "soon"}`, "timeout_exec"},
 		{`{"checkpoint_retention": "-1h"}`, "checkpoint_retention"},
 		{`{"serve_tenant_checkpoint_bytes": -1}`, "serve_tenant_checkpoint_bytes"},
+		{`{"serve_repo_root": "relative/repos"}`, "serve_repo_root"},
 	} {
 		file := filepath.Join(t.TempDir(), "config.json")
 		if err := os.WriteFile(file, []byte(tt.body), 0o600); err != nil {

@@ -170,6 +170,19 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	if ckRoot == "" {
 		ckRoot = sandboxagent.DefaultConfig().CheckpointRoot
 	}
+	// Repositories: create requests' paths under serve_repo_root, their
+	// uploaded bundles beside the state (a temporary folder without a
+	// state file).
+	repoDir, dropRepoDir, err := serveRepoDir(*statePath)
+	if err != nil {
+		return a.fail(fmt.Errorf("serve: %w", err))
+	}
+	defer dropRepoDir()
+	if root := a.cli.serveRepoRoot; root != "" {
+		if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
+			return a.fail(fmt.Errorf("%w: serve_repo_root %s: not a folder", sandboxagent.ErrInvalidArgument, root))
+		}
+	}
 	var srv *server.Server
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandbox_agent_agents",
 		Help: "Agents this server drives (one sandbox each).", ConstLabels: prometheus.Labels{"engine": a.engineName()}},
@@ -181,6 +194,7 @@ func runServe(ctx context.Context, a *app, args []string) int {
 		TenantMaxAgents: a.cli.serveTenantMaxAgents, TenantMaxTurns: a.cli.serveTenantMaxTurns, LeaseTTL: a.cli.serveLeaseTTL,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), Tracer: tracer,
 		Checkpoints: ckEngine, CheckpointRoot: ckRoot, TenantCheckpointBytes: a.cli.serveTenantCheckpointBytes,
+		RepoRoot: a.cli.serveRepoRoot, RepoDir: repoDir,
 	})
 	if err != nil {
 		return a.fail(err)
@@ -285,6 +299,23 @@ func runServe(ctx context.Context, a *app, args []string) int {
 		return a.fail(fmt.Errorf("serve: %w", closeErr))
 	}
 	return exitOK
+}
+
+// serveRepoDir is the folder of the bare repositories made of uploaded
+// bundles: STATE.repos beside a SQLite state file (its agents outlive
+// the process), else a temporary folder, removed by drop.
+func serveRepoDir(statePath string) (dir string, drop func(), err error) {
+	if statePath == "" {
+		statePath = defaultStatePath()
+	}
+	if statePath != memoryState && !isPostgres(statePath) {
+		return statePath + ".repos", func() {}, nil
+	}
+	dir, err = os.MkdirTemp("", "sandbox-agent-repos-")
+	if err != nil {
+		return "", nil, fmt.Errorf("repository folder: %w", err)
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
 }
 
 func defaultTokenFile() string {

@@ -15,6 +15,7 @@ the token is ``token``, else ``$SANDBOX_AGENT_TOKEN``, else the contents of
 ``token_file`` (default ~/.config/sandbox-agent/serve-token).
 """
 
+import base64
 import io
 import json
 import os
@@ -136,7 +137,12 @@ class SandboxAgent:
     ``fake_model_script`` is the fake model's script as a dict (or the path
     of a JSON file holding it): the agent then needs no model key.
     ``checkpoint`` is the id of a checkpoint to start on (its files and
-    session; the driver must be the checkpoint's).
+    session; the driver must be the checkpoint's). ``repo`` puts a git
+    repository in the sandbox's working directory, a dict of the API's fields:
+    ``{"path": DIR}`` (a repository on the server's host, under its
+    ``serve_repo_root``) or ``{"bundle": BYTES}`` (a git bundle, as bytes or
+    already base64), and optionally ``depth``, ``worktree``, ``branch``,
+    ``author_name``, ``author_email``; ``changes()`` brings the agent's work home.
     """
 
     def __init__(self, driver: str = "codex", model: Optional[str] = None, *,
@@ -144,7 +150,8 @@ class SandboxAgent:
                  image: Optional[str] = None, fake_model_script: Any = None, egress: Optional[str] = None,
                  allow_hosts: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None,
                  keepalive: Optional[float] = None, memory: Optional[str] = None, pids: Optional[int] = None,
-                 timeout: Optional[float] = None, checkpoint: Optional[str] = None):
+                 timeout: Optional[float] = None, checkpoint: Optional[str] = None,
+                 repo: Optional[Dict[str, Any]] = None):
         self._connect(url, token, token_file)
         self.timeout = timeout
         if isinstance(fake_model_script, (str, os.PathLike)):
@@ -153,6 +160,11 @@ class SandboxAgent:
         body = {"driver": driver, "model": model, "image": image, "fake_model_script": fake_model_script,
                 "egress": egress, "allow_hosts": allow_hosts, "env": env, "keepalive": keepalive,
                 "memory": memory, "pids": pids, "checkpoint": checkpoint}
+        if repo is not None:
+            repo = dict(repo)
+            if isinstance(repo.get("bundle"), (bytes, bytearray)):
+                repo["bundle"] = base64.b64encode(repo["bundle"]).decode("ascii")
+            body["repo"] = repo
         self.info = self._json("POST", "/v1/agents", {k: v for k, v in body.items() if v is not None})
         self.id = self.info["id"]  # type: Optional[str]
 
@@ -317,6 +329,24 @@ class SandboxAgent:
         if not sid:
             raise SandboxAgentError("no session to fork yet", kind="invalid_argument")
         return self._json("POST", self._path("sessions", sid, "fork"))["session_id"]
+
+    # --- the repository ---
+
+    def changes(self, format: Optional[str] = None) -> Any:
+        """Bring home what the agent did in its repository (an agent created with ``repo``).
+
+        Its commits since the last call and, as one last commit, what it left
+        uncommitted, become the branch ``sandbox-agent/<name>`` (or ``repo["branch"]``)
+        of the repository. Answers the sync (branch, tip, base, commits, uncommitted,
+        rewritten, unchanged, ...); with ``format="bundle"`` the branch since the
+        repository went in as a git bundle (bytes: ``git fetch FILE BRANCH``).
+        409 (kind "conflict") for an agent without a repository.
+        """
+        if format is None or format == "json":
+            return self._json("GET", self._path("changes"), timeout=None)
+        with self._request("GET", self._path("changes", format=format), accept="application/x-git-bundle",
+                           timeout=None) as r:
+            return r.read()
 
     # --- checkpoints ---
 

@@ -13,6 +13,8 @@ import http.server
 import io
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -160,6 +162,21 @@ class OfflineClientTest(unittest.TestCase):
         with self.assertRaises(sa.NotFoundError):
             a.get_checkpoint("ck-02")
 
+    def test_repo_and_changes(self):
+        ch = {"branch": "sandbox-agent/x", "tip": "b", "base": "a", "commits": ["b"], "uncommitted": True}
+        _Canned.routes = {
+            "POST /v1/agents": (201, {}, b'{"id": "a1"}'),
+            "GET /v1/agents/a1/changes": (200, {}, json.dumps(ch).encode()),
+        }
+        a = sa.SandboxAgent("pi", url=self.url, token="canned-token", repo={"bundle": b"# v2 git bundle\n"})
+        self.assertEqual((a.id, a.changes()), ("a1", ch))
+        _Canned.routes["GET /v1/agents/a1/changes"] = (200, {"Content-Type": "application/x-git-bundle"}, b"BUNDLE")
+        self.assertEqual(a.changes(format="bundle"), b"BUNDLE")
+        _Canned.routes["GET /v1/agents/a1/changes"] = (409, {}, b'{"error": "no repository", "kind": "conflict"}')
+        with self.assertRaises(sa.SandboxAgentError) as cm:
+            a.changes()
+        self.assertEqual((cm.exception.status, cm.exception.kind), (409, "conflict"))
+
     def test_download_refuses_unsafe_entries(self):
         def tar(*entries):
             buf = io.BytesIO()
@@ -288,6 +305,44 @@ class ServerTest(unittest.TestCase):
             self.agent.delete_checkpoint(c["id"])
         with self.assertRaises(sa.NotFoundError):
             self.agent.get_checkpoint(ck["id"])
+
+    @unittest.skipUnless(shutil.which("git"), "git is not installed")
+    def test_6z_repo(self):
+        def git(*args, cwd):
+            env = dict(os.environ, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_AUTHOR_NAME="u",
+                       GIT_AUTHOR_EMAIL="u@example.com", GIT_COMMITTER_NAME="u", GIT_COMMITTER_EMAIL="u@example.com")
+            return subprocess.run(["git"] + list(args), cwd=cwd, env=env, check=True,
+                                  capture_output=True, text=True).stdout.strip()
+        with self.assertRaises(sa.SandboxAgentError) as cm:
+            self.agent.changes()
+        self.assertEqual((cm.exception.status, cm.exception.kind), (409, "conflict"))
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "src")
+            os.makedirs(src)
+            git("init", "-q", "-b", "main", cwd=src)
+            with open(os.path.join(src, "README"), "w") as f:
+                f.write("hello\n")
+            git("add", "README", cwd=src)
+            git("commit", "-qm", "first", cwd=src)
+            git("bundle", "create", "-q", os.path.join(d, "src.bundle"), "main", cwd=src)
+            with open(os.path.join(d, "src.bundle"), "rb") as f:
+                bundle = f.read()
+            script = {"responses": [
+                {"tool": "shell", "command": "echo x > f && git add f && git commit -qm agent && echo y > g"},
+                {"text": "DONE"}]}
+            with sa.SandboxAgent(DRIVER, url=URL, token=TOKEN, timeout=TURN_TIMEOUT, fake_model_script=script,
+                                 repo={"bundle": bundle, "branch": "py-work"}) as agent:
+                self.assertEqual(agent.ask("Commit something, then answer DONE."), "DONE")
+                ch = agent.changes()
+                self.assertEqual((ch["branch"], len(ch["commits"]), ch["uncommitted"]), ("py-work", 2, True), ch)
+                self.assertEqual(ch["base"], git("rev-parse", "HEAD", cwd=src))
+                data = agent.changes(format="bundle")
+            with open(os.path.join(d, "changes.bundle"), "wb") as f:
+                f.write(data)
+            git("bundle", "verify", "-q", os.path.join(d, "changes.bundle"), cwd=src)
+            git("fetch", "-q", os.path.join(d, "changes.bundle"), "py-work:py-work", cwd=src)
+            self.assertEqual(git("rev-parse", "py-work", cwd=src), ch["tip"])
+            self.assertEqual(git("ls-tree", "--name-only", "py-work", cwd=src).split(), ["README", "f", "g"])
 
     def test_7_errors(self):
         with self.assertRaises(sa.UnauthorizedError) as cm:
