@@ -65,7 +65,8 @@ func TestIntegrationRepo(t *testing.T) {
 	for _, tc := range []struct {
 		driver   string
 		worktree bool
-	}{{"pi", true}, {"claude", false}} {
+		adopt    bool // the second turn and later on an agent adopted from the first's state
+	}{{"pi", true, true}, {"claude", false, false}} {
 		t.Run(tc.driver, func(t *testing.T) {
 			srv := drivertest.FakeModel(t, fakemodel.Script{Responses: []fakemodel.Step{
 				{Tool: fakemodel.ToolShell, Command: "echo one > agent1.txt && git add agent1.txt && git commit -qm 'agent one' && echo wip > wip.txt"},
@@ -130,6 +131,27 @@ func TestIntegrationRepo(t *testing.T) {
 				t.Fatalf("worktree %v: readme.txt on the branch is %q", tc.worktree, readme)
 			}
 
+			if tc.adopt {
+				st := a.State()
+				if st.Repo == nil || st.Repo.LastTip != ch.Tip {
+					t.Fatalf("the agent's state carries the repository %+v; want its last tip %s", st.Repo, ch.Tip)
+				}
+				if err := a.Detach(); err != nil {
+					t.Fatal(err)
+				}
+				cfg := testenv.Config()
+				cfg.AuditRoot = drivertest.AuditRoot(t)
+				cfg.Timeouts.Ask = 4 * time.Minute
+				b, err := sandboxagent.Adopt(ctx, rt, adoptDriver(tc.driver, srv.URL()), st, sandboxagent.WithConfig(cfg))
+				if err != nil {
+					t.Fatalf("Adopt: %v", err)
+				}
+				t.Cleanup(func() { b.Close() })
+				if b.Repo() == nil {
+					t.Fatal("the adopted agent has no repository")
+				}
+				a = b
+			}
 			ch = turn(2)
 			if ch.Branch != branch || ch.Uncommitted || ch.Rewritten || len(ch.Commits) != 1 {
 				t.Fatalf("second sync (one new commit): %+v", ch)
