@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
+	"github.com/sandbox-agent/sandbox-agent/internal/gittest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 	"github.com/sandbox-agent/sandbox-agent/repo"
 )
@@ -31,9 +31,7 @@ import (
 //
 //	go test -tags integration -run '^$' -bench BenchmarkRepoSync -benchtime 3x -count 1 .
 func BenchmarkRepoSync(b *testing.B) {
-	if _, err := exec.LookPath("git"); err != nil {
-		b.Skip("git not installed on the host")
-	}
+	gittest.Need(b)
 	rt := testenv.Runtime(b)
 	ctx := context.Background()
 	cfg := testenv.Config()
@@ -125,16 +123,7 @@ git -c core.hooksPath=/dev/null commit -q -m "agent: half of the changes"`
 // gc on the way: it would race the last one).
 func benchRepo(b *testing.B, dir string) string {
 	b.Helper()
-	run := func(args ...string) {
-		c := exec.Command("git", append([]string{"-c", "gc.auto=0"}, args...)...)
-		c.Dir = dir
-		c.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
-			"GIT_AUTHOR_NAME=bench", "GIT_AUTHOR_EMAIL=bench@example.invalid",
-			"GIT_COMMITTER_NAME=bench", "GIT_COMMITTER_EMAIL=bench@example.invalid")
-		if out, err := c.CombinedOutput(); err != nil {
-			b.Fatalf("git %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
+	run := func(args ...string) { gittest.Run(b, dir, args...) }
 	write := func(d, f int, rev int) {
 		p := filepath.Join(dir, fmt.Sprintf("d%03d", d), fmt.Sprintf("f%03d.txt", f))
 		text := fmt.Sprintf("folder %d, file %d, revision %d\n%s", d, f, rev, strings.Repeat("some text of the file\n", 10))

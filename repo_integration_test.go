@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -15,36 +14,22 @@ import (
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/driver/drivertest"
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
+	"github.com/sandbox-agent/sandbox-agent/internal/gittest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 	"github.com/sandbox-agent/sandbox-agent/repo"
 )
-
-// hostGit runs git in the host repository dir (a test's own identity, no
-// user config) and returns its trimmed output.
-func hostGit(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	c := exec.Command("git", args...)
-	c.Dir = dir
-	c.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
-		"GIT_AUTHOR_NAME=user", "GIT_AUTHOR_EMAIL=user@example.com", "GIT_COMMITTER_NAME=user", "GIT_COMMITTER_EMAIL=user@example.com")
-	out, err := c.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
 
 // userRepo is a host repository with history and the user's uncommitted
 // work (a modified file, an untracked one) that no sync may touch.
 func userRepo(t *testing.T) string {
 	dir := t.TempDir()
-	hostGit(t, dir, "init", "-q", "-b", "main")
+	gittest.Run(t, dir, "init", "-q", "-b", "main")
 	for i, s := range []string{"one", "two"} {
 		if err := os.WriteFile(dir+"/readme.txt", []byte(strings.Repeat(s+"\n", i+1)), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		hostGit(t, dir, "add", "-A")
-		hostGit(t, dir, "commit", "-qm", s)
+		gittest.Run(t, dir, "add", "-A")
+		gittest.Run(t, dir, "commit", "-qm", s)
 	}
 	if err := os.WriteFile(dir+"/readme.txt", []byte("the user's unsaved edit\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -61,6 +46,7 @@ func userRepo(t *testing.T) string {
 // only what is new as the branch; the amend is reported and the previous
 // tip kept; the host's HEAD, index and work tree never change.
 func TestIntegrationRepo(t *testing.T) {
+	gittest.Need(t)
 	rt := testenv.Runtime(t)
 	for _, tc := range []struct {
 		driver   string
@@ -77,18 +63,18 @@ func TestIntegrationRepo(t *testing.T) {
 				{Text: "DONE"},
 			}})
 			host := userRepo(t)
-			head, status := hostGit(t, host, "rev-parse", "HEAD"), hostGit(t, host, "status", "--porcelain")
-			refsBefore := hostGit(t, host, "for-each-ref", "--format=%(refname)")
+			head, status := gittest.Run(t, host, "rev-parse", "HEAD"), gittest.Run(t, host, "status", "--porcelain")
+			refsBefore := gittest.Run(t, host, "for-each-ref", "--format=%(refname)")
 			a := drivertest.StartAgent(t, rt, adoptDriver(tc.driver, srv.URL()), drivertest.AuditRoot(t),
 				sandboxagent.WithRepo(host, repo.Options{Worktree: tc.worktree, AuthorName: "Agent", AuthorEmail: "agent@example.com"}))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			untouched := func(when string) {
 				t.Helper()
-				if h, s := hostGit(t, host, "rev-parse", "HEAD"), hostGit(t, host, "status", "--porcelain"); h != head || s != status {
+				if h, s := gittest.Run(t, host, "rev-parse", "HEAD"), gittest.Run(t, host, "status", "--porcelain"); h != head || s != status {
 					t.Fatalf("%s: the host's HEAD or work tree changed: %s %q (was %s %q)", when, h, s, head, status)
 				}
-				hostGit(t, host, "fsck", "--strict", "--no-dangling")
+				gittest.Run(t, host, "fsck", "--strict", "--no-dangling")
 			}
 			turn := func(n int) repo.Changes {
 				t.Helper()
@@ -114,19 +100,19 @@ func TestIntegrationRepo(t *testing.T) {
 				want = append(want, "sandbox-agent: uncommitted work from the host")
 			}
 			want = append(want, "two", "one")
-			if got := hostGit(t, host, "log", "--format=%s", branch); got != strings.Join(want, "\n") {
+			if got := gittest.Run(t, host, "log", "--format=%s", branch); got != strings.Join(want, "\n") {
 				t.Fatalf("the branch's log:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
 			}
 			if len(ch.Commits) != len(want)-2 {
 				t.Fatalf("first sync: %d new commits, want %d", len(ch.Commits), len(want)-2)
 			}
-			if got := hostGit(t, host, "show", branch+":wip.txt"); got != "wip" {
+			if got := gittest.Run(t, host, "show", branch+":wip.txt"); got != "wip" {
 				t.Fatalf("the uncommitted file on the branch: %q", got)
 			}
-			if got := hostGit(t, host, "log", "-1", "--format=%an <%ae>", branch+"~1"); got != "Agent <agent@example.com>" {
+			if got := gittest.Run(t, host, "log", "-1", "--format=%an <%ae>", branch+"~1"); got != "Agent <agent@example.com>" {
 				t.Fatalf("the agent's commit is by %q", got)
 			}
-			readme := hostGit(t, host, "show", branch+":readme.txt")
+			readme := gittest.Run(t, host, "show", branch+":readme.txt")
 			if tc.worktree != (readme == "the user's unsaved edit") {
 				t.Fatalf("worktree %v: readme.txt on the branch is %q", tc.worktree, readme)
 			}
@@ -156,7 +142,7 @@ func TestIntegrationRepo(t *testing.T) {
 			if ch.Branch != branch || ch.Uncommitted || ch.Rewritten || len(ch.Commits) != 1 {
 				t.Fatalf("second sync (one new commit): %+v", ch)
 			}
-			if got := hostGit(t, host, "log", "-1", "--format=%s", branch); got != "agent two" {
+			if got := gittest.Run(t, host, "log", "-1", "--format=%s", branch); got != "agent two" {
 				t.Fatalf("the branch's tip after the second sync: %q", got)
 			}
 			tip2 := ch.Tip
@@ -165,10 +151,10 @@ func TestIntegrationRepo(t *testing.T) {
 			if !ch.Rewritten || ch.Previous != branch+"-previous-1" || len(ch.Commits) != 1 {
 				t.Fatalf("third sync (an amend): %+v", ch)
 			}
-			if got := hostGit(t, host, "rev-parse", ch.Previous); got != tip2 {
+			if got := gittest.Run(t, host, "rev-parse", ch.Previous); got != tip2 {
 				t.Fatalf("the previous tip kept as %s is %s, want %s", ch.Previous, got, tip2)
 			}
-			refs := hostGit(t, host, "for-each-ref", "--format=%(refname)")
+			refs := gittest.Run(t, host, "for-each-ref", "--format=%(refname)")
 			if want := refsBefore + "\nrefs/heads/" + branch + "\nrefs/heads/" + ch.Previous; refs != want {
 				t.Fatalf("the host's refs:\n%s\nwant:\n%s", refs, want)
 			}

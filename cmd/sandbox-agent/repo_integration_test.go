@@ -5,26 +5,13 @@ package main
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/sandbox-agent/sandbox-agent/internal/gittest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
-
-func gitIn(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	c := exec.Command("git", args...)
-	c.Dir = dir
-	c.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
-		"GIT_AUTHOR_NAME=user", "GIT_AUTHOR_EMAIL=user@example.com", "GIT_COMMITTER_NAME=user", "GIT_COMMITTER_EMAIL=user@example.com")
-	out, err := c.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
 
 // TestIntegrationCLIRepo: ask --repo through the command users run, in
 // the three modes: the result line names the branch (or the output), the
@@ -36,21 +23,22 @@ func TestIntegrationCLIRepo(t *testing.T) {
 
 // checkCLIRepo is TestIntegrationCLIRepo with env (the engine's).
 func checkCLIRepo(t *testing.T, env map[string]string) {
+	gittest.Need(t)
 	dir := t.TempDir()
 	host := filepath.Join(dir, "host")
 	if err := os.MkdirAll(host, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	gitIn(t, host, "init", "-q", "-b", "main")
+	gittest.Run(t, host, "init", "-q", "-b", "main")
 	if err := os.WriteFile(filepath.Join(host, "a.txt"), []byte("a\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	gitIn(t, host, "add", "-A")
-	gitIn(t, host, "commit", "-qm", "base")
+	gittest.Run(t, host, "add", "-A")
+	gittest.Run(t, host, "commit", "-qm", "base")
 	if err := os.WriteFile(filepath.Join(host, "a.txt"), []byte("the user's edit\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	head, status := gitIn(t, host, "rev-parse", "HEAD"), gitIn(t, host, "status", "--porcelain")
+	head, status := gittest.Run(t, host, "rev-parse", "HEAD"), gittest.Run(t, host, "status", "--porcelain")
 	script := filepath.Join(dir, "script.json")
 	s, _ := json.Marshal(map[string]any{"responses": []map[string]string{
 		{"tool": "shell", "command": "echo agent > b.txt && git add b.txt && git commit -qm 'agent: b' && echo left > c.txt"},
@@ -73,7 +61,7 @@ func checkCLIRepo(t *testing.T, env map[string]string) {
 		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil || r.Kind != "result" || r.Changes == nil {
 			t.Fatalf("last line %q: not a result line with changes (%v)", lines[len(lines)-1], err)
 		}
-		if gitIn(t, host, "rev-parse", "HEAD") != head || gitIn(t, host, "status", "--porcelain") != status {
+		if gittest.Run(t, host, "rev-parse", "HEAD") != head || gittest.Run(t, host, "status", "--porcelain") != status {
 			t.Fatalf("ask %v changed the host's HEAD or work tree", extra)
 		}
 		return r
@@ -83,10 +71,10 @@ func checkCLIRepo(t *testing.T, env map[string]string) {
 	if r.Branch != "feature/agent" || len(r.Changes.Commits) != 2 || !r.Changes.Uncommitted {
 		t.Fatalf("branch mode: %+v %+v", r, r.Changes)
 	}
-	if got := gitIn(t, host, "log", "--format=%s|%an", "main..feature/agent"); got != "sandbox-agent: uncommitted work|Bot\nagent: b|Bot" {
+	if got := gittest.Run(t, host, "log", "--format=%s|%an", "main..feature/agent"); got != "sandbox-agent: uncommitted work|Bot\nagent: b|Bot" {
 		t.Fatalf("the branch's new commits:\n%s", got)
 	}
-	gitIn(t, host, "fsck", "--strict", "--no-dangling")
+	gittest.Run(t, host, "fsck", "--strict", "--no-dangling")
 
 	patches := filepath.Join(dir, "patches")
 	r = ask("--changes", "patch", "--changes-out", patches)
@@ -99,8 +87,8 @@ func checkCLIRepo(t *testing.T, env map[string]string) {
 	}
 	// The series applies to the base.
 	clone := filepath.Join(dir, "clone")
-	gitIn(t, dir, "clone", "-q", host, clone)
-	gitIn(t, clone, "am", "-q", filepath.Join(patches, ents[0].Name()), filepath.Join(patches, ents[1].Name()))
+	gittest.Run(t, dir, "clone", "-q", host, clone)
+	gittest.Run(t, clone, "am", "-q", filepath.Join(patches, ents[0].Name()), filepath.Join(patches, ents[1].Name()))
 	if b, err := os.ReadFile(filepath.Join(clone, "c.txt")); err != nil || string(b) != "left\n" {
 		t.Fatalf("c.txt after git am: %q %v", b, err)
 	}
@@ -110,8 +98,8 @@ func checkCLIRepo(t *testing.T, env map[string]string) {
 	if r.Changes.Output != bundle {
 		t.Fatalf("bundle mode: %+v", r.Changes)
 	}
-	gitIn(t, host, "bundle", "verify", "-q", bundle)
-	if refs := gitIn(t, host, "for-each-ref", "--format=%(refname)"); refs != "refs/heads/feature/agent\nrefs/heads/main" {
+	gittest.Run(t, host, "bundle", "verify", "-q", bundle)
+	if refs := gittest.Run(t, host, "for-each-ref", "--format=%(refname)"); refs != "refs/heads/feature/agent\nrefs/heads/main" {
 		t.Fatalf("the host's refs after the patch and bundle modes:\n%s", refs)
 	}
 }

@@ -13,11 +13,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/sandbox-agent/sandbox-agent/internal/gittest"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
@@ -29,38 +29,22 @@ type repoChangesOf struct {
 	Unchanged         bool
 }
 
-// serveGit runs git in dir and returns its trimmed output.
-func serveGit(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
-		"GIT_AUTHOR_NAME=u", "GIT_AUTHOR_EMAIL=u@example.com", "GIT_COMMITTER_NAME=u", "GIT_COMMITTER_EMAIL=u@example.com")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v in %s: %v: %s", args, dir, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
 func TestIntegrationServeRepo(t *testing.T) {
 	testenv.Engine(t)
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("no git on the host")
-	}
+	gittest.Need(t)
 	base := t.TempDir()
 	root := filepath.Join(base, "repos")
 	host := filepath.Join(root, "proj")
 	if err := os.MkdirAll(host, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	serveGit(t, host, "init", "-q", "-b", "main")
+	gittest.Run(t, host, "init", "-q", "-b", "main")
 	if err := os.WriteFile(filepath.Join(host, "README"), []byte("hello\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	serveGit(t, host, "add", "README")
-	serveGit(t, host, "commit", "-qm", "first")
-	head := serveGit(t, host, "rev-parse", "HEAD")
+	gittest.Run(t, host, "add", "README")
+	gittest.Run(t, host, "commit", "-qm", "first")
+	head := gittest.Run(t, host, "rev-parse", "HEAD")
 
 	r := startServeWith(t, map[string]string{"SANDBOX_AGENT_SERVE_REPO_ROOT": root})
 	// Each agent's own fake model: one commit, then a file left
@@ -101,19 +85,19 @@ func TestIntegrationServeRepo(t *testing.T) {
 		if !strings.HasPrefix(ch.Branch, "sandbox-agent/") || len(ch.Commits) != 2 || !ch.Uncommitted || ch.Base != head {
 			t.Fatalf("changes %+v", ch)
 		}
-		if tip := serveGit(t, host, "rev-parse", "refs/heads/"+ch.Branch); tip != ch.Tip {
+		if tip := gittest.Run(t, host, "rev-parse", "refs/heads/"+ch.Branch); tip != ch.Tip {
 			t.Errorf("branch %s is at %s, want %s", ch.Branch, tip, ch.Tip)
 		}
-		if n := serveGit(t, host, "rev-list", "--count", head+".."+ch.Branch); n != "2" {
+		if n := gittest.Run(t, host, "rev-list", "--count", head+".."+ch.Branch); n != "2" {
 			t.Errorf("%s commits on the branch past HEAD, want 2", n)
 		}
-		if files := serveGit(t, host, "ls-tree", "--name-only", ch.Branch); files != "README\nf\ng" {
+		if files := gittest.Run(t, host, "ls-tree", "--name-only", ch.Branch); files != "README\nf\ng" {
 			t.Errorf("the branch's files: %q", files)
 		}
-		if got := serveGit(t, host, "rev-parse", "HEAD"); got != head {
+		if got := gittest.Run(t, host, "rev-parse", "HEAD"); got != head {
 			t.Errorf("host HEAD moved: %s, was %s", got, head)
 		}
-		if st := serveGit(t, host, "status", "--porcelain"); st != "" {
+		if st := gittest.Run(t, host, "status", "--porcelain"); st != "" {
 			t.Errorf("host work tree changed: %q", st)
 		}
 		if ch := changes(id); !ch.Unchanged {
@@ -123,7 +107,7 @@ func TestIntegrationServeRepo(t *testing.T) {
 
 	t.Run("bundle", func(t *testing.T) {
 		bundle := filepath.Join(base, "proj.bundle")
-		serveGit(t, host, "bundle", "create", "-q", bundle, "main")
+		gittest.Run(t, host, "bundle", "create", "-q", bundle, "main")
 		data, err := os.ReadFile(bundle)
 		if err != nil {
 			t.Fatal(err)
@@ -144,13 +128,13 @@ func TestIntegrationServeRepo(t *testing.T) {
 		}
 		// The bundle applies to a clone of the repository sent.
 		clone := filepath.Join(base, "clone")
-		serveGit(t, base, "clone", "-q", host, clone)
-		serveGit(t, clone, "bundle", "verify", "-q", got)
-		serveGit(t, clone, "fetch", "-q", got, "agent-work:agent-work")
-		if n := serveGit(t, clone, "rev-list", "--count", "main..agent-work"); n != "2" {
+		gittest.Run(t, base, "clone", "-q", host, clone)
+		gittest.Run(t, clone, "bundle", "verify", "-q", got)
+		gittest.Run(t, clone, "fetch", "-q", got, "agent-work:agent-work")
+		if n := gittest.Run(t, clone, "rev-list", "--count", "main..agent-work"); n != "2" {
 			t.Errorf("%s commits in the bundle past main, want 2", n)
 		}
-		if tip := serveGit(t, clone, "rev-parse", "agent-work"); tip != resp.Header.Get("X-Sandbox-Agent-Tip") {
+		if tip := gittest.Run(t, clone, "rev-parse", "agent-work"); tip != resp.Header.Get("X-Sandbox-Agent-Tip") {
 			t.Errorf("the bundle's branch is at %s, the header says %s", tip, resp.Header.Get("X-Sandbox-Agent-Tip"))
 		}
 		// Deleting the agent removes its bare repository.
