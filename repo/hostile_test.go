@@ -328,7 +328,7 @@ func checkDirect(t *testing.T, h *hostile, script string, lim Limits) error {
 	if len(oids) == 0 {
 		t.Fatal("no object crafted")
 	}
-	return q.check(ctx, oids, lim.withDefaults())
+	return check(ctx, q.git, q.hexLen, oids, lim.withDefaults())
 }
 
 // nest is a script for a tree holding dirs.../post-checkout, a hook.
@@ -612,4 +612,41 @@ func TestHostileSandboxConfig(t *testing.T) {
 			sh(t, h.host, "git fsck --strict --no-dangling --no-progress")
 		})
 	}
+}
+
+// A refused bundle's objects are gone with it: a later bundle that names
+// them without carrying them (only a commit on a tree the first one
+// brought) is refused, not taken unjudged.
+func TestHostileRefusedObjectsNotReused(t *testing.T) {
+	h := newHostile(t, Limits{})
+	tree := shEnv(t, h.scratch, nil, craftLib+"l=$(blob /etc/passwd)\ntree \"120000 blob $l\tl\"\n")
+	c1 := sh(t, h.scratch, "git commit-tree -p "+h.base+" -m one "+tree)
+	h.refused(t, crafted{answer(c1, h.bundle(t, map[string]string{outRef: c1}))}, ErrUnsafe, "absolute path")
+
+	// A pack of the second commit alone, in a bundle made by hand.
+	c2 := sh(t, h.scratch, "git commit-tree -p "+h.base+" -m two "+tree)
+	pack := filepath.Join(t.TempDir(), "p.pack")
+	sh(t, h.scratch, "echo "+c2+" | git pack-objects -q --stdout > '"+pack+"'")
+	p, err := os.ReadFile(pack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := append([]byte("# v2 git bundle\n-"+h.base+" base\n"+c2+" "+outRef+"\n\n"), p...)
+	h.refused(t, crafted{answer(c2, b)}, ErrUnsafe, "does not hold everything|did not receive expected object")
+}
+
+// A delta that makes an object past the blob cap is refused before git
+// resolves it (a pack of a few kilobytes can ask for gigabytes).
+func TestHostileDeltaBomb(t *testing.T) {
+	h := newHostile(t, Limits{MaxBlobBytes: 1 << 20})
+	// Two blobs: 512 KiB of zeros, and 4 MiB of them, which git packs as
+	// a small delta on the first.
+	c := h.commit(t, `a=$(head -c 524288 /dev/zero | git hash-object -w --stdin)
+b=$(head -c 4194304 /dev/zero | git hash-object -w --stdin)
+tree "100644 blob $a	a" "100644 blob $b	b"`)
+	bundle := h.bundle(t, map[string]string{outRef: c})
+	if len(bundle) > 64<<10 {
+		t.Fatalf("the bundle is %d bytes: no delta bomb", len(bundle))
+	}
+	h.refused(t, crafted{answer(c, bundle)}, ErrLimitExceeded, "over the cap")
 }

@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -82,11 +83,6 @@ func (q *quarantine) take(ctx context.Context, path string, lim Limits) (string,
 			return "", unsafe(p, "the bundle builds on a commit the host does not have")
 		}
 	}
-	// The pack goes to git index-pack directly, not through git fetch:
-	// fetch from a bundle runs no fsck before git 2.46 (whatever
-	// fetch.fsckObjects says). --strict is fsck with every warning an
-	// error (.git, .., modes, .gitmodules); --fix-thin completes deltas on the host's objects;
-	// --max-input-size stops a pack past the byte cap as it is read.
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
@@ -95,12 +91,41 @@ func (q *quarantine) take(ctx context.Context, path string, lim Limits) (string,
 	if _, err := f.Seek(h.pack, io.SeekStart); err != nil {
 		return "", err
 	}
-	out, err := q.git.run(ctx, f, "index-pack", "--stdin", "--fix-thin", "--strict",
+	if err := scanPack(f, q.hexLen/2, lim); err != nil {
+		return "", err
+	}
+	if _, err := f.Seek(h.pack, io.SeekStart); err != nil {
+		return "", err
+	}
+	// The import's objects go to a folder of their own (git's own
+	// quarantine for pushes works so): a refused import's objects are
+	// removed with it, never seen by a later one. The quarantine's
+	// objects (and through them the host's) are its alternates.
+	in, err := os.MkdirTemp(q.dir, "incoming-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(in)
+	if err := os.Mkdir(filepath.Join(in, "pack"), 0o700); err != nil {
+		return "", err
+	}
+	objects := filepath.Join(q.dir, "objects")
+	gi := git{dir: q.dir, extra: []string{"GIT_OBJECT_DIRECTORY=" + in, "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + objects}}
+	// The pack goes to git index-pack directly, not through git fetch:
+	// fetch from a bundle runs no fsck before git 2.46 (whatever
+	// fetch.fsckObjects says). --strict is fsck with every warning an
+	// error (.git, .., modes, .gitmodules); --fix-thin completes deltas
+	// on the host's objects; one thread bounds its memory (each object
+	// at most MaxBlobBytes, scanPack saw to it).
+	out, err := gi.run(ctx, f, "index-pack", "--stdin", "--fix-thin", "--strict", "--threads=1",
 		fmt.Sprintf("--max-input-size=%d", lim.MaxBytes))
 	var ee *exec.ExitError
-	if errors.As(err, &ee) {
+	switch {
+	case ctx.Err() != nil:
+		return "", fmt.Errorf("read the changes: %w", ctx.Err())
+	case errors.As(err, &ee):
 		return "", &UnsafeError{Reason: "git's fsck refused the bundle: " + clip(fsckLine(err.Error()))}
-	} else if err != nil {
+	case err != nil:
 		return "", err
 	}
 	kind, hash, _ := strings.Cut(strings.TrimSpace(out), "\t")
@@ -108,18 +133,19 @@ func (q *quarantine) take(ctx context.Context, path string, lim Limits) (string,
 		return "", fmt.Errorf("git index-pack printed %q", clip(out))
 	}
 	tip := h.refs[outRef]
-	if typ, err := q.git.out(ctx, "cat-file", "-t", tip); err != nil || typ != "commit" {
+	if typ, err := gi.out(ctx, "cat-file", "-t", tip); err != nil || typ != "commit" {
 		return "", unsafe(tip, "the bundle's ref is not a commit")
 	}
 	// Every object the tip reaches is there (its own or the host's).
-	if _, err := q.git.out(ctx, append([]string{"rev-list", "--objects", "--quiet", tip, "--not"}, h.prereqs...)...); err != nil {
+	if _, err := gi.out(ctx, append([]string{"rev-list", "--objects", "--quiet", tip, "--not"}, h.prereqs...)...); err != nil {
 		return "", unsafe(tip, "the bundle does not hold everything its commits reach")
 	}
-	idx, err := os.Open(filepath.Join(q.dir, "objects", "pack", "pack-"+hash+".idx"))
+	pack := filepath.Join(in, "pack", "pack-"+hash)
+	idx, err := os.Open(pack + ".idx")
 	if err != nil {
 		return "", err
 	}
-	list, err := q.git.run(ctx, idx, "show-index")
+	list, err := gi.run(ctx, idx, "show-index")
 	idx.Close()
 	if err != nil {
 		return "", err
@@ -139,8 +165,16 @@ func (q *quarantine) take(ctx context.Context, path string, lim Limits) (string,
 	if int64(len(oids)) > lim.MaxObjects {
 		return "", fmt.Errorf("%w: the changes hold %d objects, over the cap of %d", ErrLimitExceeded, len(oids), lim.MaxObjects)
 	}
-	if err := q.check(ctx, oids, lim); err != nil {
+	if err := check(ctx, gi, q.hexLen, oids, lim); err != nil {
 		return "", err
+	}
+	// Accepted: the pack joins the quarantine's objects (its index
+	// last: git looks for packs by their index).
+	dst := filepath.Join(objects, "pack", "pack-"+hash)
+	for _, ext := range []string{".pack", ".rev", ".idx"} {
+		if err := os.Rename(pack+ext, dst+ext); err != nil && !(ext == ".rev" && errors.Is(err, os.ErrNotExist)) {
+			return "", err
+		}
 	}
 	if _, err := q.git.out(ctx, "update-ref", incoming, tip); err != nil {
 		return "", err
@@ -148,21 +182,41 @@ func (q *quarantine) take(ctx context.Context, path string, lim Limits) (string,
 	return tip, nil
 }
 
+// Caps on what check reads into memory: a tree of a few hundred thousand
+// entries, a commit with a long message, a link's target (PATH_MAX), a
+// .gitmodules of many submodules.
+const (
+	maxTreeBytes       = 64 << 20
+	maxCommitBytes     = 16 << 20
+	maxLinkBytes       = 4096
+	maxGitmodulesBytes = 1 << 20
+)
+
 // check applies the package's rules to the new objects oids (see the
 // package doc); git's fsck has run already.
-func (q *quarantine) check(ctx context.Context, oids []string, lim Limits) error {
+func check(ctx context.Context, g git, hexLen int, oids []string, lim Limits) error {
 	isNew := make(map[string]bool, len(oids))
+	size := make(map[string]int64, len(oids))
 	var commits, trees []string
-	err := catFile(ctx, q.git, oids, true, func(o object, _ []byte) error {
+	// Sizes first: the trees and commits this process reads, and the
+	// blobs it may, are refused before they are read past their caps.
+	err := catFile(ctx, g, oids, true, func(o object, _ []byte) error {
 		isNew[o.oid] = true
+		size[o.oid] = o.size
 		switch o.typ {
 		case "blob":
 			if o.size > lim.MaxBlobBytes {
 				return fmt.Errorf("%w: file %s is %d bytes, over the cap of %d", ErrLimitExceeded, short(o.oid), o.size, lim.MaxBlobBytes)
 			}
 		case "tree":
+			if o.size > maxTreeBytes {
+				return fmt.Errorf("%w: tree %s is %d bytes, over the cap of %d", ErrLimitExceeded, short(o.oid), o.size, maxTreeBytes)
+			}
 			trees = append(trees, o.oid)
 		case "commit":
+			if o.size > maxCommitBytes {
+				return fmt.Errorf("%w: commit %s is %d bytes, over the cap of %d", ErrLimitExceeded, short(o.oid), o.size, maxCommitBytes)
+			}
 			commits = append(commits, o.oid)
 		}
 		return nil
@@ -170,13 +224,13 @@ func (q *quarantine) check(ctx context.Context, oids []string, lim Limits) error
 	if err != nil {
 		return err
 	}
-	rawLen := q.hexLen / 2
+	rawLen := hexLen / 2
 	type link struct{ tree, blob string }
 	sub := map[string][]string{}   // new tree → its subtrees
 	climb := map[string]int{}      // new tree → its own symlinks' deepest climb
 	var links []link               // symlinks with a new target blob
 	modules := map[string]string{} // new .gitmodules blob → its tree
-	err = catFile(ctx, q.git, trees, false, func(o object, data []byte) error {
+	err = catFile(ctx, g, trees, false, func(o object, data []byte) error {
 		es, err := parseTree(data, rawLen)
 		if err != nil {
 			return unsafe(o.oid, "%v", err)
@@ -189,6 +243,9 @@ func (q *quarantine) check(ctx context.Context, oids []string, lim Limits) error
 			switch e.mode {
 			case "100644", "100755":
 				if gitmodules && isNew[e.oid] {
+					if size[e.oid] > maxGitmodulesBytes {
+						return unsafe(e.oid, ".gitmodules of %d bytes", size[e.oid])
+					}
 					modules[e.oid] = o.oid
 				}
 			case "120000":
@@ -196,6 +253,9 @@ func (q *quarantine) check(ctx context.Context, oids []string, lim Limits) error
 					return unsafe(o.oid, ".gitmodules is a symlink")
 				}
 				if isNew[e.oid] {
+					if size[e.oid] > maxLinkBytes {
+						return unsafe(e.oid, "symlink target of %d bytes", size[e.oid])
+					}
 					links = append(links, link{o.oid, e.oid})
 				}
 			case "40000":
@@ -216,12 +276,9 @@ func (q *quarantine) check(ctx context.Context, oids []string, lim Limits) error
 			blobs[i] = l.blob
 		}
 		i := 0
-		err = catFile(ctx, q.git, blobs, false, func(o object, data []byte) error {
+		err = catFile(ctx, g, blobs, false, func(o object, data []byte) error {
 			l := links[i]
 			i++
-			if o.size > 4096 {
-				return unsafe(o.oid, "symlink target of %d bytes", o.size)
-			}
 			n, err := symlinkClimb(o.oid, string(data))
 			if err != nil {
 				return err
@@ -254,9 +311,9 @@ func (q *quarantine) check(ctx context.Context, oids []string, lim Limits) error
 		return n
 	}
 	if len(commits) > 0 {
-		err = catFile(ctx, q.git, commits, false, func(o object, data []byte) error {
-			line, _, _ := strings.Cut(string(data), "\n")
-			tree, ok := strings.CutPrefix(line, "tree ")
+		err = catFile(ctx, g, commits, false, func(o object, data []byte) error {
+			line, _, _ := bytes.Cut(data[:min(len(data), 128)], []byte("\n"))
+			tree, ok := strings.CutPrefix(string(line), "tree ")
 			if !ok {
 				return unsafe(o.oid, "commit without a tree")
 			}
@@ -270,7 +327,7 @@ func (q *quarantine) check(ctx context.Context, oids []string, lim Limits) error
 		}
 	}
 	for blob := range modules {
-		list, err := q.git.out(ctx, "config", "--blob", blob, "--null", "--list")
+		list, err := g.out(ctx, "config", "--blob", blob, "--null", "--list")
 		if err != nil {
 			return unsafe(blob, ".gitmodules does not parse")
 		}

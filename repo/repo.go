@@ -125,11 +125,14 @@ type Options struct {
 type Limits struct {
 	MaxBytes     int64 // the bundle's size
 	MaxObjects   int64 // objects in it
-	MaxBlobBytes int64 // one file's size
+	MaxBlobBytes int64 // one object's size (a file's), and what a delta may make
+	// MaxExpandedBytes caps the bundle's objects inflated, all together
+	// (a pack of a few bytes can inflate to gigabytes).
+	MaxExpandedBytes int64
 }
 
 // DefaultLimits are the caps used where Options.Limits leaves zero.
-var DefaultLimits = Limits{MaxBytes: 1 << 30, MaxObjects: 1_000_000, MaxBlobBytes: 100 << 20}
+var DefaultLimits = Limits{MaxBytes: 1 << 30, MaxObjects: 1_000_000, MaxBlobBytes: 100 << 20, MaxExpandedBytes: 4 << 30}
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxBytes <= 0 {
@@ -140,6 +143,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxBlobBytes <= 0 {
 		l.MaxBlobBytes = DefaultLimits.MaxBlobBytes
+	}
+	if l.MaxExpandedBytes <= 0 {
+		l.MaxExpandedBytes = DefaultLimits.MaxExpandedBytes
 	}
 	return l
 }
