@@ -34,7 +34,9 @@ func (a *Agent) Repo() *repo.Repo { return a.repo }
 // Changes brings home what the agent did in its repository since the
 // last call: its new commits and, as one last commit, what it left
 // uncommitted, as a branch of the host repository (or patches, or a
-// bundle; repo.Options.Mode). It waits for a running turn.
+// bundle; repo.Options.Mode). It waits for a running turn; the sync
+// (the sandbox's part and the host's checks) runs under the copy
+// timeout (Config.Timeouts.Copy).
 func (a *Agent) Changes(ctx context.Context) (repo.Changes, error) {
 	if a.repo == nil {
 		return repo.Changes{}, ErrNoRepo
@@ -44,7 +46,15 @@ func (a *Agent) Changes(ctx context.Context) (repo.Changes, error) {
 		return repo.Changes{}, err
 	}
 	defer unlock()
-	return a.repo.Sync(ctx, repoSandbox{a.sb})
+	// The whole sync, the host's checks too, under the copy timeout: a
+	// pack that is slow to check holds the agent's turn lock.
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeouts.Copy)
+	defer cancel()
+	ch, err := a.repo.Sync(ctx, repoSandbox{a.sb})
+	if err != nil && ctx.Err() == context.DeadlineExceeded {
+		err = fmt.Errorf("%w: the sync ran past the copy timeout (%s): %w", ErrTimeout, a.cfg.Timeouts.Copy, err)
+	}
+	return ch, err
 }
 
 // openRepo checks the repository before the sandbox starts.

@@ -154,6 +154,10 @@ func symlinkClimb(blob, target string) (int, error) {
 	if target == "" || strings.ContainsRune(target, 0) {
 		return 0, unsafe(blob, "empty symlink target")
 	}
+	if strings.Contains(target, "\\") {
+		// A path separator on Windows: a\..\..\x climbs there.
+		return 0, unsafe(blob, "symlink target %q holds a backslash", clip(target))
+	}
 	if strings.HasPrefix(target, "/") || strings.HasPrefix(target, "\\") || (len(target) > 1 && target[1] == ':') {
 		return 0, unsafe(blob, "symlink to the absolute path %q", clip(target))
 	}

@@ -43,7 +43,9 @@ func gitEnv() []string {
 		"GIT_NO_REPLACE_OBJECTS=1",
 		"LC_ALL=C",
 	}
-	for _, k := range []string{"PATH", "HOME", "TMPDIR"} {
+	// HOME and XDG_CONFIG_HOME: the user's ignore file (git/ignore),
+	// which Options.Worktree's listing honours.
+	for _, k := range []string{"PATH", "HOME", "XDG_CONFIG_HOME", "TMPDIR"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}

@@ -221,3 +221,20 @@ func TestResume(t *testing.T) {
 		t.Fatal("Resume with a bad base: no error")
 	}
 }
+
+// TestSymlinkClimb: the rule for a link's target, by hand.
+func TestSymlinkClimb(t *testing.T) {
+	for _, tc := range []struct {
+		target string
+		climb  int
+		ok     bool
+	}{
+		{"a.txt", 0, true}, {"../a", 1, true}, {"../../x/y", 2, true}, {"./x", 0, true},
+		{"/etc/passwd", 0, false}, {"x/../../y", 0, false}, {`a\..\..\x`, 0, false}, {"C:/x", 0, false}, {"", 0, false},
+	} {
+		n, err := symlinkClimb("b", tc.target)
+		if (err == nil) != tc.ok || n != tc.climb {
+			t.Errorf("%q: climb %d, err %v; want %d, ok %v", tc.target, n, err, tc.climb, tc.ok)
+		}
+	}
+}

@@ -198,10 +198,13 @@ func (r *Repo) moveBranch(ctx context.Context, ch *Changes) error {
 		"--no-recurse-submodules", "--no-show-forced-updates", r.q.dir, incoming); err != nil {
 		return err
 	}
+	// One transaction: the previous tip's ref (after a rewrite) and the
+	// branch move together, or neither does.
+	var tx strings.Builder
 	if ch.Rewritten && old != "" {
 		for n := 1; n < 1000; n++ {
 			prev := fmt.Sprintf("%s-previous-%d", r.opts.Branch, n)
-			if _, err := r.host.out(ctx, "update-ref", "-m", "sandbox-agent: the tip before the agent rewrote history", "refs/heads/"+prev, old, zero); err == nil {
+			if _, err := r.host.out(ctx, "rev-parse", "--verify", "-q", "refs/heads/"+prev); err != nil {
 				ch.Previous = prev
 				break
 			}
@@ -209,11 +212,14 @@ func (r *Repo) moveBranch(ctx context.Context, ch *Changes) error {
 		if ch.Previous == "" {
 			return fmt.Errorf("keep the previous tip of %s: no free name", r.opts.Branch)
 		}
+		fmt.Fprintf(&tx, "create refs/heads/%s %s\n", ch.Previous, old)
 	}
 	if old == "" {
 		old = zero
 	}
-	if _, err := r.host.out(ctx, "update-ref", "-m", "sandbox-agent: sync", ref, ch.Tip, old); err != nil {
+	fmt.Fprintf(&tx, "update %s %s %s\n", ref, ch.Tip, old)
+	if _, err := r.host.run(ctx, strings.NewReader(tx.String()), "update-ref", "-m", "sandbox-agent: sync", "--stdin"); err != nil {
+		ch.Previous = ""
 		return fmt.Errorf("%w: move %s: %w", ErrBranchExists, r.opts.Branch, err)
 	}
 	return nil
@@ -264,11 +270,17 @@ func (r *Repo) write(ctx context.Context, ch *Changes) error {
 		return err
 	}
 	if r.wrote {
-		if err := os.RemoveAll(r.opts.Output); err != nil {
+		// The last output steps aside (into tmp, removed with it) and
+		// comes back if the new one cannot take its place.
+		old := filepath.Join(tmp, "previous")
+		if err := os.Rename(r.opts.Output, old); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-	}
-	if err := os.Rename(made, r.opts.Output); err != nil {
+		if err := os.Rename(made, r.opts.Output); err != nil {
+			os.Rename(old, r.opts.Output)
+			return err
+		}
+	} else if err := os.Rename(made, r.opts.Output); err != nil {
 		return err
 	}
 	r.smu.Lock()

@@ -64,17 +64,27 @@ func (s *Server) checkRepo(req *CreateRequest) error {
 	return nil
 }
 
-// repoPath resolves a request's repo.path under Options.RepoRoot: its
-// symlinks followed, the result must be inside the root and the top of
-// a repository (a work tree's, or a bare one), so git cannot climb out of
-// the root to a repository above it.
-func (s *Server) repoPath(p string) (string, error) {
+// repoPath resolves a request's repo.path under Options.RepoRoot — a
+// tenant's under its own folder there (<root>/<tenant>), the admin's
+// anywhere under it: its symlinks followed, the result must be inside
+// that folder, outside the uploaded bundles' (RepoDir), and the top of a
+// repository (a .git folder, or a bare repository), whose git finds no
+// work tree or objects elsewhere (core.worktree, a gitfile, alternates).
+func (s *Server) repoPath(ctx context.Context, p, tenant string) (string, error) {
 	if s.opts.RepoRoot == "" {
 		return "", badRequest("repo.path: this server takes no repository paths (its config key serve_repo_root is not set); send the repository as repo.bundle")
 	}
 	root, err := filepath.EvalSymlinks(s.opts.RepoRoot)
 	if err != nil {
 		return "", fmt.Errorf("serve_repo_root: %w", err)
+	}
+	if tenant != AdminTenant {
+		if tenant == "" || tenant != filepath.Base(tenant) || tenant == "." || tenant == ".." {
+			return "", badRequest("repo.path: tenant %q has no folder under serve_repo_root", tenant)
+		}
+		if root, err = filepath.EvalSymlinks(filepath.Join(root, tenant)); err != nil {
+			return "", badRequest("repo.path: tenant %s has no folder under serve_repo_root (%s/%s)", tenant, s.opts.RepoRoot, tenant)
+		}
 	}
 	if !filepath.IsAbs(p) {
 		p = filepath.Join(root, p)
@@ -90,24 +100,47 @@ func (s *Server) repoPath(p string) (string, error) {
 	if st, err := os.Stat(resolved); err != nil || !st.IsDir() {
 		return "", badRequest("repo.path %q: not a folder", p)
 	}
-	if !isRepoTop(resolved) {
-		return "", badRequest("repo.path %q: not the top of a git repository (a folder holding .git, or a bare repository)", p)
+	if s.opts.RepoDir != "" {
+		if bundles, err := filepath.EvalSymlinks(s.opts.RepoDir); err == nil {
+			if rel, err := filepath.Rel(bundles, resolved); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+				return "", badRequest("repo.path %q is an uploaded repository's folder", p)
+			}
+		}
+	}
+	gitDir, ok := repoTop(resolved)
+	if !ok {
+		return "", badRequest("repo.path %q: not the top of a git repository (a folder holding a .git folder, or a bare repository)", p)
+	}
+	if _, err := os.Lstat(filepath.Join(gitDir, "objects", "info", "alternates")); err == nil {
+		return "", badRequest("repo.path %q: the repository borrows objects from elsewhere (objects/info/alternates)", p)
+	}
+	// What git itself makes of the folder: the same folder (no
+	// core.worktree elsewhere, no climbing to a repository above).
+	r, err := repo.Open(ctx, resolved, "probe", repo.Options{Branch: "sandbox-agent/probe"})
+	if err != nil {
+		return "", fmt.Errorf("repo.path %q: %w", p, err)
+	}
+	top := r.Dir()
+	r.Close()
+	if top != resolved && top != gitDir {
+		return "", badRequest("repo.path %q: git finds the repository's work tree elsewhere (core.worktree)", p)
 	}
 	return resolved, nil
 }
 
-// isRepoTop says whether dir is the top of a work tree (it holds .git)
-// or a bare repository (HEAD, objects and refs).
-func isRepoTop(dir string) bool {
-	if _, err := os.Lstat(filepath.Join(dir, ".git")); err == nil {
-		return true
+// repoTop says whether dir is the top of a work tree (it holds a .git
+// folder: not a symlink, not a gitfile naming another) or a bare
+// repository (HEAD, objects and refs), and names its git folder.
+func repoTop(dir string) (string, bool) {
+	if st, err := os.Lstat(filepath.Join(dir, ".git")); err == nil {
+		return filepath.Join(dir, ".git"), st.IsDir()
 	}
 	for _, n := range []string{"HEAD", "objects", "refs"} {
-		if _, err := os.Lstat(filepath.Join(dir, n)); err != nil {
-			return false
+		if st, err := os.Lstat(filepath.Join(dir, n)); err != nil || st.Mode()&os.ModeSymlink != 0 {
+			return "", false
 		}
 	}
-	return true
+	return dir, true
 }
 
 // bundleDir is the bare repository an agent's uploaded bundle is kept in.
@@ -126,7 +159,7 @@ func (s *Server) prepareRepo(ctx context.Context, id string, req *CreateRequest)
 		return cleanup, nil
 	}
 	if rr.Path != "" {
-		dir, err := s.repoPath(rr.Path)
+		dir, err := s.repoPath(ctx, rr.Path, req.Tenant)
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandbox-agent/sandbox-agent/internal/gittest"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,9 +22,7 @@ import (
 // gitRepo makes a work tree at dir with one commit.
 func gitRepo(t *testing.T, dir string) {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("no git")
-	}
+	gittest.Need(t)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +90,28 @@ func TestCreateRepoChecks(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "proj", "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	create, got := repoServer(t, func(o *Options) { o.RepoRoot, o.RepoDir = root, filepath.Join(base, "repos") })
+	// Repositories whose git would reach outside the folder named.
+	gitRepo(t, filepath.Join(root, "worktree-elsewhere"))
+	gittest.Run(t, filepath.Join(root, "worktree-elsewhere"), "config", "core.worktree", filepath.Join(base, "outside"))
+	gitRepo(t, filepath.Join(root, "borrows"))
+	if err := os.WriteFile(filepath.Join(root, "borrows", ".git", "objects", "info", "alternates"), []byte(filepath.Join(base, "outside", ".git", "objects")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "gitfile"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "gitfile", ".git"), []byte("gitdir: "+filepath.Join(base, "outside", ".git")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "gitlink"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(base, "outside", ".git"), filepath.Join(root, "gitlink", ".git")); err != nil {
+		t.Fatal(err)
+	}
+	// The uploaded bundles' folder under the root: not a path to name.
+	gitRepo(t, filepath.Join(root, "uploads", "ag_x.git"))
+	create, got := repoServer(t, func(o *Options) { o.RepoRoot, o.RepoDir = root, filepath.Join(root, "uploads") })
 	for _, tt := range []struct {
 		name string
 		repo map[string]any
@@ -107,6 +127,11 @@ func TestCreateRepoChecks(t *testing.T) {
 		{"missing", map[string]any{"path": "nope"}, "no such folder"},
 		{"not the top", map[string]any{"path": "proj/sub"}, "not the top of a git repository"},
 		{"the root itself", map[string]any{"path": root}, "not the top of a git repository"},
+		{"core.worktree elsewhere", map[string]any{"path": "worktree-elsewhere"}, "work tree elsewhere"},
+		{"alternates", map[string]any{"path": "borrows"}, "borrows objects"},
+		{"a gitfile", map[string]any{"path": "gitfile"}, "not the top of a git repository"},
+		{"a .git symlink", map[string]any{"path": "gitlink"}, "not the top of a git repository"},
+		{"an uploaded repository", map[string]any{"path": "uploads/ag_x.git"}, "uploaded repository"},
 	} {
 		code, e := create(repoBody(tt.repo))
 		if code != http.StatusBadRequest || e.Kind != KindInvalidArgument || !strings.Contains(e.Error, tt.with) {
@@ -232,5 +257,60 @@ func TestClassifyRepo(t *testing.T) {
 	}
 	if !errors.Is(repo.ErrLimitExceeded, sandboxagent.ErrLimitExceeded) {
 		t.Error("repo.ErrLimitExceeded is not the library's")
+	}
+}
+
+// TestCreateRepoTenants: a tenant's repo.path is taken under its own
+// folder of serve_repo_root; another tenant's repositories (and the
+// root's own) are out of its reach; the admin's reach the whole root.
+func TestCreateRepoTenants(t *testing.T) {
+	root := t.TempDir()
+	gitRepo(t, filepath.Join(root, "team-a", "proj"))
+	gitRepo(t, filepath.Join(root, "team-b", "proj"))
+	gitRepo(t, filepath.Join(root, "shared"))
+	st := testStore(t)
+	var got []string
+	var mu sync.Mutex
+	ts := newTestServer(t, nil, func(o *Options) {
+		o.Store, o.RepoRoot = st, root
+		o.Start = func(ctx context.Context, req CreateRequest) (*sandboxagent.Agent, func(), error) {
+			mu.Lock()
+			got = append(got, req.RepoDir)
+			mu.Unlock()
+			return nil, nil, fmt.Errorf("%w: no engine in this test", sandboxagent.ErrUnsupported)
+		}
+	})
+	a := "Bearer " + newToken(t, st, "team-a", 0, ScopeAgents)
+	for _, tc := range []struct {
+		auth, path string
+		ok         bool
+		want       string
+	}{
+		{a, "proj", true, filepath.Join(root, "team-a", "proj")},
+		{a, filepath.Join(root, "team-a", "proj"), true, filepath.Join(root, "team-a", "proj")},
+		{a, "../team-b/proj", false, ""},
+		{a, filepath.Join(root, "team-b", "proj"), false, ""},
+		{a, filepath.Join(root, "shared"), false, ""},
+		{"Bearer " + testToken, "team-b/proj", true, filepath.Join(root, "team-b", "proj")},
+		{"Bearer " + testToken, "shared", true, filepath.Join(root, "shared")},
+	} {
+		mu.Lock()
+		got = nil
+		mu.Unlock()
+		code, e := call(t, ts, "POST", "/v1/agents", tc.auth, repoBody(map[string]any{"path": tc.path}))
+		mu.Lock()
+		n := len(got)
+		dir := ""
+		if n > 0 {
+			dir = got[0]
+		}
+		mu.Unlock()
+		want, _ := filepath.EvalSymlinks(tc.want)
+		switch {
+		case tc.ok && (code != http.StatusNotImplemented || dir != want):
+			t.Errorf("%s: %d %+v, starter got %q; want the starter with %s", tc.path, code, e, dir, want)
+		case !tc.ok && (code != http.StatusBadRequest || n != 0 || !strings.Contains(e.Error, "outside serve_repo_root")):
+			t.Errorf("%s: %d %+v (starter ran %d times); want 400 outside", tc.path, code, e, n)
+		}
 	}
 }
