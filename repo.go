@@ -48,10 +48,10 @@ func (a *Agent) Changes(ctx context.Context) (repo.Changes, error) {
 	defer unlock()
 	// The whole sync, the host's checks too, under the copy timeout: a
 	// pack that is slow to check holds the agent's turn lock.
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeouts.Copy)
+	sctx, cancel := context.WithTimeout(ctx, a.cfg.Timeouts.Copy)
 	defer cancel()
-	ch, err := a.repo.Sync(ctx, repoSandbox{a.sb})
-	if err != nil && ctx.Err() == context.DeadlineExceeded {
+	ch, err := a.repo.Sync(sctx, repoSandbox{a.sb})
+	if err != nil && ctx.Err() == nil && sctx.Err() == context.DeadlineExceeded {
 		err = fmt.Errorf("%w: the sync ran past the copy timeout (%s): %w", ErrTimeout, a.cfg.Timeouts.Copy, err)
 	}
 	return ch, err

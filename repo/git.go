@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 )
 
@@ -57,10 +58,17 @@ func gitEnv() []string {
 type git struct {
 	dir   string
 	extra []string // more environment (GIT_INDEX_FILE, identities)
+	// maxVM caps the process's address space (bytes; 0: none): git
+	// reading hostile objects fails instead of taking the host's memory.
+	maxVM int64
 }
 
 func (g git) cmd(ctx context.Context, args ...string) *exec.Cmd {
-	c := exec.CommandContext(ctx, "git", append(append([]string{}, hardening...), args...)...)
+	argv := append(append([]string{"git"}, hardening...), args...)
+	if g.maxVM > 0 {
+		argv = append([]string{"sh", "-c", `ulimit -v "$0" || exit 125; exec "$@"`, strconv.FormatInt(g.maxVM>>10, 10)}, argv...)
+	}
+	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	c.Dir = g.dir
 	c.Env = append(gitEnv(), g.extra...)
 	return c
@@ -103,9 +111,13 @@ func gitError(args []string, err error, stderr string) error {
 		return fmt.Errorf("%w on the host: %w", ErrNoGit, err)
 	}
 	name := "git"
-	for _, a := range args {
-		if !strings.HasPrefix(a, "-") {
-			name += " " + a
+	for i := 0; i < len(args); i++ {
+		if args[i] == "-c" {
+			i++
+			continue
+		}
+		if !strings.HasPrefix(args[i], "-") {
+			name += " " + args[i]
 			break
 		}
 	}

@@ -31,6 +31,7 @@ type Repo struct {
 	mu     sync.Mutex
 	host   git
 	top    string // the host work tree
+	common string // its git folder (the common one of a linked work tree)
 	format string // sha1 or sha256
 	opts   Options
 	q      *quarantine
@@ -82,7 +83,27 @@ func Open(ctx context.Context, dir, name string, o Options) (*Repo, error) {
 	if err != nil || top == "" {
 		return nil, fmt.Errorf("%w: %s: not in a git work tree", ErrNotRepository, dir)
 	}
+	gitDir, err := g.out(ctx, "rev-parse", "--absolute-git-dir")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrNotRepository, dir, err)
+	}
+	common, err := g.out(ctx, "rev-parse", "--path-format=absolute", "--git-common-dir")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrNotRepository, dir, err)
+	}
+	// From here on git is told where the repository is: a .git file,
+	// a commondir file or core.worktree written after this check cannot
+	// send a later command elsewhere.
 	g.dir = top
+	g.extra = []string{"GIT_DIR=" + gitDir, "GIT_COMMON_DIR=" + common}
+	if bare != "true" {
+		g.extra = append(g.extra, "GIT_WORK_TREE="+top)
+	}
+	if o.Within != "" {
+		if err := confined(o.Within, top, gitDir, common); err != nil {
+			return nil, err
+		}
+	}
 	base, err := g.out(ctx, "rev-parse", "--verify", "-q", "HEAD^{commit}")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: HEAD has no commit", ErrNotRepository, top)
@@ -95,7 +116,7 @@ func Open(ctx context.Context, dir, name string, o Options) (*Repo, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Repo{host: g, top: top, format: format, opts: o, base: base}
+	r := &Repo{host: g, top: top, common: common, format: format, opts: o, base: base}
 	if o.Mode == ModeBranch {
 		if err := r.notCheckedOut(ctx); err != nil {
 			return nil, err
@@ -184,7 +205,9 @@ func (r *Repo) Put(ctx context.Context, sb Sandbox) error {
 	if r.opts.Depth > 0 {
 		args = append(args, fmt.Sprintf("--depth=%d", r.opts.Depth))
 	}
-	if _, err := gi.out(ctx, append(args, r.top, "+"+r.base+":refs/heads/"+branch)...); err != nil {
+	// From the git folder Open found, not the work tree's path: what it
+	// names now cannot redirect the fetch.
+	if _, err := gi.out(ctx, append(args, r.common, "+"+r.base+":refs/heads/"+branch)...); err != nil {
 		return err
 	}
 	for _, kv := range [][2]string{
@@ -355,6 +378,7 @@ type State struct {
 	Output      string `json:"output,omitempty"`
 	Wrote       bool   `json:"wrote,omitempty"`
 	Limits      Limits `json:"limits"`
+	Within      string `json:"within,omitempty"`
 }
 
 // State is the repository's state for Resume.
@@ -363,7 +387,8 @@ func (r *Repo) State() State {
 	defer r.smu.Unlock()
 	o := r.opts
 	return State{Dir: r.top, Base: r.base, LastHead: r.lastHead, LastTip: r.lastTip, Depth: o.Depth, Worktree: o.Worktree,
-		Branch: o.Branch, AuthorName: o.AuthorName, AuthorEmail: o.AuthorEmail, Mode: o.Mode, Output: o.Output, Wrote: r.wrote, Limits: o.Limits}
+		Branch: o.Branch, AuthorName: o.AuthorName, AuthorEmail: o.AuthorEmail, Mode: o.Mode, Output: o.Output, Wrote: r.wrote, Limits: o.Limits,
+		Within: o.Within}
 }
 
 // Resume opens the repository of st again, for syncs that go on where
@@ -373,7 +398,7 @@ func (r *Repo) State() State {
 // again (the outputs are cumulative anyway).
 func Resume(ctx context.Context, st State) (*Repo, error) {
 	o := Options{Depth: st.Depth, Worktree: st.Worktree, Branch: st.Branch, AuthorName: st.AuthorName, AuthorEmail: st.AuthorEmail,
-		Mode: st.Mode, Output: st.Output, Limits: st.Limits}
+		Mode: st.Mode, Output: st.Output, Limits: st.Limits, Within: st.Within}
 	if st.Branch == "" {
 		return nil, fmt.Errorf("%w: repository state without a branch", errdefs.InvalidArgument)
 	}
@@ -396,4 +421,38 @@ func Resume(ctx context.Context, st State) (*Repo, error) {
 		r.lastTip = st.LastTip
 	}
 	return r, nil
+}
+
+// confined refuses a repository whose git would read or write outside
+// the folder within (Options.Within): its work tree, git folder, common
+// folder and the parts of it a sync reads and writes must resolve, links
+// followed, inside within; it borrows no objects (alternates).
+func confined(within, top, gitDir, common string) error {
+	root, err := filepath.EvalSymlinks(within)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errdefs.InvalidArgument, err)
+	}
+	paths := []string{top, gitDir, common}
+	for _, p := range []string{"objects", "objects/pack", "objects/info", "refs", "refs/heads", "packed-refs", "config", "HEAD", "shallow"} {
+		paths = append(paths, filepath.Join(common, p))
+	}
+	paths = append(paths, filepath.Join(gitDir, "HEAD"), filepath.Join(gitDir, "index"))
+	for _, p := range paths {
+		real, err := filepath.EvalSymlinks(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrNotRepository, p, err)
+		}
+		if rel, err := filepath.Rel(root, real); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return fmt.Errorf("%w: %s leads outside %s", ErrOutside, p, within)
+		}
+	}
+	for _, a := range []string{"objects/info/alternates", "objects/info/http-alternates"} {
+		if _, err := os.Lstat(filepath.Join(common, a)); err == nil {
+			return fmt.Errorf("%w: the repository borrows objects from elsewhere (%s)", ErrOutside, a)
+		}
+	}
+	return nil
 }

@@ -111,14 +111,17 @@ func (q *quarantine) take(ctx context.Context, path string, lim Limits) (string,
 	}
 	objects := filepath.Join(q.dir, "objects")
 	gi := git{dir: q.dir, extra: []string{"GIT_OBJECT_DIRECTORY=" + in, "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + objects}}
+	ip := gi
+	ip.maxVM = indexPackMemory(lim)
 	// The pack goes to git index-pack directly, not through git fetch:
 	// fetch from a bundle runs no fsck before git 2.46 (whatever
 	// fetch.fsckObjects says). --strict is fsck with every warning an
 	// error (.git, .., modes, .gitmodules); --fix-thin completes deltas
-	// on the host's objects; one thread bounds its memory (each object
-	// at most MaxBlobBytes, scanPack saw to it).
-	out, err := gi.run(ctx, f, "index-pack", "--stdin", "--fix-thin", "--strict", "--threads=1",
-		fmt.Sprintf("--max-input-size=%d", lim.MaxBytes))
+	// on the host's objects. Its memory: objects of at most MaxBlobBytes
+	// (scanPack saw to it), one thread, small pack windows, and an
+	// address-space cap for what no scan sees (a tree naming millions
+	// of objects costs git ~55 bytes each).
+	out, err := ip.run(ctx, f, indexPackArgs(lim, "--fix-thin")...)
 	var ee *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
@@ -368,4 +371,18 @@ func (q *quarantine) notInHost(ctx context.Context, oids []string) ([]string, er
 		}
 	}
 	return rest, nil
+}
+
+// indexPackArgs is git index-pack's command line for a hostile pack on
+// stdin.
+func indexPackArgs(lim Limits, more ...string) []string {
+	return append([]string{"-c", "core.packedGitWindowSize=32m", "-c", "core.packedGitLimit=256m",
+		"index-pack", "--stdin", "--strict", "--threads=1", fmt.Sprintf("--max-input-size=%d", lim.MaxBytes)}, more...)
+}
+
+// indexPackMemory is the address space index-pack gets: its pack
+// windows, a few objects at the cap (a delta, its base, its result),
+// per-object bookkeeping, and room for the program itself.
+func indexPackMemory(lim Limits) int64 {
+	return 1<<30 + 256<<20 + 4*lim.MaxBlobBytes + 256*lim.MaxObjects
 }

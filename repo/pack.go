@@ -35,6 +35,7 @@ func scanPack(r io.Reader, hashLen int, lim Limits) error {
 		return fmt.Errorf("%w: the changes hold %d objects, over the cap of %d", ErrLimitExceeded, n, lim.MaxObjects)
 	}
 	var expanded int64
+	var zr io.ReadCloser // one inflater, reset per entry (a pack may hold a million)
 	for i := uint32(0); i < n; i++ {
 		c, err := br.ReadByte()
 		if err != nil {
@@ -78,7 +79,11 @@ func scanPack(r io.Reader, hashLen int, lim Limits) error {
 		if expanded += size; expanded > lim.MaxExpandedBytes {
 			return fmt.Errorf("%w: the changes expand past %d bytes", ErrLimitExceeded, lim.MaxExpandedBytes)
 		}
-		zr, err := zlib.NewReader(br)
+		if zr == nil {
+			zr, err = zlib.NewReader(br)
+		} else {
+			err = zr.(zlib.Resetter).Reset(br, nil)
+		}
 		if err != nil {
 			return unsafe("", "pack object %d: %v", i, err)
 		}
@@ -89,8 +94,14 @@ func scanPack(r io.Reader, hashLen int, lim Limits) error {
 		if typ == packOfsDelta || typ == packRefDelta {
 			// A delta starts with its base's size and its result's.
 			d := bufio.NewReader(lr)
-			if _, err := binary.ReadUvarint(d); err != nil {
+			// The base's size: --fix-thin reads a base the host has in
+			// whole, so it is capped like the result.
+			base, err := binary.ReadUvarint(d)
+			if err != nil {
 				return unsafe("", "pack object %d: bad delta", i)
+			}
+			if base > uint64(lim.MaxBlobBytes) {
+				return fmt.Errorf("%w: pack object %d builds on an object of %d bytes, over the cap of %d", ErrLimitExceeded, i, base, lim.MaxBlobBytes)
 			}
 			res, err := binary.ReadUvarint(d)
 			if err != nil {
@@ -112,7 +123,6 @@ func scanPack(r io.Reader, hashLen int, lim Limits) error {
 		if got := size + 1 - lr.N; got != size {
 			return unsafe("", "pack object %d inflates to %d bytes, not its declared %d", i, got, size)
 		}
-		zr.Close()
 	}
 	return nil
 }

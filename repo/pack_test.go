@@ -59,6 +59,7 @@ func TestScanPack(t *testing.T) {
 		{"ok", packOf(packEntry{packBlob, 5, []byte("hello")}, packEntry{packRefDelta, 2, delta(5, 100)}), nil},
 		{"blob over the cap", packOf(packEntry{packBlob, 1<<16 + 1, append(zeros, 0)}), ErrLimitExceeded},
 		{"delta result over the cap", packOf(packEntry{packRefDelta, 6, delta(5, 1<<30)}), ErrLimitExceeded},
+		{"delta base over the cap", packOf(packEntry{packRefDelta, 6, delta(1<<30, 5)}), ErrLimitExceeded},
 		{"expands past the total", packOf(packEntry{packBlob, 1 << 16, zeros}, packEntry{packBlob, 1 << 16, zeros}, packEntry{packBlob, 1 << 16, zeros}, packEntry{packBlob, 1 << 16, zeros}, packEntry{packBlob, 1 << 16, zeros}), ErrLimitExceeded},
 		{"inflates past its size (a bomb)", packOf(packEntry{packBlob, 10, zeros}), ErrUnsafe},
 		{"shorter than its size", packOf(packEntry{packBlob, 10, []byte("abc")}), ErrUnsafe},

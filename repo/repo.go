@@ -40,6 +40,9 @@ var (
 	// ErrBranchExists: the branch asked for exists on the host and the
 	// sync would not fast-forward it; nothing was changed.
 	ErrBranchExists = errors.New("branch exists")
+	// ErrOutside: the repository reaches outside Options.Within (its
+	// git folder, objects or refs elsewhere, borrowed objects).
+	ErrOutside = errors.New("repository reaches outside its folder")
 	// ErrLimitExceeded: the sandbox's changes passed a cap (bytes,
 	// objects, one blob's size); the host repository gained nothing.
 	ErrLimitExceeded = errdefs.LimitExceeded
@@ -119,6 +122,12 @@ type Options struct {
 	Output string
 	// Limits cap what one sync may bring (zero: DefaultLimits').
 	Limits Limits
+	// Within, when set, confines the repository to that folder: Open
+	// refuses one whose work tree, git folder, objects or refs resolve
+	// outside it (a gitfile, a commondir file, core.worktree, symlinks)
+	// or that borrows objects (alternates) — serve's repositories of its
+	// tenants.
+	Within string
 }
 
 // Limits cap one sync's import.

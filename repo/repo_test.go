@@ -238,3 +238,48 @@ func TestSymlinkClimb(t *testing.T) {
 		}
 	}
 }
+
+// TestGitMemoryCap: the address-space cap reaches git (a git without
+// room to load fails; with room it runs).
+func TestGitMemoryCap(t *testing.T) {
+	ctx := context.Background()
+	if _, err := (git{dir: t.TempDir(), maxVM: 1 << 30}).out(ctx, "version"); err != nil {
+		t.Fatalf("git version with 1 GiB: %v", err)
+	}
+	if _, err := (git{dir: t.TempDir(), maxVM: 1 << 20}).out(ctx, "version"); err == nil {
+		t.Fatal("git version with 1 MiB of address space ran: the cap does not apply")
+	}
+	if m := indexPackMemory(DefaultLimits); m < 1<<30 || m > 4<<30 {
+		t.Fatalf("index-pack's memory under the default limits: %d", m)
+	}
+}
+
+// TestPreviousNameBlocked: a ref under the first previous-N name (which
+// blocks creating it) moves the kept tip on to the next name.
+func TestPreviousNameBlocked(t *testing.T) {
+	ctx := context.Background()
+	host := hostRepo(t)
+	r, err := Open(ctx, host, "blk", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sb := local{t.TempDir()}
+	if err := r.Put(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, sb.dir, "echo 1 > one.txt; git add one.txt; git commit -qm one")
+	ch, err := r.Sync(ctx, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh(t, host, "git update-ref refs/heads/sandbox-agent/blk-previous-1/x HEAD")
+	sh(t, sb.dir, "git commit -q --amend -m one-amended")
+	ch2, err := r.Sync(ctx, sb)
+	if err != nil || !ch2.Rewritten || ch2.Previous != "sandbox-agent/blk-previous-2" {
+		t.Fatalf("amend with previous-1 blocked: %+v %v", ch2, err)
+	}
+	if got := sh(t, host, "git rev-parse sandbox-agent/blk-previous-2"); got != ch.Tip {
+		t.Fatalf("previous-2 is %s, want %s", got, ch.Tip)
+	}
+}

@@ -199,30 +199,31 @@ func (r *Repo) moveBranch(ctx context.Context, ch *Changes) error {
 		return err
 	}
 	// One transaction: the previous tip's ref (after a rewrite) and the
-	// branch move together, or neither does.
-	var tx strings.Builder
-	if ch.Rewritten && old != "" {
-		for n := 1; n < 1000; n++ {
-			prev := fmt.Sprintf("%s-previous-%d", r.opts.Branch, n)
-			if _, err := r.host.out(ctx, "rev-parse", "--verify", "-q", "refs/heads/"+prev); err != nil {
-				ch.Previous = prev
-				break
-			}
-		}
-		if ch.Previous == "" {
-			return fmt.Errorf("keep the previous tip of %s: no free name", r.opts.Branch)
-		}
-		fmt.Fprintf(&tx, "create refs/heads/%s %s\n", ch.Previous, old)
-	}
+	// branch move together, or neither does. A previous-N name taken (or
+	// blocked by a ref under it) moves on to the next.
 	if old == "" {
 		old = zero
 	}
-	fmt.Fprintf(&tx, "update %s %s %s\n", ref, ch.Tip, old)
-	if _, err := r.host.run(ctx, strings.NewReader(tx.String()), "update-ref", "-m", "sandbox-agent: sync", "--stdin"); err != nil {
-		ch.Previous = ""
-		return fmt.Errorf("%w: move %s: %w", ErrBranchExists, r.opts.Branch, err)
+	move := fmt.Sprintf("update %s %s %s\n", ref, ch.Tip, old)
+	if !ch.Rewritten || old == zero {
+		if _, err := r.host.run(ctx, strings.NewReader(move), "update-ref", "-m", "sandbox-agent: sync", "--stdin"); err != nil {
+			return fmt.Errorf("%w: move %s: %w", ErrBranchExists, r.opts.Branch, err)
+		}
+		return nil
 	}
-	return nil
+	var err error
+	for n := 1; n <= 100; n++ {
+		prev := fmt.Sprintf("%s-previous-%d", r.opts.Branch, n)
+		tx := fmt.Sprintf("create refs/heads/%s %s\n", prev, old) + move
+		if _, err = r.host.run(ctx, strings.NewReader(tx), "update-ref", "-m", "sandbox-agent: sync (the agent rewrote history)", "--stdin"); err == nil {
+			ch.Previous = prev
+			return nil
+		}
+		if now, _ := r.host.out(ctx, "rev-parse", "--verify", "-q", ref+"^{commit}"); now != old {
+			break // the branch itself moved: not a name's fault
+		}
+	}
+	return fmt.Errorf("%w: move %s and keep its previous tip: %w", ErrBranchExists, r.opts.Branch, err)
 }
 
 // write makes ModePatch's folder or ModeBundle's file of the whole series
@@ -247,7 +248,11 @@ func (r *Repo) write(ctx context.Context, ch *Changes) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() {
+		if tmp != "" {
+			os.RemoveAll(tmp)
+		}
+	}()
 	var made string
 	switch r.opts.Mode {
 	case ModeBundle:
@@ -277,7 +282,12 @@ func (r *Repo) write(ctx context.Context, ch *Changes) error {
 			return err
 		}
 		if err := os.Rename(made, r.opts.Output); err != nil {
-			os.Rename(old, r.opts.Output)
+			if rerr := os.Rename(old, r.opts.Output); rerr != nil {
+				// Keep it where it is: tmp is not removed then.
+				keep := filepath.Join(dir, filepath.Base(tmp))
+				tmp = ""
+				return fmt.Errorf("replace %s: %w (the last output is in %s)", r.opts.Output, err, keep)
+			}
 			return err
 		}
 	} else if err := os.Rename(made, r.opts.Output); err != nil {

@@ -74,9 +74,20 @@ func Unbundle(ctx context.Context, path, dir string, lim Limits) error {
 	if _, err := f.Seek(h.pack, io.SeekStart); err != nil {
 		return fail(err)
 	}
-	// As take: index-pack with fsck, not fetch (no fsck from a bundle
-	// before git 2.46).
-	if _, err := g.run(ctx, f, "index-pack", "--stdin", "--strict", fmt.Sprintf("--max-input-size=%d", lim.MaxBytes)); err != nil {
+	// As take: the pack scanned in Go, then index-pack with fsck (not
+	// fetch: no fsck from a bundle before git 2.46), its memory capped.
+	if err := scanPack(f, len(headOID)/2, lim); err != nil {
+		return fail(err)
+	}
+	if _, err := f.Seek(h.pack, io.SeekStart); err != nil {
+		return fail(err)
+	}
+	ip := g
+	ip.maxVM = indexPackMemory(lim)
+	if _, err := ip.run(ctx, f, indexPackArgs(lim)...); err != nil {
+		if ctx.Err() != nil {
+			return fail(ctx.Err())
+		}
 		return fail(&UnsafeError{Reason: "git's fsck refused the bundle: " + clip(fsckLine(err.Error()))})
 	}
 	if typ, err := g.out(ctx, "cat-file", "-t", headOID); err != nil || typ != "commit" {

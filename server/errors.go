@@ -104,7 +104,7 @@ func classify(err error) (int, errorBody) {
 	case errors.Is(err, repo.ErrUnsafe):
 		// A bundle a request uploaded, or the agent's changes, refused.
 		status, body.Kind = http.StatusUnprocessableEntity, KindUnsafeArchive
-	case errors.Is(err, repo.ErrNotRepository):
+	case errors.Is(err, repo.ErrNotRepository), errors.Is(err, repo.ErrOutside):
 		status, body.Kind = http.StatusBadRequest, KindInvalidArgument
 	case errors.Is(err, repo.ErrNoGit):
 		// git missing in the sandbox's image (or on the server's host),

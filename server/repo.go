@@ -70,20 +70,20 @@ func (s *Server) checkRepo(req *CreateRequest) error {
 // that folder, outside the uploaded bundles' (RepoDir), and the top of a
 // repository (a .git folder, or a bare repository), whose git finds no
 // work tree or objects elsewhere (core.worktree, a gitfile, alternates).
-func (s *Server) repoPath(ctx context.Context, p, tenant string) (string, error) {
+func (s *Server) repoPath(ctx context.Context, p, tenant string) (dir, within string, err error) {
 	if s.opts.RepoRoot == "" {
-		return "", badRequest("repo.path: this server takes no repository paths (its config key serve_repo_root is not set); send the repository as repo.bundle")
+		return "", "", badRequest("repo.path: this server takes no repository paths (its config key serve_repo_root is not set); send the repository as repo.bundle")
 	}
 	root, err := filepath.EvalSymlinks(s.opts.RepoRoot)
 	if err != nil {
-		return "", fmt.Errorf("serve_repo_root: %w", err)
+		return "", "", fmt.Errorf("serve_repo_root: %w", err)
 	}
 	if tenant != AdminTenant {
 		if tenant == "" || tenant != filepath.Base(tenant) || tenant == "." || tenant == ".." {
-			return "", badRequest("repo.path: tenant %q has no folder under serve_repo_root", tenant)
+			return "", "", badRequest("repo.path: tenant %q has no folder under serve_repo_root", tenant)
 		}
 		if root, err = filepath.EvalSymlinks(filepath.Join(root, tenant)); err != nil {
-			return "", badRequest("repo.path: tenant %s has no folder under serve_repo_root (%s/%s)", tenant, s.opts.RepoRoot, tenant)
+			return "", "", badRequest("repo.path: tenant %s has no folder under serve_repo_root (%s/%s)", tenant, s.opts.RepoRoot, tenant)
 		}
 	}
 	if !filepath.IsAbs(p) {
@@ -91,41 +91,40 @@ func (s *Server) repoPath(ctx context.Context, p, tenant string) (string, error)
 	}
 	resolved, err := filepath.EvalSymlinks(filepath.Clean(p))
 	if err != nil {
-		return "", badRequest("repo.path %q: no such folder under serve_repo_root", p)
+		return "", "", badRequest("repo.path %q: no such folder under serve_repo_root", p)
 	}
 	rel, err := filepath.Rel(root, resolved)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
-		return "", badRequest("repo.path %q is outside serve_repo_root", p)
+		return "", "", badRequest("repo.path %q is outside serve_repo_root", p)
 	}
 	if st, err := os.Stat(resolved); err != nil || !st.IsDir() {
-		return "", badRequest("repo.path %q: not a folder", p)
+		return "", "", badRequest("repo.path %q: not a folder", p)
 	}
 	if s.opts.RepoDir != "" {
 		if bundles, err := filepath.EvalSymlinks(s.opts.RepoDir); err == nil {
 			if rel, err := filepath.Rel(bundles, resolved); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-				return "", badRequest("repo.path %q is an uploaded repository's folder", p)
+				return "", "", badRequest("repo.path %q is an uploaded repository's folder", p)
 			}
 		}
 	}
 	gitDir, ok := repoTop(resolved)
 	if !ok {
-		return "", badRequest("repo.path %q: not the top of a git repository (a folder holding a .git folder, or a bare repository)", p)
-	}
-	if _, err := os.Lstat(filepath.Join(gitDir, "objects", "info", "alternates")); err == nil {
-		return "", badRequest("repo.path %q: the repository borrows objects from elsewhere (objects/info/alternates)", p)
+		return "", "", badRequest("repo.path %q: not the top of a git repository (a folder holding a .git folder, or a bare repository)", p)
 	}
 	// What git itself makes of the folder: the same folder (no
-	// core.worktree elsewhere, no climbing to a repository above).
-	r, err := repo.Open(ctx, resolved, "probe", repo.Options{Branch: "sandbox-agent/probe"})
+	// core.worktree elsewhere, no climbing to a repository above), and
+	// nothing of it (git folder, objects, refs) outside the tenant's
+	// folder. Start opens it again with the same confinement.
+	r, err := repo.Open(ctx, resolved, "probe", repo.Options{Branch: "sandbox-agent/probe", Within: root})
 	if err != nil {
-		return "", fmt.Errorf("repo.path %q: %w", p, err)
+		return "", "", fmt.Errorf("repo.path %q: %w", p, err)
 	}
 	top := r.Dir()
 	r.Close()
 	if top != resolved && top != gitDir {
-		return "", badRequest("repo.path %q: git finds the repository's work tree elsewhere (core.worktree)", p)
+		return "", "", badRequest("repo.path %q: git finds the repository's work tree elsewhere (core.worktree)", p)
 	}
-	return resolved, nil
+	return resolved, root, nil
 }
 
 // repoTop says whether dir is the top of a work tree (it holds a .git
@@ -159,11 +158,11 @@ func (s *Server) prepareRepo(ctx context.Context, id string, req *CreateRequest)
 		return cleanup, nil
 	}
 	if rr.Path != "" {
-		dir, err := s.repoPath(ctx, rr.Path, req.Tenant)
+		dir, within, err := s.repoPath(ctx, rr.Path, req.Tenant)
 		if err != nil {
 			return nil, err
 		}
-		req.RepoDir = dir
+		req.RepoDir, req.RepoWithin = dir, within
 		return cleanup, nil
 	}
 	if err := os.MkdirAll(s.opts.RepoDir, 0o700); err != nil {
@@ -186,7 +185,7 @@ func (s *Server) prepareRepo(ctx context.Context, id string, req *CreateRequest)
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("repo.bundle: %w", err)
 	}
-	req.RepoDir = dir
+	req.RepoDir, req.RepoWithin = dir, dir
 	return func() { s.removeBundle(id) }, nil
 }
 

@@ -109,6 +109,23 @@ func TestCreateRepoChecks(t *testing.T) {
 	if err := os.Symlink(filepath.Join(base, "outside", ".git"), filepath.Join(root, "gitlink", ".git")); err != nil {
 		t.Fatal(err)
 	}
+	// A .git folder whose commondir names another repository's, and one
+	// whose objects are a link to another's.
+	if err := os.MkdirAll(filepath.Join(root, "commondir", ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{"HEAD": "ref: refs/heads/main\n", "commondir": filepath.Join(base, "outside", ".git") + "\n"} {
+		if err := os.WriteFile(filepath.Join(root, "commondir", ".git", name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gitRepo(t, filepath.Join(root, "objlink"))
+	if err := os.RemoveAll(filepath.Join(root, "objlink", ".git", "objects")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(base, "outside", ".git", "objects"), filepath.Join(root, "objlink", ".git", "objects")); err != nil {
+		t.Fatal(err)
+	}
 	// The uploaded bundles' folder under the root: not a path to name.
 	gitRepo(t, filepath.Join(root, "uploads", "ag_x.git"))
 	create, got := repoServer(t, func(o *Options) { o.RepoRoot, o.RepoDir = root, filepath.Join(root, "uploads") })
@@ -127,7 +144,9 @@ func TestCreateRepoChecks(t *testing.T) {
 		{"missing", map[string]any{"path": "nope"}, "no such folder"},
 		{"not the top", map[string]any{"path": "proj/sub"}, "not the top of a git repository"},
 		{"the root itself", map[string]any{"path": root}, "not the top of a git repository"},
-		{"core.worktree elsewhere", map[string]any{"path": "worktree-elsewhere"}, "work tree elsewhere"},
+		{"core.worktree elsewhere", map[string]any{"path": "worktree-elsewhere"}, "leads outside"},
+		{"a commondir file", map[string]any{"path": "commondir"}, "leads outside"},
+		{"objects through a symlink", map[string]any{"path": "objlink"}, "leads outside"},
 		{"alternates", map[string]any{"path": "borrows"}, "borrows objects"},
 		{"a gitfile", map[string]any{"path": "gitfile"}, "not the top of a git repository"},
 		{"a .git symlink", map[string]any{"path": "gitlink"}, "not the top of a git repository"},

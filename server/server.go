@@ -86,6 +86,10 @@ type CreateRequest struct {
 	// bundle was unpacked into. The server sets it; never read from a
 	// request.
 	RepoDir string `json:"-"`
+	// RepoWithin is the folder the repository must stay in
+	// (repo.Options.Within): the tenant's under Options.RepoRoot, or the
+	// uploaded bundles'. The server sets it.
+	RepoWithin string `json:"-"`
 	// Tenant is whose agent it is: the server sets it for the Starter and
 	// the Adopter (a tenant's budget); never read from a request.
 	Tenant string `json:"-"`

@@ -176,7 +176,9 @@ func requestOptions(base *sandboxagent.Config, ociRuntimes []string, tenants *me
 	}
 	opts := []sandboxagent.AgentOption{}
 	if req.RepoDir != "" && req.Repo != nil {
-		opts = append(opts, sandboxagent.WithRepo(req.RepoDir, req.Repo.options()))
+		o := req.Repo.options()
+		o.Within = req.RepoWithin
+		opts = append(opts, sandboxagent.WithRepo(req.RepoDir, o))
 	}
 	if req.Budget != nil || tenants != nil {
 		mo := metering.MeterOptions{Prices: cfg.Prices}
