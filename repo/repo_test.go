@@ -137,15 +137,7 @@ func TestCheckedOutBranch(t *testing.T) {
 	}
 	// Checked out after Open, before the sync: refused then too.
 	sh(t, host, "git branch later")
-	r, err := Open(ctx, host, "x", Options{Branch: "later"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	sb := local{t.TempDir()}
-	if err := r.Put(ctx, sb); err != nil {
-		t.Fatal(err)
-	}
+	r, sb := putLocal(t, host, "x", Options{Branch: "later"})
 	sh(t, sb.dir, "echo x > x.txt; git add x.txt; git commit -qm x")
 	sh(t, host, "git worktree add -q ../wt-later later")
 	t.Cleanup(func() { os.RemoveAll(host + "/../wt-later") })
@@ -187,14 +179,7 @@ func TestOptions(t *testing.T) {
 func TestResume(t *testing.T) {
 	ctx := context.Background()
 	host := hostRepo(t)
-	r, err := Open(ctx, host, "res", Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb := local{t.TempDir()}
-	if err := r.Put(ctx, sb); err != nil {
-		t.Fatal(err)
-	}
+	r, sb := putLocal(t, host, "res", Options{})
 	sh(t, sb.dir, "echo 1 > one.txt; git add one.txt; git commit -qm one")
 	if _, err := r.Sync(ctx, sb); err != nil {
 		t.Fatal(err)
@@ -259,15 +244,7 @@ func TestGitMemoryCap(t *testing.T) {
 func TestPreviousNameBlocked(t *testing.T) {
 	ctx := context.Background()
 	host := hostRepo(t)
-	r, err := Open(ctx, host, "blk", Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	sb := local{t.TempDir()}
-	if err := r.Put(ctx, sb); err != nil {
-		t.Fatal(err)
-	}
+	r, sb := putLocal(t, host, "blk", Options{})
 	sh(t, sb.dir, "echo 1 > one.txt; git add one.txt; git commit -qm one")
 	ch, err := r.Sync(ctx, sb)
 	if err != nil {
@@ -282,4 +259,20 @@ func TestPreviousNameBlocked(t *testing.T) {
 	if got := sh(t, host, "git rev-parse sandbox-agent/blk-previous-2"); got != ch.Tip {
 		t.Fatalf("previous-2 is %s, want %s", got, ch.Tip)
 	}
+}
+
+// putLocal opens the host repository and puts it in a local sandbox;
+// the repository is closed when the test ends.
+func putLocal(t *testing.T, host, name string, o Options) (*Repo, local) {
+	t.Helper()
+	r, err := Open(context.Background(), host, name, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	sb := local{t.TempDir()}
+	if err := r.Put(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	return r, sb
 }

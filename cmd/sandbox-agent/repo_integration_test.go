@@ -23,18 +23,9 @@ func TestIntegrationCLIRepo(t *testing.T) {
 
 // checkCLIRepo is TestIntegrationCLIRepo with env (the engine's).
 func checkCLIRepo(t *testing.T, env map[string]string) {
-	gittest.Need(t)
 	dir := t.TempDir()
 	host := filepath.Join(dir, "host")
-	if err := os.MkdirAll(host, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	gittest.Run(t, host, "init", "-q", "-b", "main")
-	if err := os.WriteFile(filepath.Join(host, "a.txt"), []byte("a\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gittest.Run(t, host, "add", "-A")
-	gittest.Run(t, host, "commit", "-qm", "base")
+	gittest.Init(t, host, map[string]string{"a.txt": "a\n"})
 	if err := os.WriteFile(filepath.Join(host, "a.txt"), []byte("the user's edit\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

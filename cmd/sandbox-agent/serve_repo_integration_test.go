@@ -31,20 +31,10 @@ type repoChangesOf struct {
 
 func TestIntegrationServeRepo(t *testing.T) {
 	testenv.Engine(t)
-	gittest.Need(t)
 	base := t.TempDir()
 	root := filepath.Join(base, "repos")
 	host := filepath.Join(root, "proj")
-	if err := os.MkdirAll(host, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	gittest.Run(t, host, "init", "-q", "-b", "main")
-	if err := os.WriteFile(filepath.Join(host, "README"), []byte("hello\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gittest.Run(t, host, "add", "README")
-	gittest.Run(t, host, "commit", "-qm", "first")
-	head := gittest.Run(t, host, "rev-parse", "HEAD")
+	head := gittest.Init(t, host, map[string]string{"README": "hello\n"})
 
 	r := startServeWith(t, map[string]string{"SANDBOX_AGENT_SERVE_REPO_ROOT": root})
 	// Each agent's own fake model: one commit, then a file left

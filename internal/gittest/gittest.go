@@ -5,6 +5,7 @@ package gittest
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -37,4 +38,23 @@ func Run(t testing.TB, dir string, args ...string) string {
 		t.Fatalf("git %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// Init makes a repository at dir (created as needed) on branch main with
+// one commit, "base", of files (name → content); it returns the commit.
+func Init(t testing.TB, dir string, files map[string]string) string {
+	t.Helper()
+	Need(t)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	Run(t, dir, "init", "-q", "-b", "main")
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	Run(t, dir, "add", "-A")
+	Run(t, dir, "commit", "-q", "--allow-empty", "-m", "base")
+	return Run(t, dir, "rev-parse", "HEAD")
 }
