@@ -20,21 +20,34 @@
 # 4. record  the pushed digests go into images/catalog/digests.json
 #            ({"<tag>": "sha256:…"}, compiled into the binary:
 #            image_verify=strict checks images against it).
-# 5. package static binaries for PLATFORMS into DIST with main.version set,
-#            and DIST/SHA256SUMS; the host's binary must pass
-#            `SANDBOX_AGENT_IMAGE_VERIFY=strict images check` (it carries
-#            the recorded digests).
+# 5. package static binaries for PLATFORMS into DIST with main.version set;
+#            the Python wheels into DIST/python (.ci/build_wheel.sh
+#            --binary: each linux/amd64 and linux/arm64 binary of PLATFORMS
+#            in a wheel sandbox-agent, version VERSION in PEP 440 form),
+#            refused unless the registry serves every image tag their
+#            versions.json names (`images which` of each of `images names`,
+#            checked with `images check --registry NAME...`); and
+#            DIST/SHA256SUMS (binaries and wheels). The host's binary must
+#            pass `SANDBOX_AGENT_IMAGE_VERIFY=strict images check` (it
+#            carries the recorded digests).
 # 6. tag     commit digests.json ("Release VERSION: image digests"),
 #            `git tag -a VERSION`, and push the tag when a remote is
 #            configured (RELEASE_REMOTE, else origin, else the only remote).
+#            Then the wheels go to PyPI with `python3 -m twine upload` when
+#            TWINE_PASSWORD is set (TWINE_USERNAME=__token__ and an API
+#            token; TWINE_REPOSITORY_URL for another index); else the
+#            command to run is printed and nothing is uploaded.
 #
-# --dry-run runs steps 1-5 (the images are really pushed) and skips 6;
-# digests.json is put back as it was (the binaries in DIST still carry the
-# recorded digests). Without --dry-run the work tree must be clean and
-# VERSION not tagged yet. A failure after step 4 puts digests.json back too.
+# --dry-run runs steps 1-5 (the images are really pushed) and skips 6 (no
+# tag, no upload); digests.json is put back as it was (the binaries and
+# wheels in DIST still carry the recorded digests). Without --dry-run the
+# work tree must be clean, VERSION not tagged yet and PEP 440 (no local
+# version in the wheels). A failure after step 4 puts digests.json back too.
 #
 #   DIST       output folder (default dist/; emptied first)
 #   PLATFORMS  default "linux/amd64 linux/arm64 darwin/amd64 darwin/arm64"
+#   PYTHON     builds (and uploads) the wheels (default /usr/bin/python3:
+#              setuptools, wheel and pip; twine to upload)
 #
 # Exit codes: 0 released (or dry run done), 1 a step failed, 2 usage.
 set -euo pipefail
@@ -86,6 +99,10 @@ if [ "$dry_run" = 0 ]; then
         die "the work tree has changes: commit or stash them first (or --dry-run)"
     fi
     ! git rev-parse -q --verify "refs/tags/$VERSION" >/dev/null || die "tag $VERSION exists already"
+    if [ -n "${TWINE_PASSWORD:-}" ]; then # know before tagging that the upload can run
+        "${PYTHON:-/usr/bin/python3}" -m twine --version >/dev/null 2>&1 ||
+            die "TWINE_PASSWORD is set but ${PYTHON:-/usr/bin/python3} has no twine (apt-get install twine, or unset it)"
+    fi
 fi
 
 work=$(mktemp -d)
@@ -150,7 +167,56 @@ for p in $platforms; do
         die "go build for $p failed"
     echo "    $out" >&2
 done
-(cd "$dist" && sha256sum sandbox-agent-* > SHA256SUMS)
+export VERSION # build_wheel.sh's: the wheel's version
+: >"$work/wheels.txt"
+for p in $platforms; do
+    case "$p" in linux/amd64|linux/arm64) ;; *) continue;; esac
+    bash .ci/build_wheel.sh --arch "${p#linux/}" --binary "$dist/sandbox-agent-$VERSION-linux-${p#linux/}" \
+        --out "$work/wheels" >>"$work/wheels.txt" || die "the linux/${p#linux/} wheel failed (see above)"
+done
+mapfile -t wheels <"$work/wheels.txt"
+if [ "${#wheels[@]}" = 0 ]; then
+    log "no linux/amd64 or linux/arm64 in PLATFORMS: no Python wheel"
+else
+    # A wheel whose images the registry lacks would install an engine that
+    # cannot start a sandbox: every tag its versions.json names must be there.
+    for w in "${wheels[@]}"; do
+        "${PYTHON:-/usr/bin/python3}" -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read("sandbox_agent/versions.json"))' "$w" |
+            cmp -s - images/catalog/versions.json || die "${w##*/}: its versions.json is not images/catalog/versions.json"
+    done
+    tags=()
+    for n in "${names[@]}"; do
+        t=$("$host_bin" images which "$n") || die "images which $n failed"
+        tags+=("$t")
+    done
+    rc=0
+    "$host_bin" images check --registry "${names[@]}" >"$work/wheel-images.tsv" 2>"$work/wheel-images.err" || rc=$?
+    missing=()
+    for t in "${tags[@]}"; do # TAG<TAB>local|not-local,registry|not-in-registry<TAB>verdict
+        awk -F'\t' -v t="$t" '$1 == t && $2 ~ /,registry$/ { ok = 1 } END { exit !ok }' "$work/wheel-images.tsv" ||
+            missing+=("$t")
+    done
+    if [ "${#missing[@]}" -gt 0 ] || [ "$rc" != 0 ]; then
+        cat "$work/wheel-images.tsv" "$work/wheel-images.err" >&2
+        [ "${#missing[@]}" = 0 ] || die "refusing the wheels: the registry does not serve ${missing[*]}"
+        die "refusing the wheels: images check --registry failed (exit $rc)"
+    fi
+    if [ "$dry_run" = 0 ]; then
+        for w in "${wheels[@]}"; do
+            case "${w##*/}" in
+                sandbox_agent-*+*) die "${w##*/}: VERSION $VERSION is no PEP 440 release (a local version): PyPI refuses it";;
+            esac
+        done
+    fi
+    mkdir -p "$dist/python"
+    mv "${wheels[@]}" "$dist/python/"
+    log "the registry serves the wheels' ${#tags[@]} images; in $dist/python:"
+    printf '    %s\n' "${wheels[@]##*/}" >&2
+fi
+(
+    cd "$dist"
+    if [ -d python ]; then sha256sum sandbox-agent-* python/*.whl; else sha256sum sandbox-agent-*; fi >SHA256SUMS
+)
 cat "$dist/SHA256SUMS"
 released="$dist/sandbox-agent-$VERSION-$(go env GOOS)-$(go env GOARCH)"
 if [ ! -x "$released" ]; then # the host's platform is not among PLATFORMS
@@ -170,8 +236,9 @@ if [ -z "$remote" ]; then
         remote=${remotes[0]}
     fi
 fi
+upload=("${PYTHON:-/usr/bin/python3}" -m twine upload --non-interactive "$dist"/python/*.whl)
 if [ "$dry_run" = 1 ]; then
-    log "dry run: not committing digests.json, not tagging $VERSION${remote:+, not pushing it to $remote}"
+    log "dry run: not committing digests.json, not tagging $VERSION${remote:+, not pushing it to $remote}$([ "${#wheels[@]}" = 0 ] || echo ', not uploading the wheels')"
 else
     git add -- "$digests_path"
     if ! git diff --cached --quiet; then
@@ -185,6 +252,15 @@ else
         log "pushed tag $VERSION to $remote (push the branch too: the digests commit is only reachable from the tag)"
     else
         log "no git remote configured: push the tag yourself (git push REMOTE $VERSION)"
+    fi
+    if [ "${#wheels[@]}" = 0 ]; then
+        :
+    elif [ -n "${TWINE_PASSWORD:-}" ]; then
+        log "uploading the wheels: ${upload[*]}"
+        "${upload[@]}" >&2 || die "twine upload failed ($VERSION is tagged already): run it again: ${upload[*]}"
+    else
+        log "TWINE_PASSWORD is not set: the wheels are not uploaded; to publish them run" \
+            "TWINE_USERNAME=__token__ TWINE_PASSWORD=<PyPI API token> ${upload[*]}"
     fi
 fi
 timings+=("$step_name $(($(date +%s) - step_start))s")

@@ -276,9 +276,25 @@ func (s *Server) adopt(ctx context.Context, rec store.Agent) (*agent, error) {
 	}
 	var ag *sandboxagent.Agent
 	var stop func()
-	if s.opts.Adopt == nil {
+	keyLost := false
+	if ep := req.Endpoint; ep != nil && ep.KeyDropped {
+		// The key, never stored, is known only to the process that
+		// started the agent.
+		s.mu.Lock()
+		full, ok := s.requests[rec.ID]
+		s.mu.Unlock()
+		if ok && full.Endpoint != nil {
+			req.Endpoint = full.Endpoint
+		} else {
+			keyLost = true
+		}
+	}
+	switch {
+	case s.opts.Adopt == nil:
 		err = &sandboxagent.SandboxLostError{ID: rec.SandboxID, Name: rec.SandboxName, Reason: "this server cannot adopt sandboxes (no Adopter)"}
-	} else {
+	case keyLost:
+		err = &sandboxagent.SandboxLostError{ID: rec.SandboxID, Name: rec.SandboxName, Reason: keyNotKept}
+	default:
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), adoptTimeout)
 		ag, stop, err = s.opts.Adopt(actx, req, rec.Adopt)
 		cancel()

@@ -182,8 +182,14 @@ func newID() string {
 
 // stored is the create request as the store keeps it: env values can be
 // secrets and are not needed to adopt the sandbox (its environment is
-// set), so only their names stay.
+// set), so only their names stay; an endpoint's key is a secret too, and
+// goes (KeyDropped says there was one).
 func stored(req CreateRequest) CreateRequest {
+	if req.Endpoint != nil && req.Endpoint.APIKey != "" {
+		ep := *req.Endpoint
+		ep.APIKey, ep.KeyDropped = "", true
+		req.Endpoint = &ep
+	}
 	if len(req.Env) > 0 {
 		env := make(map[string]string, len(req.Env))
 		for k := range req.Env {
@@ -263,6 +269,10 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, err := seconds("keepalive", req.Keepalive); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.checkAdminFields(p, &req); err != nil {
 		writeError(w, err)
 		return
 	}

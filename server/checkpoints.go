@@ -411,6 +411,13 @@ func (s *Server) branchRequest(rec store.Agent) (CreateRequest, error) {
 		if err := json.Unmarshal(rec.Request, &req); err != nil {
 			req = CreateRequest{Driver: rec.Driver, Model: rec.Model}
 		}
+		if req.Endpoint != nil && req.Endpoint.KeyDropped {
+			return CreateRequest{}, &apiError{status: http.StatusConflict, kind: KindConflict, msg: fmt.Sprintf(
+				"agent %s was started with an endpoint api_key, which only the server process that started it knew (it is never stored): "+
+					"after a restart, or on another replica, its branches' key is unknown; checkpoint it "+
+					"(POST /v1/agents/%s/checkpoints) and start agents on the checkpoint with their endpoint",
+				rec.ID, rec.ID)}
+		}
 		if len(req.Env) > 0 {
 			return CreateRequest{}, &apiError{status: http.StatusConflict, kind: KindConflict, msg: fmt.Sprintf(
 				"agent %s was started with env, whose values only the server process that started it knew (they are never stored): "+

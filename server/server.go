@@ -81,6 +81,18 @@ type CreateRequest struct {
 	// brings the agent's work home as a branch of it. Not with
 	// Checkpoint.
 	Repo *RepoRequest `json:"repo,omitempty"`
+	// Endpoint, when set, is the agent's model endpoint instead of the
+	// server's (the Starter's Driver builds the driver on it). Only the
+	// admin token may send it; not with FakeModelScript. Its APIKey is
+	// never stored.
+	Endpoint *EndpointRequest `json:"endpoint,omitempty"`
+	// Audit, when set, says whether the agent writes its audit trail
+	// (sandboxagent.Config.AuditEnabled); nil: the server's setting.
+	// Only the admin token may send it, as AuditRoot.
+	Audit *bool `json:"audit,omitempty"`
+	// AuditRoot, when set, is the agent's audit root folder on the
+	// server's host (sandboxagent.Config.AuditRoot), an absolute path.
+	AuditRoot string `json:"audit_root,omitempty"`
 	// RepoDir is the host repository the Starter hands WithRepo: Repo's
 	// path resolved under Options.RepoRoot, or the bare repository its
 	// bundle was unpacked into. The server sets it; never read from a
@@ -285,6 +297,8 @@ func (s *Server) routes() []route {
 		{"POST /v1/agents/{id}/sessions/{sid}/fork", s.withIdleAgent(s.forkSession)},
 		{"GET /v1/agents/{id}/sessions/{sid}/events", s.withRecord(s.sessionEvents)},
 		{"PUT /v1/agents/{id}/session", s.withIdleAgent(s.setSession)},
+		{"PUT /v1/agents/{id}/rules", s.withIdleAgent(s.putRules)},
+		{"POST /v1/agents/{id}/skills", s.withIdleAgent(s.postSkill)},
 		{"POST /v1/agents/{id}/checkpoints", s.withRecord(s.postCheckpoint)}, // holds the agent after the body
 		{"POST /v1/agents/{id}/fork", s.withRecord(s.fork)},
 		{"GET /v1/agents/{id}/changes", s.withIdleAgent(s.getChanges)},

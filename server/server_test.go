@@ -88,7 +88,7 @@ func TestUnknownAgentAndRoute(t *testing.T) {
 		"GET /v1/agents/ag_x/events", "POST /v1/agents/ag_x/exec", "GET /v1/agents/ag_x/files", "PUT /v1/agents/ag_x/files",
 		"GET /v1/agents/ag_x/sessions", "POST /v1/agents/ag_x/sessions", "GET /v1/agents/ag_x/sessions/s", "DELETE /v1/agents/ag_x/sessions/s",
 		"POST /v1/agents/ag_x/sessions/s/fork", "GET /v1/agents/ag_x/sessions/s/events", "PUT /v1/agents/ag_x/session",
-		"POST /v1/agents/ag_x/checkpoints", "POST /v1/agents/ag_x/fork", "GET /v1/agents/ag_x/changes", "GET /v1/checkpoints/ck-00", "DELETE /v1/checkpoints/ck-00"} {
+		"POST /v1/agents/ag_x/checkpoints", "POST /v1/agents/ag_x/fork", "GET /v1/agents/ag_x/changes", "PUT /v1/agents/ag_x/rules", "POST /v1/agents/ag_x/skills", "GET /v1/checkpoints/ck-00", "DELETE /v1/checkpoints/ck-00"} {
 		method, path, _ := strings.Cut(p, " ")
 		if code, e := call(t, ts, method, path, auth, "{}"); code != http.StatusNotFound || e.Kind != KindNotFound {
 			t.Errorf("%s: %d %+v", p, code, e)

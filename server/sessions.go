@@ -111,6 +111,58 @@ func (s *Server) setSession(w http.ResponseWriter, r *http.Request, a *agent, _ 
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// rulesRequest is the body of PUT /v1/agents/{id}/rules. Field names are
+// a public interface.
+type rulesRequest struct {
+	Rules *string `json:"rules"`
+}
+
+// putRules installs instruction text where the agent's CLI reads rules
+// (Agent.InstallRules); later turns follow them.
+func (s *Server) putRules(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
+	var req rulesRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Rules == nil {
+		writeError(w, badRequest("rules: required (the instruction text)"))
+		return
+	}
+	if err := a.ag.InstallRules(r.Context(), *req.Rules); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// skillRequest is the body of POST /v1/agents/{id}/skills: a skill's
+// files as text, by path relative to the skill's folder. Field names are
+// a public interface.
+type skillRequest struct {
+	Name  string            `json:"name"`
+	Files map[string]string `json:"files"`
+}
+
+// postSkill installs a skill where the agent's CLI reads skills
+// (Agent.InstallSkill); later turns see it.
+func (s *Server) postSkill(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
+	var req skillRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	sk := sandboxagent.Skill{Name: req.Name, Files: make(map[string][]byte, len(req.Files))}
+	for p, text := range req.Files {
+		sk.Files[p] = []byte(text)
+	}
+	if err := a.ag.InstallSkill(r.Context(), sk); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // sessionEvents streams a session's events.jsonl from the audit trail
 // (the folder of the agent's latest turn in that session) as one JSON
 // object, line by line: {"session_id", "audit_dir", "events": [...],

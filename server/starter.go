@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"slices"
 
 	units "github.com/docker/go-units"
@@ -116,8 +117,11 @@ func (o StarterOptions) agentOptions(req CreateRequest) ([]sandboxagent.AgentOpt
 	return append(opts, sandboxagent.WithHooks(o.Hooks(req.Tenant))), nil
 }
 
-// requestOptions are the agent options a CreateRequest asks for.
-func requestOptions(base *sandboxagent.Config, ociRuntimes []string, tenants *metering.Tenants, req CreateRequest) ([]sandboxagent.AgentOption, error) {
+// requestConfig is the agent's configuration: the server's (base; nil:
+// the library's default) with what the request may change: keepalive, a
+// smaller disk limit, an allowed OCI runtime, and (the admin's) the audit
+// trail.
+func requestConfig(base *sandboxagent.Config, ociRuntimes []string, req CreateRequest) (sandboxagent.Config, error) {
 	var cfg sandboxagent.Config
 	if base != nil {
 		cfg = *base
@@ -126,10 +130,53 @@ func requestOptions(base *sandboxagent.Config, ociRuntimes []string, tenants *me
 	}
 	keepalive, err := seconds("keepalive", req.Keepalive)
 	if err != nil {
-		return nil, err
+		return cfg, err
 	}
 	if keepalive > 0 {
 		cfg.Keepalive = keepalive
+	}
+	if req.Disk != "" {
+		// A request may ask less than the operator's limit, never more or
+		// none (none only where the operator said none).
+		n, err := config.ParseDisk(req.Disk)
+		if err != nil {
+			return cfg, err
+		}
+		limit := cfg.DiskBytes
+		if limit == 0 {
+			limit = hardening.DefaultDiskBytes // the server's, where its engine enforces one
+		}
+		if limit > 0 && (n < 0 || n > limit) {
+			return cfg, fmt.Errorf("%w: disk %q: this server's sandboxes may use at most %s", sandboxagent.ErrInvalidArgument, req.Disk, units.BytesSize(float64(limit)))
+		}
+		cfg.DiskBytes = n
+	}
+	switch {
+	case req.OCIRuntime == "" || req.OCIRuntime == cfg.OCIRuntime:
+	case !slices.Contains(ociRuntimes, req.OCIRuntime):
+		return cfg, fmt.Errorf("%w: oci_runtime %q: this server lets a request choose none but %q (serve_oci_runtimes)", sandboxagent.ErrInvalidArgument, req.OCIRuntime, ociRuntimes)
+	default:
+		cfg.OCIRuntime = req.OCIRuntime
+	}
+	// The audit trail: the admin's request may turn it off or move it
+	// (createAgent refuses both from tenants).
+	if req.Audit != nil {
+		cfg.AuditEnabled = *req.Audit
+	}
+	if req.AuditRoot != "" {
+		if !filepath.IsAbs(req.AuditRoot) {
+			return cfg, fmt.Errorf("%w: audit_root %q: want an absolute path", sandboxagent.ErrInvalidArgument, req.AuditRoot)
+		}
+		cfg.AuditRoot = req.AuditRoot
+	}
+	return cfg, nil
+}
+
+// requestOptions are the agent options a CreateRequest asks for.
+func requestOptions(base *sandboxagent.Config, ociRuntimes []string, tenants *metering.Tenants, req CreateRequest) ([]sandboxagent.AgentOption, error) {
+	cfg, err := requestConfig(base, ociRuntimes, req)
+	if err != nil {
+		return nil, err
 	}
 	egress, err := sandboxagent.ParseEgress(req.Egress)
 	if err != nil {
@@ -150,29 +197,6 @@ func requestOptions(base *sandboxagent.Config, ociRuntimes []string, tenants *me
 	}
 	if req.Pids < 0 {
 		return nil, fmt.Errorf("%w: pids %d: want a positive number", sandboxagent.ErrInvalidArgument, req.Pids)
-	}
-	if req.Disk != "" {
-		// A request may ask less than the operator's limit, never more or
-		// none (none only where the operator said none).
-		n, err := config.ParseDisk(req.Disk)
-		if err != nil {
-			return nil, err
-		}
-		limit := cfg.DiskBytes
-		if limit == 0 {
-			limit = hardening.DefaultDiskBytes // the server's, where its engine enforces one
-		}
-		if limit > 0 && (n < 0 || n > limit) {
-			return nil, fmt.Errorf("%w: disk %q: this server's sandboxes may use at most %s", sandboxagent.ErrInvalidArgument, req.Disk, units.BytesSize(float64(limit)))
-		}
-		cfg.DiskBytes = n
-	}
-	switch {
-	case req.OCIRuntime == "" || req.OCIRuntime == cfg.OCIRuntime:
-	case !slices.Contains(ociRuntimes, req.OCIRuntime):
-		return nil, fmt.Errorf("%w: oci_runtime %q: this server lets a request choose none but %q (serve_oci_runtimes)", sandboxagent.ErrInvalidArgument, req.OCIRuntime, ociRuntimes)
-	default:
-		cfg.OCIRuntime = req.OCIRuntime
 	}
 	opts := []sandboxagent.AgentOption{}
 	if req.RepoDir != "" && req.Repo != nil {

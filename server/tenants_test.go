@@ -67,7 +67,7 @@ var agentRoutes = []string{"GET /v1/agents/{id}", "DELETE /v1/agents/{id}", "POS
 	"PUT /v1/agents/{id}/files", "GET /v1/agents/{id}/sessions", "POST /v1/agents/{id}/sessions", "GET /v1/agents/{id}/sessions/s",
 	"DELETE /v1/agents/{id}/sessions/s", "POST /v1/agents/{id}/sessions/s/fork", "GET /v1/agents/{id}/sessions/s/events",
 	"PUT /v1/agents/{id}/session", "POST /v1/agents/{id}/checkpoints", "POST /v1/agents/{id}/fork",
-	"GET /v1/agents/{id}/changes"}
+	"GET /v1/agents/{id}/changes", "PUT /v1/agents/{id}/rules", "POST /v1/agents/{id}/skills"}
 
 // TestTenants: a tenant's agents are invisible to another tenant on every
 // route; scopes bound what a token may do; revoked and expired tokens are

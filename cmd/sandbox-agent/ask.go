@@ -31,12 +31,15 @@ type agentFlags struct {
 	// fakeScript, when set, is the fake model's script itself (serve's
 	// fake_model_script) instead of a file to read.
 	fakeScript *fakemodel.Script
-	provider   string
-	keyEnv     string
-	timeout    time.Duration
-	noAudit    bool
-	auditRoot  string
-	budget     metering.Budget
+	// endpoint, when set, is the model endpoint itself (serve's
+	// endpoint field) instead of the provider or gateway.
+	endpoint  *drivers.Endpoint
+	provider  string
+	keyEnv    string
+	timeout   time.Duration
+	noAudit   bool
+	auditRoot string
+	budget    metering.Budget
 }
 
 func (f *agentFlags) register(fs *flag.FlagSet) {
@@ -61,7 +64,8 @@ func fakeKey() string {
 }
 
 // newDriver builds the named driver against its endpoint: the fake model
-// (a script file, or serve's script itself), else the provider or gateway.
+// (a script file, or serve's script itself), serve's request's endpoint,
+// else the provider or gateway.
 // The returned stop func shuts the fake model down; it is never nil.
 func (a *app) newDriver(name string, f *agentFlags) (sandboxagent.Driver, func(), error) {
 	stop := func() {}
@@ -90,6 +94,8 @@ func (a *app) newDriver(name string, f *agentFlags) (sandboxagent.Driver, func()
 		// no network.
 		ep.BaseURL = srv.URL() + "/v1"
 		ep.Provider = "sandbox"
+	case f.endpoint != nil:
+		ep = *f.endpoint
 	default:
 		if ep, err = a.realEndpoint(name, f.provider, f.keyEnv); err != nil {
 			return nil, stop, err

@@ -9,7 +9,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 )
 
-const fakeModelUsage = `usage: sandbox-agent fake-model serve [--listen ADDR] [--script FILE] [--log FILE]
+const fakeModelUsage = `usage: sandbox-agent fake-model serve [--listen ADDR] [--script FILE] [--log FILE] [--ready-file FILE]
 
 Serves the scripted fake model (OpenAI chat completions and Responses,
 Anthropic Messages) until interrupted. See the fakemodel package for the
@@ -39,6 +39,7 @@ func runFakeModel(ctx context.Context, a *app, args []string) int {
 	scriptPath := fs.String("script", "", "script file (JSON); empty serves the empty script")
 	logPath := fs.String("log", "", "append every request as a JSON line to this file (secrets redacted)")
 	allowNonLoopback := fs.Bool("allow-non-loopback", false, "allow listening on a non-loopback address")
+	readyFile := fs.String("ready-file", "", "write the address listened on (host:port and a newline) to this file once listening (atomically: a reader never sees half of it)")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -65,6 +66,12 @@ func runFakeModel(ctx context.Context, a *app, args []string) int {
 		return a.fail(err)
 	}
 	fmt.Fprintf(a.stdout, "listening on %s\n", srv.URL())
+	if *readyFile != "" {
+		if err := writeFileAtomic(*readyFile, []byte(srv.Addr()+"\n"), 0o644); err != nil {
+			srv.Close()
+			return a.fail(fmt.Errorf("fake-model serve: ready file: %w", err))
+		}
+	}
 	<-ctx.Done()
 	if err := srv.Close(); err != nil {
 		return a.fail(err)

@@ -7,15 +7,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,7 +56,7 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(a.stderr, "usage: sandbox-agent serve [flags]\n\nServes the HTTP API (docs/api-http.md) and the web inspector at /. Every\nrequest needs a bearer token: the admin's (in --token-file, generated there when\nmissing) or a tenant's (sandbox-agent serve token create). Agents, turns and\nevents are kept in --state; SIGINT or SIGTERM stops the server and leaves the\nsandboxes running for the next start on the same state to adopt (with --state\n:memory: it removes them).\n\nsubcommands: serve token create|list|revoke (tenants' tokens)\n\nflags:")
+		fmt.Fprintln(a.stderr, "usage: sandbox-agent serve [flags]\n\nServes the HTTP API (docs/api-http.md) and the web inspector at /. Every\nrequest needs a bearer token: the admin's (in --token-file, generated there when\nmissing) or a tenant's (sandbox-agent serve token create). Agents, turns and\nevents are kept in --state; SIGINT or SIGTERM (or, with --stop-on-stdin-eof, the\nend of standard input) stops the server and leaves the sandboxes running for the\nnext start on the same state to adopt (with --state :memory: it removes them).\n\nsubcommands: serve token create|list|revoke (tenants' tokens)\n\nflags:")
 		fs.PrintDefaults()
 	}
 	listen := fs.String("listen", defaultListen, "address to listen on (host:port; port 0 picks a free one)")
@@ -66,6 +69,7 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
 	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM)")
 	insecure := fs.Bool("allow-insecure-http", false, "allow listening beyond the loopback without TLS")
+	stopOnEOF := fs.Bool("stop-on-stdin-eof", false, "stop, as on SIGTERM, once standard input ends (EOF) or fails: a parent process holding the pipe's other end stops serve by closing it, or by dying")
 	ociRT := fs.String("oci-runtime", "", "OCI runtime of every sandbox, e.g. runsc for gVisor (default from config key oci_runtime, else the engine's); a create request may name another only from serve_oci_runtimes")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -96,6 +100,19 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	log := slog.New(slog.NewTextHandler(a.stderr, nil))
 	if created {
 		log.Info("generated a bearer token", "token_file", *tokenFile)
+	}
+	if *stopOnEOF {
+		// The parent holding our stdin often holds our stderr too: once it
+		// is gone, a log line to that pipe must not kill us (Go exits on
+		// SIGPIPE for fds 1 and 2) before the sandboxes are removed.
+		signal.Ignore(syscall.SIGPIPE)
+		var stop context.CancelFunc
+		ctx, stop = context.WithCancel(ctx)
+		defer stop()
+		go watchStdin(serveStdin, func() {
+			log.Info("standard input ended: stopping (--stop-on-stdin-eof)")
+			stop()
+		})
 	}
 	// One engine connection and one image source for every agent: they
 	// start concurrently.
@@ -301,6 +318,16 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	return exitOK
 }
 
+// serveStdin is what --stop-on-stdin-eof watches (tests replace it).
+var serveStdin io.Reader = os.Stdin
+
+// watchStdin reads r to its end, discarding what comes, then calls stop:
+// at EOF, or at the first read error (a pipe whose writer is gone).
+func watchStdin(r io.Reader, stop func()) {
+	_, _ = io.Copy(io.Discard, r)
+	stop()
+}
+
 // serveRepoDir is the folder of the bare repositories made of uploaded
 // bundles: STATE.repos beside a SQLite state file (its agents outlive
 // the process), else a temporary folder, removed by drop.
@@ -396,7 +423,8 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 // serveStarter starts the agent of a POST /v1/agents through
 // server.NewStarter, with the library options ask uses: the request's
 // fields as options, the fake model when the request carries a script,
-// else the real endpoint.
+// the request's endpoint when it names one (the admin's), else the real
+// endpoint.
 func (a *app) serveStarter(ctx context.Context, noAudit bool, auditRoot, instance string) (server.StarterOptions, error) {
 	rt, err := a.runtime(ctx)
 	if err != nil {
@@ -414,6 +442,13 @@ func (a *app) serveStarter(ctx context.Context, noAudit bool, auditRoot, instanc
 				return nil, nil, fmt.Errorf("%w: driver %q: want one of %s", sandboxagent.ErrInvalidArgument, req.Driver, strings.Join(drivers.Names(), ", "))
 			}
 			f := agentFlags{provider: "zhipuai-coding-plan"}
+			if req.Endpoint != nil {
+				ep, err := a.requestEndpoint(req.Driver, *req.Endpoint)
+				if err != nil {
+					return nil, nil, err
+				}
+				f.endpoint = &ep
+			}
 			if len(req.FakeModelScript) > 0 && string(req.FakeModelScript) != "null" {
 				script, err := fakemodel.ParseScript(req.FakeModelScript)
 				if err != nil {

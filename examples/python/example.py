@@ -1,45 +1,40 @@
-"""Drive an agent on a running ``sandbox-agent serve`` (no model key needed).
+"""The seed's example with the package, on the built-in fake model (no key needed).
 
-    python3 examples/python/example.py
+    pip install "$(bash .ci/build_wheel.sh | tail -n1)"     # once, from a checkout
+    python3 examples/python/example.py [DRIVER]            # default claude
 
-It reads SANDBOX_AGENT_URL and SANDBOX_AGENT_TOKEN (or the serve token file),
-starts a codex agent on the built-in fake model scripted to run one shell
-tool, prints the turn's tool calls as they stream, checks the file with
-exec, downloads it, and closes the agent.
+The fake model plays the LLM: it asks the CLI to write /tmp/qs.py with its
+own write tool, then answers. The real CLI runs in its container; the
+example checks the file with exec, brings it home, and the with-block
+destroys the container. With a real model, drop fake_model_script and give
+the driver its key: OpenCodeDriver(provider="zhipuai-coding-plan", api_key=...).
 """
 
-import os
 import sys
-import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sandbox_agent import SandboxAgent, SandboxAgentError  # noqa: E402
+from sandbox_agent import SandboxAgent, SandboxAgentError, drivers
 
-SCRIPT = {"responses": [
-    {"tool": "shell", "command": "mkdir -p /tmp/out && echo hello from the sandbox > /tmp/out/hello.txt"},
-    {"text": "DONE"},
-]}
+QS = """def qs(a):
+    return a if len(a) < 2 else qs([x for x in a[1:] if x < a[0]]) + [a[0]] + qs([x for x in a[1:] if x >= a[0]])
+
+print(qs([5, 3, 8, 1]))
+"""
+SCRIPT = {"responses": [{"tool": "write", "path": "/tmp/qs.py", "content": QS}, {"text": "Saved /tmp/qs.py."}]}
 
 
 def main() -> int:
-    driver = os.environ.get("SANDBOX_AGENT_TEST_DRIVER", "codex")
+    name = sys.argv[1] if len(sys.argv) > 1 else "claude"
+    driver = drivers.driver_for(name)
     try:
-        with SandboxAgent(driver, fake_model_script=SCRIPT, timeout=240) as agent:
-            print("agent", agent.id, "in container", agent.info.get("container"))
-            turn = agent.stream("Write /tmp/out/hello.txt, then answer DONE.")
-            for event in turn:
-                p = event.get("payload", {})
-                if event["kind"] == "tool_call":
-                    print("  tool call:", p.get("tool"), p.get("command") or p.get("path") or "")
-                elif event["kind"] == "tool_result":
-                    print("  tool result: exit", p.get("exit_code"))
+        with SandboxAgent(driver=driver, fake_model_script=SCRIPT, timeout=300) as agent:
+            for event in agent.stream("write a quicksort in Python, save it to /tmp/qs.py"):
+                if event.kind == "tool_call":
+                    print("  tool call:", event.payload.get("tool"), event.payload.get("path") or "")
             print("reply:", agent.last_result["reply"])
-            res = agent.exec(["cat", "/tmp/out/hello.txt"])
-            print("exec cat:", res["exit_code"], res["stdout"].strip())
-            dest = tempfile.mkdtemp(prefix="sandbox-agent-example-")
-            names = agent.download("/tmp/out/hello.txt", dest)
-            for name in names:
-                print("downloaded", os.path.join(dest, name))
+
+            code, out = agent.container.exec(["python3", "/tmp/qs.py"])
+            print("exec:", code, out.strip())
+            print("downloaded:", agent.container.download("/tmp/qs.py", "./qs.py"))
     except SandboxAgentError as e:
         print("error:", e, file=sys.stderr)
         return 1
