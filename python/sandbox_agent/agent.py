@@ -11,6 +11,7 @@ import urllib.parse
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Union
 
 from . import audit
+from ._config import setting
 from ._http import HTTP_TIMEOUT, Client, drop_none
 from .drivers import BaseDriver, driver_for
 from .engine import Engine, engine as private_engine
@@ -129,21 +130,27 @@ class Container:
         self._agent._client.request("PUT", self._agent._path("files", path=dest), buf.getvalue(),
                                     "application/x-tar").close()
 
-    def download(self, src: str, dest: PathLike) -> str:
+    def download(self, src: str, dest: PathLike, *, max_bytes: Optional[int] = None,
+                 max_entries: Optional[int] = None) -> str:
         """Bring the file or directory ``src`` home to ``dest``; answer the path written.
 
         A file lands at ``dest`` (inside it when ``dest`` is a directory);
         a directory becomes ``dest`` (replacing nothing: an existing ``dest``
         directory gets ``src``'s name inside it). Only regular files and
         directories are taken, with plain permissions; ``skipped`` on the
-        agent says how many entries the engine left out.
+        agent says how many entries the engine left out. ``max_bytes`` and
+        ``max_entries`` bound what is written (default: the config keys
+        ``max_download_bytes`` / ``max_download_entries``, else 1 GiB and
+        100,000 entries, as the engine's): past them, TooLargeError and
+        nothing is left.
         """
         dest = os.path.abspath(os.fspath(dest))
         parent = dest if os.path.isdir(dest) else os.path.dirname(dest)
         os.makedirs(parent, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=".sandbox-agent-download-", dir=parent)
         try:
-            names = self._extract(src, tmp)
+            names = self._extract(src, tmp, _limit(max_bytes, "max_download_bytes", 1 << 30),
+                                  _limit(max_entries, "max_download_entries", 100_000))
             tops = {n.split("/")[0] for n in names}
             if len(tops) != 1:
                 raise UnsafeArchiveError("%s: expected one file or directory, got %d entries at the top"
@@ -158,8 +165,10 @@ class Container:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def _extract(self, src: str, into: str) -> List[str]:
-        names = []
+    def _extract(self, src: str, into: str, max_bytes: int, max_entries: int) -> List[str]:
+        # A remote engine is not trusted to have bounded the archive.
+        names = []  # type: List[str]
+        total = 0
         with self._agent._client.request("GET", self._agent._path("files", path=src),
                                          accept="application/x-tar") as r:
             self._agent.last_skipped = int(r.headers.get("X-Sandbox-Agent-Skipped") or 0)
@@ -168,12 +177,19 @@ class Container:
                     parts = m.name.replace("\\", "/").split("/")
                     if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
                         raise UnsafeArchiveError("unsafe archive entry %r" % m.name, kind="unsafe_archive")
+                    total += m.size if m.isfile() else 0
+                    if len(names) >= max_entries or total > max_bytes:
+                        raise TooLargeError("%s: more than %d entries or %d bytes" % (src, max_entries, max_bytes),
+                                            kind="too_large")
                     if hasattr(tarfile, "data_filter"):
                         tf.extract(m, into, filter="data")
                     else:
                         m.mode &= 0o777
                         tf.extract(m, into)
-                    names.append(m.name.lstrip("./") or m.name)
+                    name = m.name
+                    while name.startswith("./"):
+                        name = name[2:]
+                    names.append(name)
         if not names:
             raise NotFoundError("%s: nothing to download" % src, kind="not_found")
         return names
@@ -398,6 +414,16 @@ class SandboxAgent:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _limit(given: Optional[int], key: str, default: int) -> int:
+    if given is not None:
+        return given
+    raw = setting(key, "SANDBOX_AGENT_" + key.upper())
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        raise InvalidArgumentError("%s %r: not an integer" % (key, raw), kind="invalid_argument") from None
 
 
 def _audit_root() -> str:

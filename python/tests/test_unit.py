@@ -279,6 +279,28 @@ def test_download_file(fake, agent, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["out.py", "qs.py"]  # no temporary left
 
 
+def test_download_dotfile(fake, agent, tmp_path):
+    fake.files["/root/.bashrc"] = tar_of((".bashrc", "file", b"x"))
+    assert agent.container.download("/root/.bashrc", tmp_path) == str(tmp_path / ".bashrc")
+    fake.files["/d"] = tar_of(("./.d", "dir", None), ("./.d/f", "file", b"y"))
+    assert open(os.path.join(agent.container.download("/d", tmp_path / "dd"), "f")).read() == "y"
+
+
+def test_download_limits(fake, agent, tmp_path, monkeypatch):
+    fake.files["/many"] = tar_of(("m", "dir", None), *[("m/%d" % i, "file", b"x") for i in range(20)])
+    with pytest.raises(sa.TooLargeError):
+        agent.container.download("/many", tmp_path / "a", max_entries=10)
+    with pytest.raises(sa.TooLargeError):
+        agent.container.download("/many", tmp_path / "b", max_bytes=5)
+    monkeypatch.setenv("SANDBOX_AGENT_MAX_DOWNLOAD_BYTES", "5")
+    with pytest.raises(sa.TooLargeError):
+        agent.container.download("/many", tmp_path / "c")
+    assert os.listdir(tmp_path) == []  # nothing left of the refused ones
+    monkeypatch.delenv("SANDBOX_AGENT_MAX_DOWNLOAD_BYTES")
+    agent.container.download("/many", tmp_path / "d")
+    assert len(os.listdir(tmp_path / "d")) == 20
+
+
 def test_download_dir(fake, agent, tmp_path):
     fake.files["/work/out"] = tar_of(("out", "dir", None), ("out/a.txt", "file", b"a"), ("out/sub", "dir", None),
                                      ("out/sub/b.txt", "file", b"b"))
