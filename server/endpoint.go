@@ -97,6 +97,10 @@ func checkEndpoint(ep *EndpointRequest) error {
 			return badRequest("endpoint.base_url: no query or fragment")
 		}
 	}
+	if ep.APIKey != "" && len(ep.APIKey) < 8 {
+		// Shorter secrets are not redacted from what serve prints.
+		return badRequest("endpoint.api_key: want at least 8 characters")
+	}
 	if len(ep.APIKey) > maxAPIKeyLen {
 		return badRequest("endpoint.api_key: over %d characters", maxAPIKeyLen)
 	}

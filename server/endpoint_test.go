@@ -34,10 +34,11 @@ func TestCreateAdminFieldsChecked(t *testing.T) {
 		{tenant, `{"driver":"pi","audit":false}`, 403, KindForbidden, "audit"},
 		{tenant, `{"driver":"pi","audit":true}`, 403, KindForbidden, "audit"},
 		{tenant, `{"driver":"pi","audit_root":"/tmp/x"}`, 403, KindForbidden, "audit_root"},
-		{admin, `{"driver":"pi","endpoint":{"api_key":"k"},"fake_model_script":{"responses":[]}}`, 400, KindInvalidArgument, "fake_model_script"},
+		{admin, `{"driver":"pi","endpoint":{"api_key":"sk-12345678"},"fake_model_script":{"responses":[]}}`, 400, KindInvalidArgument, "fake_model_script"},
 		{admin, `{"driver":"pi","endpoint":{"base_url":"ftp://h/v1"}}`, 400, KindInvalidArgument, "base_url"},
 		{admin, `{"driver":"pi","endpoint":{"base_url":"/v1"}}`, 400, KindInvalidArgument, "base_url"},
 		{admin, `{"driver":"pi","endpoint":{"base_url":"http://user:pass@h/v1"}}`, 400, KindInvalidArgument, "credentials"},
+		{admin, `{"driver":"pi","endpoint":{"api_key":"short"}}`, 400, KindInvalidArgument, "8 characters"},
 		{admin, `{"driver":"pi","endpoint":{"api_key":"a b"}}`, 400, KindInvalidArgument, "api_key"},
 		{admin, `{"driver":"pi","endpoint":{"api_key":"` + strings.Repeat("k", maxAPIKeyLen+1) + `"}}`, 400, KindInvalidArgument, "api_key"},
 		{admin, `{"driver":"opencode","endpoint":{"provider":"a/b"}}`, 400, KindInvalidArgument, "provider"},
@@ -155,8 +156,8 @@ func TestAdoptEndpointKeyLost(t *testing.T) {
 		t.Errorf("the agent with a key after recovery: %d %s", code, out)
 	}
 	// Its branches' key is unknown too.
-	if code, e := call(t, ts, "POST", "/v1/agents/ag_key/fork", "Bearer "+testToken, `{"n":1}`); code == http.StatusCreated {
-		t.Errorf("fork of an agent whose key is gone: %d %+v", code, e)
+	if code, e := call(t, ts, "POST", "/v1/agents/ag_key/fork", "Bearer "+testToken, `{"count":1}`); code != http.StatusConflict && code != http.StatusGone {
+		t.Errorf("fork of an agent whose key is gone: %d %+v, want 409 or 410", code, e)
 	}
 }
 

@@ -516,7 +516,9 @@ func (s *Server) stopAll(ctx context.Context, remove bool) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if !remove {
+			// An agent with a request's key cannot be adopted by a later
+			// server (the key is never stored): it goes with this one.
+			if !remove && (a.req.Endpoint == nil || !a.req.Endpoint.KeyDropped) {
 				errs[i] = a.detach()
 				return
 			}

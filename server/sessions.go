@@ -144,12 +144,20 @@ type skillRequest struct {
 	Files map[string]string `json:"files"`
 }
 
+// maxSkillFiles bounds a skill's files (POST .../skills).
+const maxSkillFiles = 256
+
 // postSkill installs a skill where the agent's CLI reads skills
 // (Agent.InstallSkill); later turns see it.
 func (s *Server) postSkill(w http.ResponseWriter, r *http.Request, a *agent, _ store.Agent) {
 	var req skillRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, err)
+		return
+	}
+	// Each file is one exec in the sandbox while the agent is held.
+	if len(req.Files) > maxSkillFiles {
+		writeError(w, badRequest("skill %q: %d files, at most %d", line(req.Name), len(req.Files), maxSkillFiles))
 		return
 	}
 	sk := sandboxagent.Skill{Name: req.Name, Files: make(map[string][]byte, len(req.Files))}

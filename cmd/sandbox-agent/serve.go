@@ -105,7 +105,9 @@ func runServe(ctx context.Context, a *app, args []string) int {
 		// The parent holding our stdin often holds our stderr too: once it
 		// is gone, a log line to that pipe must not kill us (Go exits on
 		// SIGPIPE for fds 1 and 2) before the sandboxes are removed.
-		signal.Ignore(syscall.SIGPIPE)
+		// Notify, not Ignore: the commands serve starts (git, image
+		// builds) get the default disposition back.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 		var stop context.CancelFunc
 		ctx, stop = context.WithCancel(ctx)
 		defer stop()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/server"
 )
 
@@ -132,6 +133,14 @@ func TestRequestEndpoint(t *testing.T) {
 	}
 	if got := red.redact("key " + key); strings.Contains(got, key) {
 		t.Errorf("the request's key is not redacted: %q", got)
+	}
+	// A provider the model proxy cannot route: its key would enter the
+	// sandbox, so it is refused (a base URL routes it).
+	if _, err := a.requestEndpoint("opencode", server.EndpointRequest{Provider: "google", APIKey: key}); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
+		t.Errorf("an unroutable provider with a key: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := a.requestEndpoint("opencode", server.EndpointRequest{Provider: "google", BaseURL: "http://127.0.0.1:9/v1", APIKey: key}); err != nil {
+		t.Errorf("a provider with a base URL: %v", err)
 	}
 	if _, err := a.requestEndpoint("codex", server.EndpointRequest{BaseURL: "http://127.0.0.1:9/v1", KeyDropped: true}); err == nil {
 		t.Error("an endpoint whose key was dropped was taken")
