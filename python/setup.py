@@ -112,6 +112,11 @@ class PlatformWheel(bdist_wheel):
         return "py3", "none", plat
 
 
+if not os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_agent", "versions.json")):
+    # Without it the package cannot name an image: build with the script,
+    # which copies in the catalog's.
+    raise SystemExit("setup.py: sandbox_agent/versions.json is missing: build the wheel with .ci/build_wheel.sh")
+
 setup(
     version=pep440(os.environ.get("VERSION") or "0.0.0.dev0"),
     distclass=BinaryDistribution,

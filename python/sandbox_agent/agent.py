@@ -1,10 +1,11 @@
 """SandboxAgent: one agent CLI in its own disposable, hardened container."""
 
 import base64
-import io
+import http.client
 import json
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
 import urllib.parse
@@ -12,10 +13,10 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Union
 
 from . import audit
 from ._config import setting
-from ._http import HTTP_TIMEOUT, Client, drop_none
+from ._http import HTTP_TIMEOUT, Client, drop_none, read_limited
 from .drivers import BaseDriver, driver_for
 from .engine import Engine, engine as private_engine
-from .errors import (InvalidArgumentError, NotFoundError, SandboxAgentError, TooLargeError, UnsafeArchiveError,
+from .errors import (EngineError, InvalidArgumentError, NotFoundError, SandboxAgentError, TooLargeError, UnsafeArchiveError,
                      error_from)
 from .versions import image_name
 
@@ -85,7 +86,8 @@ class Container:
             raise InvalidArgumentError("cmd: want an argv list such as ['sh', '-c', '...'], not a string",
                                        kind="invalid_argument")
         body = drop_none({"cmd": list(cmd), "timeout": timeout, "env": env, "workdir": workdir})
-        r = self._agent._client.json("POST", self._agent._path("exec"), body, timeout=None)
+        # The engine answers at the end: wait the command's timeout and a margin.
+        r = self._agent._client.json("POST", self._agent._path("exec"), body, timeout=_grace(timeout))
         return ExecResult(int(r.get("exit_code", -1)), r.get("stdout", ""), r.get("stderr", ""),
                           bool(r.get("timed_out")), bool(r.get("truncated")), int(r.get("duration_ms", 0)))
 
@@ -100,35 +102,60 @@ class Container:
         """The bytes of the file ``path`` in the sandbox (at most ``max_bytes``: TooLargeError past it)."""
         with self._agent._client.request("GET", self._agent._path("files", path=path),
                                          accept="application/x-tar") as r:
-            with tarfile.open(fileobj=r, mode="r|") as tf:
-                for m in tf:
-                    if not m.isfile():
-                        raise UnsafeArchiveError("%s is not a regular file" % path, kind="unsafe_archive")
-                    if m.size > max_bytes:
-                        raise TooLargeError("%s is %d bytes, more than %d" % (path, m.size, max_bytes),
-                                            kind="too_large")
-                    f = tf.extractfile(m)
-                    assert f is not None
-                    return f.read()
+            try:
+                with tarfile.open(fileobj=_Capped(r, max_bytes + _TAR_SLACK), mode="r|") as tf:
+                    for m in tf:
+                        if not m.isfile():
+                            raise UnsafeArchiveError("%s is not a regular file" % path, kind="unsafe_archive")
+                        if m.size > max_bytes:
+                            raise TooLargeError("%s is %d bytes, more than %d" % (path, m.size, max_bytes),
+                                                kind="too_large")
+                        f = tf.extractfile(m)
+                        assert f is not None
+                        return f.read()
+            except (tarfile.TarError, EOFError) as e:
+                raise UnsafeArchiveError("%s: the engine's archive is broken: %s" % (path, e),
+                                         kind="unsafe_archive") from None
         raise NotFoundError("%s: no file in the answer" % path, kind="not_found")
 
     def upload(self, local_path: PathLike, dest: str) -> None:
         """Copy a local file to the file ``dest``, or a directory's contents into the directory ``dest``.
 
-        Symbolic links and special files of a directory are left out.
+        Symbolic links and special files of a directory are left out; hard
+        links go as copies. The archive is built in a temporary file.
         """
         local_path = os.fspath(local_path)
         if not os.path.isdir(local_path):
             with open(local_path, "rb") as f:
                 self.write_file(dest, f.read())
             return
-        buf = io.BytesIO()
-        keep = lambda ti: ti if (ti.isfile() or ti.isdir()) else None  # noqa: E731
-        with tarfile.open(fileobj=buf, mode="w") as tf:
-            for name in sorted(os.listdir(local_path)):
-                tf.add(os.path.join(local_path, name), arcname=name, filter=keep)
-        self._agent._client.request("PUT", self._agent._path("files", path=dest), buf.getvalue(),
-                                    "application/x-tar").close()
+        with tempfile.TemporaryFile() as buf:
+            with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+                for top, dirs, files in os.walk(local_path):
+                    dirs.sort()
+                    rel = os.path.relpath(top, local_path)
+                    for d in list(dirs):
+                        p = os.path.join(top, d)
+                        if os.path.islink(p):
+                            dirs.remove(d)  # not followed, not sent
+                            continue
+                        ti = tarfile.TarInfo(os.path.normpath(os.path.join(rel, d)))
+                        ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, int(os.lstat(p).st_mtime)
+                        tf.addfile(ti)
+                    for name in sorted(files):
+                        p = os.path.join(top, name)
+                        st = os.lstat(p)
+                        if not stat.S_ISREG(st.st_mode):
+                            continue
+                        ti = tarfile.TarInfo(os.path.normpath(os.path.join(rel, name)))
+                        ti.size, ti.mode, ti.mtime = st.st_size, st.st_mode & 0o777, int(st.st_mtime)
+                        with open(p, "rb") as f:
+                            tf.addfile(ti, f)
+            size = buf.tell()
+            buf.seek(0)
+            req_path = self._agent._path("files", path=dest)
+            self._agent._client.request("PUT", req_path, buf, "application/x-tar",  # type: ignore[arg-type]
+                                        headers={"Content-Length": str(size)}).close()
 
     def download(self, src: str, dest: PathLike, *, max_bytes: Optional[int] = None,
                  max_entries: Optional[int] = None) -> str:
@@ -137,7 +164,7 @@ class Container:
         A file lands at ``dest`` (inside it when ``dest`` is a directory);
         a directory becomes ``dest`` (replacing nothing: an existing ``dest``
         directory gets ``src``'s name inside it). Only regular files and
-        directories are taken, with plain permissions; ``skipped`` on the
+        directories are taken, with plain permissions (0644, 0755); ``skipped`` on the
         agent says how many entries the engine left out. ``max_bytes`` and
         ``max_entries`` bound what is written (default: the config keys
         ``max_download_bytes`` / ``max_download_entries``, else 1 GiB and
@@ -157,42 +184,85 @@ class Container:
                                          % (src, len(tops)), kind="unsafe_archive")
             top = os.path.join(tmp, tops.pop())
             target = os.path.join(dest, os.path.basename(top)) if os.path.isdir(dest) else dest
-            if os.path.isdir(top) and os.path.exists(target):
+            if os.path.isdir(top) and os.path.lexists(target):
                 raise InvalidArgumentError("%s exists: not replacing it with the directory %s" % (target, src),
                                            kind="invalid_argument")
-            os.replace(top, target)
+            try:
+                os.replace(top, target)
+            except OSError as e:
+                raise InvalidArgumentError("cannot put %s at %s: %s" % (src, target, e.strerror),
+                                           kind="invalid_argument") from None
             return target
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def _extract(self, src: str, into: str, max_bytes: int, max_entries: int) -> List[str]:
-        # A remote engine is not trusted to have bounded the archive.
+        # Written by hand, not by tarfile's extract: only directories (0755)
+        # and new regular files (0644, O_EXCL, no links followed), whatever
+        # the Python, and a remote engine is not trusted to have bounded
+        # the archive (its headers included: the stream is capped).
         names = []  # type: List[str]
         total = 0
         with self._agent._client.request("GET", self._agent._path("files", path=src),
                                          accept="application/x-tar") as r:
             self._agent.last_skipped = int(r.headers.get("X-Sandbox-Agent-Skipped") or 0)
-            with tarfile.open(fileobj=r, mode="r|") as tf:
-                for m in tf:
-                    parts = m.name.replace("\\", "/").split("/")
-                    if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
-                        raise UnsafeArchiveError("unsafe archive entry %r" % m.name, kind="unsafe_archive")
-                    total += m.size if m.isfile() else 0
-                    if len(names) >= max_entries or total > max_bytes:
-                        raise TooLargeError("%s: more than %d entries or %d bytes" % (src, max_entries, max_bytes),
-                                            kind="too_large")
-                    if hasattr(tarfile, "data_filter"):
-                        tf.extract(m, into, filter="data")
-                    else:
-                        m.mode &= 0o777
-                        tf.extract(m, into)
-                    name = m.name
-                    while name.startswith("./"):
-                        name = name[2:]
-                    names.append(name)
+            try:
+                with tarfile.open(fileobj=_Capped(r, max_bytes + _TAR_SLACK + 1024 * max_entries), mode="r|") as tf:
+                    for m in tf:
+                        parts = [x for x in m.name.replace("\\", "/").split("/") if x not in ("", ".")]
+                        if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
+                            raise UnsafeArchiveError("unsafe archive entry %r" % m.name, kind="unsafe_archive")
+                        if not parts:
+                            continue  # "." itself
+                        total += m.size if m.isfile() else 0
+                        if len(names) >= max_entries or total > max_bytes:
+                            raise TooLargeError("%s: more than %d entries or %d bytes" % (src, max_entries, max_bytes),
+                                                kind="too_large")
+                        target = os.path.join(into, *parts)
+                        try:
+                            if m.isdir():
+                                os.makedirs(target, 0o755, exist_ok=True)
+                            else:
+                                os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+                                f = tf.extractfile(m)
+                                assert f is not None
+                                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                                with os.fdopen(fd, "wb") as out:
+                                    shutil.copyfileobj(f, out, 1 << 20)
+                        except OSError as e:
+                            raise UnsafeArchiveError("archive entry %r: %s" % (m.name, e.strerror),
+                                                     kind="unsafe_archive") from None
+                        names.append("/".join(parts))
+            except (tarfile.TarError, EOFError) as e:
+                raise UnsafeArchiveError("%s: the engine's archive is broken: %s" % (src, e),
+                                         kind="unsafe_archive") from None
         if not names:
             raise NotFoundError("%s: nothing to download" % src, kind="not_found")
         return names
+
+
+# What a tar stream carries beyond its files' bytes: headers and padding.
+_TAR_SLACK = 1 << 20
+
+
+class _Capped:
+    """A response read at most ``limit`` bytes: past it TooLargeError (a tar header
+    of a hostile size included); a broken connection is an EngineError."""
+
+    def __init__(self, r: Any, limit: int):
+        self._r, self._left = r, limit
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = self._left + 1
+        try:
+            data = self._r.read(min(n, self._left + 1))
+        except (OSError, http.client.HTTPException) as e:
+            raise EngineError("download: %s" % e, kind="connection") from None
+        self._left -= len(data)
+        if self._left < 0:
+            raise TooLargeError("download: the archive is larger than its limit", kind="too_large")
+        return data
 
 
 class SandboxAgent:
@@ -296,8 +366,8 @@ class SandboxAgent:
 
     def turn(self, prompt: str, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Run one turn; answer its whole result (reply, events, session_id, usage, duration_ms, ...)."""
-        self.last_result = self._client.json("POST", self._path("turns"), self._turn_body(prompt, timeout),
-                                             timeout=None)
+        body = self._turn_body(prompt, timeout)
+        self.last_result = self._client.json("POST", self._path("turns"), body, timeout=_grace(body.get("timeout")))
         return self.last_result
 
     def ask(self, prompt: str, timeout: Optional[float] = None) -> str:
@@ -383,7 +453,7 @@ class SandboxAgent:
             return self._client.json("GET", self._path("changes"), timeout=None)
         with self._client.request("GET", self._path("changes", format=format), accept="application/x-git-bundle",
                                   timeout=None) as r:
-            return r.read()
+            return read_limited(r, 1 << 30, "the bundle")
 
     def checkpoint(self, name: Optional[str] = None) -> Dict[str, Any]:
         """Keep the whole sandbox (files and session); start agents on it with ``checkpoint=id``."""
@@ -416,14 +486,22 @@ class SandboxAgent:
         self.close()
 
 
+def _grace(timeout: Optional[float]) -> Optional[float]:
+    """How long to wait for an answer that comes after ``timeout`` seconds of work (None: unbounded)."""
+    return None if timeout is None else float(timeout) + 120.0
+
+
 def _limit(given: Optional[int], key: str, default: int) -> int:
-    if given is not None:
-        return given
-    raw = setting(key, "SANDBOX_AGENT_" + key.upper())
-    try:
-        return int(raw) if raw else default
-    except ValueError:
-        raise InvalidArgumentError("%s %r: not an integer" % (key, raw), kind="invalid_argument") from None
+    n = given
+    if n is None:
+        raw = setting(key, "SANDBOX_AGENT_" + key.upper())
+        try:
+            n = int(raw) if raw else default
+        except ValueError:
+            raise InvalidArgumentError("%s %r: not an integer" % (key, raw), kind="invalid_argument") from None
+    if n < 1:
+        raise InvalidArgumentError("%s %d: want 1 or more" % (key, n), kind="invalid_argument")
+    return n
 
 
 def _audit_root() -> str:

@@ -64,6 +64,7 @@ class Engine:
         self._pid = os.getpid()
         self._log = collections.deque(maxlen=200)  # type: Deque[str]
         self._lock = threading.Lock()
+        self._reader = None  # type: Optional[threading.Thread]
 
     @property
     def url(self) -> str:
@@ -116,27 +117,32 @@ class Engine:
             shutil.rmtree(workdir, ignore_errors=True)
             raise EngineError("start the engine %s: %s" % (binary, e), kind="engine_start") from None
         self = cls(Client("http://127.0.0.1:0", token), proc, workdir, private_audit=True)
-        threading.Thread(target=self._read_log, name="sandbox-agent-engine-log", daemon=True).start()
+        self._reader = threading.Thread(target=self._read_log, name="sandbox-agent-engine-log", daemon=True)
+        self._reader.start()
         deadline = t0 + timeout
         delay = 0.001
-        while True:
-            try:
-                with open(ready_file, encoding="utf-8") as f:
-                    addr = f.read().strip()
-                if addr:
-                    break
-            except FileNotFoundError:
-                pass
-            if proc.poll() is not None:
-                self._cleanup()
-                raise EngineError("the engine exited with status %s before serving:\n%s"
-                                  % (proc.returncode, self.log_tail()), kind="engine_start")
-            if time.monotonic() > deadline:
-                self.close(timeout=5)
-                raise EngineError("the engine did not serve within %.0f s:\n%s" % (timeout, self.log_tail()),
-                                  kind="engine_start")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.02)
+        try:
+            while True:
+                try:
+                    with open(ready_file, encoding="utf-8") as f:
+                        addr = f.read().strip()
+                    if addr:
+                        break
+                except FileNotFoundError:
+                    pass
+                if proc.poll() is not None:
+                    self._reader.join(2)  # its last lines
+                    raise EngineError("the engine exited with status %s before serving:\n%s"
+                                      % (proc.returncode, self.log_tail()), kind="engine_start")
+                if time.monotonic() > deadline:
+                    raise EngineError("the engine did not serve within %.0f s:\n%s" % (timeout, self.log_tail()),
+                                      kind="engine_start")
+                time.sleep(delay)
+                delay = min(delay * 2, 0.02)
+        except BaseException:
+            # A failure, or a Ctrl-C while waiting: nothing may stay behind.
+            self.close(timeout=5)
+            raise
         self.client = Client("http://" + addr, token)
         # The engine has read its token: nothing of it stays on disk, even
         # if this process is killed.
@@ -148,8 +154,15 @@ class Engine:
         # The engine's stderr, its last lines kept for error messages:
         # bounded memory however long the engine runs.
         assert self.process is not None and self.process.stderr is not None
-        for raw in self.process.stderr:
-            self._log.append(raw.decode("utf-8", "replace").rstrip("\n")[:2000])
+        stderr = self.process.stderr
+        try:
+            while True:
+                raw = stderr.readline(2000)  # a line longer than that comes in pieces
+                if not raw:
+                    return
+                self._log.append(raw.decode("utf-8", "replace").rstrip("\n"))
+        except (OSError, ValueError):  # closed under us
+            return
 
     def log_tail(self) -> str:
         """The engine's last lines of log."""
@@ -158,11 +171,13 @@ class Engine:
     def running(self) -> bool:
         return self.process is None or self.process.poll() is None
 
-    def close(self, timeout: float = 60.0) -> None:
+    def close(self, timeout: float = 180.0) -> None:
         """Stop a private engine (its sandboxes are removed); nothing for a remote one.
 
         Idempotent. Only the process that started the engine stops it (a
-        forked child shares its parent's).
+        forked child starts its own). ``timeout`` leaves the engine time to
+        remove its sandboxes (its own grace periods are 30 s for requests
+        and 2 minutes for the removals) before it is killed.
         """
         with self._lock:
             proc = self.process
@@ -179,6 +194,10 @@ class Engine:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+            if proc.stderr is not None:
+                if self._reader is not None:
+                    self._reader.join(2)
+                proc.stderr.close()
             self._cleanup()
 
     def _cleanup(self) -> None:
@@ -207,6 +226,26 @@ def engine() -> Engine:
         _engine = Engine.start()
         atexit.register(_engine.close)
         return _engine
+
+
+def _after_fork_in_child() -> None:
+    # The child must not hold the parent's engine alive: its stdin's end
+    # is the parent's engine's life line. The child starts its own engine
+    # on first use; a lock held by another thread at the fork is gone.
+    global _engine_lock
+    _engine_lock = threading.Lock()
+    e = _engine
+    if e is not None and e.process is not None:
+        for f in (e.process.stdin, e.process.stderr):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _reset_for_tests() -> None:

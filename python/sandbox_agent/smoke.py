@@ -53,17 +53,26 @@ class FakeModel:
             json.dump(script, f)
         self.log = os.path.join(self.dir, "requests.jsonl")
         ready = os.path.join(self.dir, "ready")
-        self.proc = subprocess.Popen([binary_path(), "fake-model", "serve", "--listen", "127.0.0.1:0",
-                                      "--script", path, "--log", self.log, "--ready-file", ready],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        errlog = os.path.join(self.dir, "stderr")
+        with open(errlog, "wb") as err:
+            self.proc = subprocess.Popen([binary_path(), "fake-model", "serve", "--listen", "127.0.0.1:0",
+                                          "--script", path, "--log", self.log, "--ready-file", ready],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + 30
-        while not (os.path.exists(ready) and open(ready).read().strip()):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                err = self.proc.stderr.read().decode("utf-8", "replace") if self.proc.poll() is not None else ""
+        addr = ""
+        while not addr:
+            try:
+                with open(ready, encoding="utf-8") as f:
+                    addr = f.read().strip()
+            except FileNotFoundError:
+                pass
+            if not addr and (self.proc.poll() is not None or time.monotonic() > deadline):
+                with open(errlog, encoding="utf-8", errors="replace") as f:
+                    msg = f.read()[-2000:]
                 self.close()
-                raise RuntimeError("the fake model did not start: %s" % err)
+                raise RuntimeError("the fake model did not start: %s" % msg)
             time.sleep(0.01)
-        self.url = "http://%s/v1" % open(ready).read().strip()
+        self.url = "http://%s/v1" % addr
 
     def requests(self) -> List[str]:
         """Every request so far, as its raw JSON line."""
@@ -84,6 +93,7 @@ class FakeModel:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -336,6 +346,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         threads.append(t)
     for t in threads:
         t.join()
+    for n in names:  # a driver whose run died is a failure, never a silent pass
+        got = results.get(n) or []
+        if len(got) != len(STEPS):
+            results[n] = [{"driver": n, "step": st, "status": "fail", "seconds": 0.0,
+                           "detail": "the driver's run ended early"} for st in STEPS]
     failed = sum(1 for rs in results.values() for r in rs if r["status"] == "fail")
     if not a.json:
         print("\n%-15s %s" % ("step", " ".join("%-9s" % n for n in names)))

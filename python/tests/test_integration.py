@@ -99,12 +99,25 @@ def test_audit_root_and_audit_off(tmp_path, monkeypatch):
     assert d.startswith(str(on) + os.sep)
     for f in ("events.jsonl", "session.jsonl", "status.json"):
         assert os.path.getsize(os.path.join(d, f)) > 0
-    monkeypatch.setattr(audit, "AUDIT_ROOT", str(off))
-    with sa.SandboxAgent(driver=DRIVERS[0], audit=False, fake_model_script={"responses": [{"text": "B"}]},
-                         timeout=TURN) as a:
-        assert a.ask("hi") == "B"
-        assert not a.last_result.get("audit_dir")
-    assert not off.exists() or list(off.rglob("*")) == []
+    # audit=False on an engine whose own root is "off", the package's
+    # AUDIT_ROOT set to "off2": neither gets a byte.
+    off2 = tmp_path / "off2"
+    monkeypatch.setattr(audit, "AUDIT_ROOT", str(off2))
+    eng = sa.Engine.start(env={"SANDBOX_AGENT_AUDIT_ROOT": str(off)})
+    try:
+        with sa.SandboxAgent(driver=DRIVERS[0], audit=False, fake_model_script={"responses": [{"text": "B"}]},
+                             timeout=TURN, engine=eng) as a:
+            assert a.ask("hi") == "B"
+            assert not a.last_result.get("audit_dir")
+        for d in (off, off2):
+            assert not d.exists() or list(d.rglob("*")) == [], "audit=False wrote under %s" % d
+        # The control: audit on, on the same engine, writes under off2.
+        with sa.SandboxAgent(driver=DRIVERS[0], fake_model_script={"responses": [{"text": "C"}]},
+                             timeout=TURN, engine=eng) as a:
+            a.ask("hi")
+            assert a.last_result["audit_dir"].startswith(str(off2) + os.sep)
+    finally:
+        eng.close()
 
 
 def test_stream_and_errors():

@@ -86,6 +86,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self._send(400, {"error": "memory '1k': want at least 6m", "kind": "invalid_argument"})
             srv.agents["a1"] = body
             return self._send(201, {"id": "a1", "driver": body["driver"], "container": "sandbox-agent-a1"})
+        if path == "/v1/agents/a1/redirect":
+            return self._send(302, b"", headers=[("Location", "http://127.0.0.2:%d/v1/agents/a1" % srv.server_address[1])])
+        if path == "/v1/agents/a1/notjson":
+            return self._send(200, b"<html>", "text/html")
+        if path == "/v1/agents/a1/big":
+            return self._send(200, b'"' + b"x" * 4096 + b'"')
         if method == "POST" and path == "/v1/agents/a1/turns":
             body = json.loads(raw)
             result = {"turn": 1, "reply": "hi " + body["prompt"], "session_id": "s1", "duration_ms": 5}
@@ -460,3 +466,100 @@ def test_engine_binary_missing(monkeypatch, tmp_path):
     monkeypatch.setenv("SANDBOX_AGENT_BIN", str(tmp_path / "nope"))
     with pytest.raises(sa.EngineError, match="platform wheel"):
         engine_mod.binary_path()
+
+
+def test_no_redirect_no_token_leak(fake, agent):
+    with pytest.raises(sa.EngineError, match="redirect"):
+        agent._client.json("GET", "/v1/agents/a1/redirect")
+    assert all(not p.startswith("/v1/agents/a1?") and p != "/v1/agents/a1" for _, p, _, _ in fake.requests[-1:])
+
+
+def test_hostile_answers(fake, agent, monkeypatch):
+    with pytest.raises(sa.EngineError, match="not JSON"):
+        agent._client.json("GET", "/v1/agents/a1/notjson")
+    from sandbox_agent import _http
+    monkeypatch.setattr(_http, "MAX_JSON", 1000)
+    with pytest.raises(sa.TooLargeError):
+        agent._client.json("GET", "/v1/agents/a1/big")
+    raw = b"event: event\n" + b"data: x\n" * 10 + b"\n"
+    with pytest.raises(sa.TooLargeError):
+        list(sa.parse_sse(io.BytesIO(raw), max_data=15))
+    fake.files["/broken"] = b"this is not a tar archive" * 100
+    with pytest.raises(sa.UnsafeArchiveError):
+        agent.container.download("/broken", "/tmp/never-written")
+    assert not os.path.exists("/tmp/never-written")
+    with pytest.raises(sa.UnsafeArchiveError):
+        agent.container.read_file("/broken")
+
+
+def test_download_normalizes_modes(fake, agent, tmp_path):
+    def archive(duplicate):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tf:
+            d = tarfile.TarInfo("out")
+            d.type, d.mode = tarfile.DIRTYPE, 0o500
+            tf.addfile(d)
+            f = tarfile.TarInfo("out/x")
+            f.size, f.mode, f.uid, f.gid = 1, 0o4777, 4242, 4242
+            tf.addfile(f, io.BytesIO(b"x"))
+            if duplicate:
+                tf.addfile(tarfile.TarInfo("out/x"), io.BytesIO(b""))
+        return buf.getvalue()
+
+    fake.files["/out"] = archive(True)
+    with pytest.raises(sa.UnsafeArchiveError, match="exists"):
+        agent.container.download("/out", tmp_path / "o")
+    assert os.listdir(tmp_path) == []
+    fake.files["/out"] = archive(False)
+    got = agent.container.download("/out", tmp_path / "o")
+    assert stat.S_IMODE(os.stat(got).st_mode) == 0o755 & ~_umask()
+    st = os.stat(os.path.join(got, "x"))
+    assert stat.S_IMODE(st.st_mode) == 0o644 & ~_umask() and st.st_uid == os.getuid()
+
+
+def _umask():
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def test_upload_hard_links_as_copies(fake, agent, tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a").write_text("same")
+    os.link(tmp_path / "d" / "a", tmp_path / "d" / "b")
+    agent.container.upload(tmp_path / "d", "/work/in")
+    members = tarfile.open(fileobj=io.BytesIO(fake.requests[-1][3])).getmembers()
+    assert [(m.name, m.isfile(), m.size) for m in members] == [("a", True, 4), ("b", True, 4)]
+
+
+def test_fork_child_does_not_hold_the_engine(tmp_path):
+    # A forked child closes its copy of the engine's stdin: the parent's
+    # close is a graceful stop at once, not a kill after the timeout.
+    mark = tmp_path / "stopped"
+    binary = fake_binary(tmp_path, """
+        import sys, os
+        args = sys.argv[1:]
+        ready = args[args.index("--ready-file") + 1]
+        open(ready + ".tmp", "w").write("127.0.0.1:9\\n")
+        os.rename(ready + ".tmp", ready)
+        sys.stdin.read()
+        open(%r, "w").write("eof")
+    """ % str(mark))
+    e = sa.Engine.start(binary, timeout=10)
+    old = engine_mod._engine
+    engine_mod._engine = e
+    try:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        try:
+            t0 = time.monotonic()
+            e.close(timeout=20)
+            assert time.monotonic() - t0 < 10 and mark.read_text() == "eof"
+            assert e.process.returncode == 0
+        finally:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    finally:
+        engine_mod._engine = old
