@@ -210,7 +210,9 @@ for b in bad:
 sys.exit(1 if bad else 0)
 PY
     dest="$out/${built[0]##*/}"
-    mv -f "${built[0]}" "$dest"
+    # Copied beside its place, then renamed: never a half-written wheel there.
+    cp "${built[0]}" "$dest.part"
+    mv -f "$dest.part" "$dest"
     log "built $dest ($(du -h "$dest" | cut -f1))"
     wheels+=("$dest")
 done
