@@ -14,26 +14,33 @@ HTTP_TIMEOUT = 600.0  # seconds, for every request but turns and execs (which ma
 # An answer is hostile input when the engine is remote: bounded.
 MAX_JSON = 64 << 20  # bytes of one JSON answer (a turn's result with its events)
 MAX_LINE = 16 << 20  # bytes of one line of an event stream
-STREAM_IDLE = 120.0  # seconds without a byte on an event stream (the engine pings every 15 s)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """The engine never redirects: one that does is not followed (the token would go along)."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        fp.close()
         raise EngineError("the engine at %s answered a redirect (%d) to %s: not followed"
                           % (req.full_url, code, newurl), status=code, kind="redirect")
 
 
 def read_limited(r: Any, limit: int, what: str) -> bytes:
     """All of a response's body, at most ``limit`` bytes (TooLargeError past it)."""
-    try:
-        data = r.read(limit + 1)
-    except (OSError, http.client.HTTPException) as e:
-        raise EngineError("reading %s: %s" % (what, e), kind="connection") from None
-    if len(data) > limit:
-        raise TooLargeError("%s: more than %d bytes" % (what, limit), kind="too_large")
-    return data
+    # In pieces: a read of limit+1 bytes would allocate them all at once
+    # on older Pythons, whatever the answer's size.
+    parts, n = [], 0  # type: List[bytes], int
+    while True:
+        try:
+            piece = r.read(min(1 << 20, limit + 1 - n))
+        except (OSError, http.client.HTTPException) as e:
+            raise EngineError("reading %s: %s" % (what, e), kind="connection") from None
+        if not piece:
+            return b"".join(parts)
+        parts.append(piece)
+        n += len(piece)
+        if n > limit:
+            raise TooLargeError("%s: more than %d bytes" % (what, limit), kind="too_large")
 
 
 def _lines(r: Any) -> Iterator[bytes]:
@@ -148,11 +155,12 @@ class Client:
         except ValueError:
             raise EngineError("the answer to %s %s is not JSON: %.200r" % (method, path, raw), kind="internal") from None
 
-    def stream(self, method: str, path: str, body: Any, timeout: Optional[float] = STREAM_IDLE
+    def stream(self, method: str, path: str, body: Any, timeout: Optional[float] = None
                ) -> Iterator[Tuple[str, Any]]:
         """Yield ``(event, decoded JSON data)`` of a server-sent-events answer.
 
-        ``timeout`` bounds a silence (the engine pings), not the whole stream.
+        ``timeout`` bounds a silence between two bytes (a turn's stream is
+        silent while its CLI works: the turn's timeout and a margin).
         """
         with self.request(method, path, json.dumps(body).encode(), "application/json",
                           accept="text/event-stream", timeout=timeout) as r:

@@ -207,7 +207,7 @@ class Container:
                                          accept="application/x-tar") as r:
             self._agent.last_skipped = int(r.headers.get("X-Sandbox-Agent-Skipped") or 0)
             try:
-                with tarfile.open(fileobj=_Capped(r, max_bytes + _TAR_SLACK + 1024 * max_entries), mode="r|") as tf:
+                with tarfile.open(fileobj=_Capped(r, max_bytes + _TAR_SLACK + 3072 * max_entries), mode="r|") as tf:
                     for m in tf:
                         parts = [x for x in m.name.replace("\\", "/").split("/") if x not in ("", ".")]
                         if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
@@ -241,7 +241,8 @@ class Container:
         return names
 
 
-# What a tar stream carries beyond its files' bytes: headers and padding.
+# What a tar stream carries beyond its files' bytes: the end blocks, and per
+# entry (3 KiB) a header, a PAX header for a long or non-ASCII name, padding.
 _TAR_SLACK = 1 << 20
 
 
@@ -382,7 +383,8 @@ class SandboxAgent:
         Closing the generator early aborts the turn (the session is kept).
         """
         self.last_result = None
-        for event, data in self._client.stream("POST", self._path("turns"), self._turn_body(prompt, timeout)):
+        body = self._turn_body(prompt, timeout)
+        for event, data in self._client.stream("POST", self._path("turns"), body, timeout=_grace(body.get("timeout"))):
             if event == "event":
                 yield Event(data)
             elif event == "result":

@@ -111,7 +111,10 @@ class Engine:
         try:
             # Its own session: a Ctrl-C in the terminal interrupts Python,
             # which then closes its agents through the engine, still running.
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            # Unbuffered (bufsize=0): plain file objects, no buffer lock a
+            # blocked reader holds, so a forked child or close() can always
+            # close them.
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, bufsize=0,
                                     stderr=subprocess.PIPE, env=full_env, cwd="/", start_new_session=True)
         except OSError as e:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -154,15 +157,21 @@ class Engine:
         # The engine's stderr, its last lines kept for error messages:
         # bounded memory however long the engine runs.
         assert self.process is not None and self.process.stderr is not None
-        stderr = self.process.stderr
-        try:
-            while True:
-                raw = stderr.readline(2000)  # a line longer than that comes in pieces
-                if not raw:
-                    return
-                self._log.append(raw.decode("utf-8", "replace").rstrip("\n"))
-        except (OSError, ValueError):  # closed under us
-            return
+        fd = self.process.stderr.fileno()
+        part = b""
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # closed under us
+                return
+            if not chunk:
+                if part:
+                    self._log.append(part.decode("utf-8", "replace"))
+                return
+            lines = (part + chunk).split(b"\n")
+            part = lines.pop()[-2000:]
+            for raw in lines:
+                self._log.append(raw[:2000].decode("utf-8", "replace"))
 
     def log_tail(self) -> str:
         """The engine's last lines of log."""
@@ -197,7 +206,10 @@ class Engine:
             if proc.stderr is not None:
                 if self._reader is not None:
                     self._reader.join(2)
-                proc.stderr.close()
+                # A reader still blocked (a child of the engine holds the
+                # pipe) keeps it: closing an fd under a read is a race.
+                if self._reader is None or not self._reader.is_alive():
+                    proc.stderr.close()
             self._cleanup()
 
     def _cleanup(self) -> None:

@@ -549,11 +549,17 @@ def test_fork_child_does_not_hold_the_engine(tmp_path):
     old = engine_mod._engine
     engine_mod._engine = e
     try:
+        child_ok = tmp_path / "child-ok"
         pid = os.fork()
         if pid == 0:
+            open(str(child_ok), "w").close()  # the at-fork hook did not hang
             time.sleep(30)
             os._exit(0)
         try:
+            deadline = time.monotonic() + 10
+            while not child_ok.exists():
+                assert time.monotonic() < deadline, "the forked child hangs"
+                time.sleep(0.05)
             t0 = time.monotonic()
             e.close(timeout=20)
             assert time.monotonic() - t0 < 10 and mark.read_text() == "eof"
