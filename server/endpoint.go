@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -56,7 +55,7 @@ func (s *Server) checkAdminFields(p principal, req *CreateRequest) error {
 		if err := checkEndpoint(ep); err != nil {
 			return err
 		}
-		if hasScript(req.FakeModelScript) {
+		if req.HasFakeModelScript() {
 			return badRequest("endpoint: not with fake_model_script (the fake model is the agent's endpoint)")
 		}
 		if ep.APIKey != "" && !s.opts.Exclusive {
@@ -112,27 +111,9 @@ func checkEndpoint(ep *EndpointRequest) error {
 	if len(ep.Provider) > maxProviderLen || strings.ContainsFunc(ep.Provider, func(c rune) bool {
 		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.')
 	}) {
-		return badRequest("endpoint.provider %q: want up to %d letters, digits, '-', '_' or '.'", line(ep.Provider), maxProviderLen)
+		return badRequest("endpoint.provider %.200q: want up to %d letters, digits, '-', '_' or '.'", ep.Provider, maxProviderLen)
 	}
 	return nil
-}
-
-// line is s cut short and on one line, for a message.
-func line(s string) string {
-	if len(s) > 200 {
-		s = s[:200] + "…"
-	}
-	return strings.Map(func(c rune) rune {
-		if unicode.IsControl(c) {
-			return ' '
-		}
-		return c
-	}, s)
-}
-
-// hasScript says whether a fake_model_script was sent.
-func hasScript(s json.RawMessage) bool {
-	return len(s) > 0 && string(s) != "null"
 }
 
 // keyNotKept is why an agent whose endpoint's key the store dropped

@@ -111,6 +111,12 @@ type CreateRequest struct {
 	From *sandboxagent.Checkpoint `json:"-"`
 }
 
+// HasFakeModelScript says whether the request carries a fake-model
+// script (a JSON null is none).
+func (req CreateRequest) HasFakeModelScript() bool {
+	return len(req.FakeModelScript) > 0 && string(req.FakeModelScript) != "null"
+}
+
 // Starter starts the agent req describes. stop, never nil on success,
 // releases what the starter made beside the agent (a fake model); the
 // server calls it after closing the agent. Errors wrapping

@@ -157,7 +157,7 @@ func (s *Server) postSkill(w http.ResponseWriter, r *http.Request, a *agent, _ s
 	}
 	// Each file is one exec in the sandbox while the agent is held.
 	if len(req.Files) > maxSkillFiles {
-		writeError(w, badRequest("skill %q: %d files, at most %d", line(req.Name), len(req.Files), maxSkillFiles))
+		writeError(w, badRequest("skill %.200q: %d files, at most %d", req.Name, len(req.Files), maxSkillFiles))
 		return
 	}
 	sk := sandboxagent.Skill{Name: req.Name, Files: make(map[string][]byte, len(req.Files))}

@@ -106,6 +106,18 @@ func (a *app) newDriver(name string, f *agentFlags) (sandboxagent.Driver, func()
 		stop()
 		return nil, func() {}, err
 	}
+	if f.endpoint != nil && ep.APIKey != "" {
+		// A request's key must stay on the host: an endpoint the model
+		// proxy cannot route (opencode's provider without a base URL that
+		// the proxy does not know) would hand it to the CLI in the
+		// sandbox under egress open.
+		if r, ok := drv.(sandboxagent.ModelRouter); ok {
+			if _, err := r.ModelRoute(); err != nil {
+				stop()
+				return nil, func() {}, fmt.Errorf("%w: endpoint: the key would have to enter the sandbox: %w", sandboxagent.ErrInvalidArgument, err)
+			}
+		}
+	}
 	return drv, stop, nil
 }
 

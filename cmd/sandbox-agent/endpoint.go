@@ -51,20 +51,5 @@ func (a *app) requestEndpoint(name string, req server.EndpointRequest) (drivers.
 		ep.BaseURL = a.cli.gatewayURL
 	}
 	a.secret(ep.APIKey)
-	if ep.APIKey != "" {
-		// The key must stay on the host: an endpoint the model proxy
-		// cannot route (opencode's provider without a base URL that the
-		// proxy does not know) would hand it to the CLI in the sandbox
-		// under egress open.
-		drv, err := drivers.New(name, ep)
-		if err != nil {
-			return drivers.Endpoint{}, err
-		}
-		if r, ok := drv.(sandboxagent.ModelRouter); ok {
-			if _, err := r.ModelRoute(); err != nil {
-				return drivers.Endpoint{}, fmt.Errorf("%w: endpoint: the key would have to enter the sandbox: %w", sandboxagent.ErrInvalidArgument, err)
-			}
-		}
-	}
 	return ep, nil
 }

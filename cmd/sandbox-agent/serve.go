@@ -451,7 +451,7 @@ func (a *app) serveStarter(ctx context.Context, noAudit bool, auditRoot, instanc
 				}
 				f.endpoint = &ep
 			}
-			if len(req.FakeModelScript) > 0 && string(req.FakeModelScript) != "null" {
+			if req.HasFakeModelScript() {
 				script, err := fakemodel.ParseScript(req.FakeModelScript)
 				if err != nil {
 					return nil, nil, fmt.Errorf("%w: fake_model_script: %w", sandboxagent.ErrInvalidArgument, err)

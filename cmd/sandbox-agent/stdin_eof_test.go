@@ -136,11 +136,20 @@ func TestRequestEndpoint(t *testing.T) {
 	}
 	// A provider the model proxy cannot route: its key would enter the
 	// sandbox, so it is refused (a base URL routes it).
-	if _, err := a.requestEndpoint("opencode", server.EndpointRequest{Provider: "google", APIKey: key}); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
-		t.Errorf("an unroutable provider with a key: %v, want ErrInvalidArgument", err)
-	}
-	if _, err := a.requestEndpoint("opencode", server.EndpointRequest{Provider: "google", BaseURL: "http://127.0.0.1:9/v1", APIKey: key}); err != nil {
-		t.Errorf("a provider with a base URL: %v", err)
+	for _, tc := range []struct {
+		req     server.EndpointRequest
+		refused bool
+	}{
+		{server.EndpointRequest{Provider: "google", APIKey: key}, true},
+		{server.EndpointRequest{Provider: "google", BaseURL: "http://127.0.0.1:9/v1", APIKey: key}, false},
+	} {
+		ep, err := a.requestEndpoint("opencode", tc.req)
+		if err == nil {
+			_, _, err = a.newDriver("opencode", &agentFlags{endpoint: &ep})
+		}
+		if refused := errors.Is(err, sandboxagent.ErrInvalidArgument); refused != tc.refused || (!tc.refused && err != nil) {
+			t.Errorf("%+v: %v, want refused %v", tc.req.BaseURL, err, tc.refused)
+		}
 	}
 	if _, err := a.requestEndpoint("codex", server.EndpointRequest{BaseURL: "http://127.0.0.1:9/v1", KeyDropped: true}); err == nil {
 		t.Error("an endpoint whose key was dropped was taken")
