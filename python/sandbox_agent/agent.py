@@ -11,7 +11,7 @@ import tempfile
 import urllib.parse
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Union
 
-from . import audit
+from . import audit as _audit  # the parameter "audit" shadows the module
 from ._config import setting
 from ._http import HTTP_TIMEOUT, Client, drop_none, read_limited
 from .drivers import BaseDriver, driver_for
@@ -326,7 +326,7 @@ class SandboxAgent:
         if not audit:
             body["audit"] = False
         elif self.engine.private:
-            body["audit_root"] = _audit_root()
+            body["audit_root"] = _audit.root()
         if repo is not None:
             repo = dict(repo)
             if repo.get("path") is not None and self.engine.private:
@@ -504,10 +504,6 @@ def _limit(given: Optional[int], key: str, default: int) -> int:
     if n < 1:
         raise InvalidArgumentError("%s %d: want 1 or more" % (key, n), kind="invalid_argument")
     return n
-
-
-def _audit_root() -> str:
-    return audit.root()
 
 
 def _engine_for(engine: Optional[Engine], url: Optional[str], token: Optional[str]) -> Engine:

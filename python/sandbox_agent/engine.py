@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Any, Deque, Dict, List, Optional
+from typing import Deque, Dict, List, Optional
 
 from . import audit
 from ._http import Client
@@ -53,14 +53,14 @@ class Engine:
     """A sandbox-agent engine: its client (``url``, token) and, when private, its process."""
 
     def __init__(self, client: Client, process: Optional["subprocess.Popen[bytes]"] = None,
-                 workdir: Optional[str] = None, started_in: float = 0.0, private_audit: bool = False):
+                 workdir: Optional[str] = None, started_in: float = 0.0, private: bool = False):
         self.client = client
         self.process = process
         self.workdir = workdir
         self.started_in = started_in  # seconds the start took (0: not started here)
         # A private engine is ours: an agent may name its audit root and turn
         # its audit off (the admin's options).
-        self.private = private_audit
+        self.private = private
         self._pid = os.getpid()
         self._log = collections.deque(maxlen=200)  # type: Deque[str]
         self._lock = threading.Lock()
@@ -119,7 +119,7 @@ class Engine:
         except OSError as e:
             shutil.rmtree(workdir, ignore_errors=True)
             raise EngineError("start the engine %s: %s" % (binary, e), kind="engine_start") from None
-        self = cls(Client("http://127.0.0.1:0", token), proc, workdir, private_audit=True)
+        self = cls(Client("http://127.0.0.1:0", token), proc, workdir, private=True)
         self._reader = threading.Thread(target=self._read_log, name="sandbox-agent-engine-log", daemon=True)
         self._reader.start()
         deadline = t0 + timeout

@@ -15,7 +15,7 @@ computes afresh.
 import json
 import os
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from ._config import setting
 from .errors import InvalidArgumentError
@@ -76,11 +76,6 @@ def resolve(cli: str, explicit: Optional[str] = None, driver_default: Optional[s
     if driver_default:
         return driver_default
     return image(cli, REPO)
-
-
-def images() -> List[str]:
-    """Every image: the base, then each CLI's, in versions.json's order."""
-    return [image("base")] + [image(c) for c in CLIS]
 
 
 BASE_IMAGE = image("base")
