@@ -41,6 +41,9 @@ type Agent struct {
 	log   *slog.Logger
 
 	srv atomic.Pointer[cliproc.Proc] // the long-lived CLI process (LongLived drivers)
+	// modelSvc is the sandbox's model service (nil without the model
+	// proxy): the proxy, or Warm's own fake model during a warm-up turn.
+	modelSvc *modelSwitch
 
 	proxy   *modelproxy.Proxy                 // nil when the CLI holds its own key (EgressOpen, unroutable driver)
 	router  ModelRouter                       // the unrouted driver, with proxy
@@ -404,7 +407,8 @@ func newAgent(drv Driver, o agentOptions, cfg Config, image string, egress Egres
 		if err != nil {
 			return nil, SandboxOptions{}, fmt.Errorf("%w: %s: model proxy: %w", ErrInvalidArgument, drv.Name(), err)
 		}
-		sopts.services = map[string]http.Handler{boundary.ServiceModel: a.proxy}
+		a.modelSvc = &modelSwitch{proxy: a.proxy}
+		sopts.services = map[string]http.Handler{boundary.ServiceModel: a.modelSvc}
 	case st.ModelToken != "":
 		return nil, SandboxOptions{}, fmt.Errorf("%w: driver %s cannot be routed through the model proxy, which the sandbox's CLI was set up for", ErrInvalidArgument, drv.Name())
 	case egress == EgressModel:

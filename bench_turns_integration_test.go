@@ -19,6 +19,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/drivers"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+	"github.com/sandbox-agent/sandbox-agent/pool"
 )
 
 // turnsPerRun is how many turns each driver and mode runs: turn 1 (the
@@ -50,7 +51,67 @@ func BenchmarkTurns(b *testing.B) {
 			b.ReportMetric(r.laterCPU.Seconds()*1e3, "turn2+-cpu-ms")
 			b.ReportMetric(r.execTrue.Seconds()*1e3, "exec-true-ms")
 			b.ReportMetric(r.later.Seconds()/r.execTrue.Seconds(), "turn2+/exec")
+			p := measurePooledTurn(b, rt, drv, cfg)
+			b.ReportMetric(p.turn1.Seconds()*1e3, "pool-turn1-ms")
+			b.ReportMetric(p.turn1CPU.Seconds()*1e3, "pool-turn1-cpu-ms")
+			b.ReportMetric(p.turn1.Seconds()/r.later.Seconds(), "pool-turn1/turn2+")
+			b.ReportMetric(float64(p.idleMemory)/(1<<20), "pool-idle-MiB")
 		})
+}
+
+// memoryScript prints the container's memory use in bytes from its
+// cgroup (v2 memory.current, else v1 memory.usage_in_bytes).
+const memoryScript = `cat /sys/fs/cgroup/memory.current 2>/dev/null || cat /sys/fs/cgroup/memory/memory.usage_in_bytes`
+
+type pooledTurn struct {
+	turn1, turn1CPU time.Duration
+	idleMemory      int64 // the pooled agent's container before its turn
+}
+
+// measurePooledTurn takes an agent from a pool of one (its CLI warmed in
+// the long-lived modes), closes the pool so that no refill competes for
+// the CPU, and times its first turn.
+func measurePooledTurn(b *testing.B, rt sandboxagent.Runtime, drv sandboxagent.Driver, cfg sandboxagent.Config) pooledTurn {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	p, err := pool.New(rt, drv, 1, sandboxagent.WithConfig(cfg))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := p.Wait(ctx, 1); err != nil {
+		b.Fatal(err)
+	}
+	a, err := p.Start(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	if st := p.Stats(); st.Hits != 1 {
+		b.Fatalf("pool: %+v, want a hit", st)
+	}
+	if err := p.Close(); err != nil {
+		b.Fatal(err)
+	}
+	number := func(script string) int64 {
+		res, err := a.Container().Exec(ctx, []string{"sh", "-c", script})
+		n, perr := strconv.ParseInt(strings.TrimSpace(string(res.Stdout)), 10, 64)
+		if err != nil || perr != nil {
+			b.Fatalf("%s: %q %v %v", script, res.Stdout, err, perr)
+		}
+		return n
+	}
+	var r pooledTurn
+	r.idleMemory = number(memoryScript)
+	c0 := number(cpuScript)
+	t0 := time.Now()
+	reply, err := a.Ask(ctx, "turn 1: reply DONE")
+	r.turn1 = time.Since(t0)
+	if err != nil || reply != fakemodel.DoneText {
+		b.Fatalf("pooled turn 1: %q %v", reply, err)
+	}
+	r.turn1CPU = time.Duration(number(cpuScript) - c0)
+	return r
 }
 
 // eachMode runs fn once as the sub-benchmark DRIVER/MODE for every driver

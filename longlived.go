@@ -10,8 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"slices"
+	"sync/atomic"
 	"time"
 
+	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/cliproc"
 )
 
@@ -231,4 +235,149 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 			return kill(), false, nil
 		}
 	}
+}
+
+// Warmer is a LongLived driver whose CLI can be made ready before its
+// first turn (Agent.Warm): loaded, its session open and, with a warm-up
+// turn, past the lazy loading a CLI does at its first prompt.
+type Warmer interface {
+	// WarmSteps are written one after the other to a freshly started
+	// process, each once the previous one is done.
+	WarmSteps() []WarmStep
+}
+
+// WarmStep is one thing Warm writes to the CLI and the stdout line by
+// which the CLI says it is done.
+type WarmStep struct {
+	Input []byte
+	Done  func(line []byte) bool
+	// Turn marks the steps of the warm-up turn: a prompt whose model
+	// requests the agent answers itself (a fake model answering DONE;
+	// nothing reaches the model, nothing is metered or audited), and the
+	// steps that leave the CLI on a new session with nothing of it in its
+	// context. They run only when the agent routes the CLI through its
+	// model proxy; otherwise they are left out.
+	Turn bool
+}
+
+// maxWarmLines bounds what a CLI may print during one warm step.
+const maxWarmLines = 10000
+
+// Warm starts the agent's long-lived CLI ahead of its next turn, on the
+// session that turn will continue (a new one before the first) and the
+// agent's model, and, for a Warmer, runs its steps: the next turn then
+// costs about what a follow-up turn costs. The price is the CLI's idle
+// memory (BENCHMARKS.md), until the agent is closed. A no-op for a
+// per-turn CLI and when a process already serves that session. It waits
+// for a running turn. A CLI that exits or does not answer within the
+// start timeout is an error matching ErrCLIExited or ErrTimeout, and is
+// stopped; the next turn starts another.
+func (a *Agent) Warm(ctx context.Context) error {
+	ll, ok := a.longLived()
+	if !ok {
+		return nil
+	}
+	unlock, err := a.lockTurn(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	a.mu.Lock()
+	spec := Turn{Model: a.model, SessionID: a.session, WorkDir: a.sb.workdir}
+	a.mu.Unlock()
+	if s := a.srv.Load(); s != nil {
+		if s.Alive() && s.Model == spec.Model && s.Session == spec.SessionID {
+			return nil
+		}
+		s.Stop()
+		a.srv.Store(nil)
+	}
+	s, err := a.startServer(ll, spec)
+	if err != nil {
+		return err
+	}
+	a.srv.Store(s)
+	w, ok := a.drv.(Warmer)
+	if !ok {
+		return nil
+	}
+	steps := w.WarmSteps()
+	// A warm-up turn only where the agent can answer its model requests:
+	// a new session's (a session to continue needs no warm-up prompt in
+	// it) through the model proxy.
+	local := a.modelSvc != nil && spec.SessionID == ""
+	if local && slices.ContainsFunc(steps, func(st WarmStep) bool { return st.Turn }) {
+		fm, err := fakemodel.New(fakemodel.Script{ExpectKey: a.token}, fakemodel.Options{})
+		if err != nil {
+			return err
+		}
+		a.modelSvc.local.Store(&localModel{fm})
+		defer a.modelSvc.local.Store(nil)
+	}
+	s.Begin()
+	defer s.End()
+	timeout := time.NewTimer(a.cfg.Timeouts.Start)
+	defer timeout.Stop()
+	for i, st := range steps {
+		if st.Turn && !local {
+			continue
+		}
+		if err := a.warmStep(ctx, s, st, timeout.C); err != nil {
+			s.Stop()
+			a.srv.CompareAndSwap(s, nil)
+			return fmt.Errorf("%s: warm the CLI (step %d): %w", a.drv.Name(), i+1, err)
+		}
+	}
+	return nil
+}
+
+// warmStep writes st to s and reads its lines until st is done.
+func (a *Agent) warmStep(ctx context.Context, s *cliproc.Proc, st WarmStep, timeout <-chan time.Time) error {
+	written := make(chan error, 1)
+	go func() { written <- s.Write(st.Input) }()
+	for lines := 0; ; {
+		select {
+		case l := <-s.Lines():
+			l = s.Next(l)
+			if !l.Cut && st.Done(l.Raw) {
+				return nil
+			}
+			if lines++; lines > maxWarmLines {
+				return fmt.Errorf("%w: %d lines and no answer", ErrCLIExited, lines)
+			}
+		case err := <-written:
+			written = nil
+			if err != nil {
+				return fmt.Errorf("%w: writing: %w", ErrCLIExited, err)
+			}
+		case <-s.Exited():
+			code, xerr := s.Result()
+			if xerr != nil {
+				return fmt.Errorf("its long-lived process: %w", xerr)
+			}
+			// Quoted: the CLI's stderr is the sandbox's words.
+			return fmt.Errorf("%w (exit code %d): %.300q", ErrCLIExited, code, (&turn{a: a}).redact(string(s.Stderr())))
+		case <-timeout:
+			return fmt.Errorf("%w: no answer within %v", ErrTimeout, a.cfg.Timeouts.Start)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// modelSwitch is the sandbox's model service: the model proxy, or while
+// Warm runs a warm-up turn, a fake model of the agent's own.
+type modelSwitch struct {
+	proxy http.Handler
+	local atomic.Pointer[localModel]
+}
+
+type localModel struct{ h http.Handler }
+
+func (m *modelSwitch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if l := m.local.Load(); l != nil {
+		l.h.ServeHTTP(w, r)
+		return
+	}
+	m.proxy.ServeHTTP(w, r)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -70,7 +71,17 @@ func llRuntime(t *testing.T) (*fakeRuntime, func() int) {
 		}
 		sc := bufio.NewScanner(req.Stdin)
 		for sc.Scan() {
+			mu.Lock()
+			f.lines = append(f.lines, sc.Text())
+			mu.Unlock()
 			switch p := sc.Text(); p {
+			case "warmready": // a CLI's own lines, then its answer
+				io.WriteString(req.Stdout, `{"noise":"1"}`+"\n"+`{"ready":"1"}`+"\n")
+			case "warmturn":
+				io.WriteString(req.Stdout, `{"warmed":"1"}`+"\n")
+			case "warmcrash":
+				io.WriteString(req.Stderr, "cannot start\n")
+				return 5, nil
 			case "hang":
 			case "abort":
 				io.WriteString(req.Stdout, `{"text":"aborted"}`+"\n"+`{"end":"1"}`+"\n")
@@ -237,5 +248,94 @@ func TestPerTurnConfigBypassesLongLived(t *testing.T) {
 	a, _ := startFake(t, rt, &llDriver{fakeDriver: fakeDriver{key: "k"}}, func(c *Config) { c.PerTurn = true })
 	if reply, err := a.Ask(context.Background(), "x"); err != nil || reply != "per turn x" {
 		t.Fatalf("%q %v", reply, err)
+	}
+}
+
+// warmDriver is llDriver with warm steps: a ready probe and a warm-up
+// turn step.
+type warmDriver struct {
+	llDriver
+	first string // the first step's input
+}
+
+func (d *warmDriver) WarmSteps() []WarmStep {
+	is := func(k string) func([]byte) bool {
+		return func(l []byte) bool {
+			var m map[string]string
+			return json.Unmarshal(l, &m) == nil && m[k] == "1"
+		}
+	}
+	return []WarmStep{
+		{Input: []byte(d.first + "\n"), Done: is("ready")},
+		{Input: []byte("warmturn\n"), Done: is("warmed"), Turn: true},
+	}
+}
+
+func TestWarm(t *testing.T) {
+	rt, servers := llRuntime(t)
+	a, _ := startFake(t, rt, &warmDriver{llDriver: llDriver{fakeDriver: fakeDriver{key: "k"}}, first: "warmready"}, nil)
+	ctx := context.Background()
+	if err := a.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Warm(ctx); err != nil { // already warm: nothing
+		t.Fatal(err)
+	}
+	if n := servers(); n != 1 {
+		t.Fatalf("%d processes after Warm twice, want 1", n)
+	}
+	// The CLI's lines before its answer are not the turn's.
+	res, err := a.Stream(ctx, "one", nil)
+	if err != nil || res.Reply != "reply to one from server 1" || res.SessionID != "s1" {
+		t.Fatalf("turn after Warm: %+v %v", res, err)
+	}
+	if n := servers(); n != 1 {
+		t.Errorf("%d processes, want the warmed one", n)
+	}
+	// No model proxy (fakeDriver is no ModelRouter): no warm-up turn, whose
+	// model requests nothing could answer but the model.
+	if got := rt.lines; !slices.Equal(got, []string{"warmready", "one"}) {
+		t.Errorf("the CLI read %q, want the ready probe and the turn", got)
+	}
+}
+
+func TestWarmFails(t *testing.T) {
+	for _, tc := range []struct {
+		first string
+		want  error
+	}{
+		{"warmcrash", ErrCLIExited},
+		{"hang", ErrTimeout},
+	} {
+		t.Run(tc.first, func(t *testing.T) {
+			rt, servers := llRuntime(t)
+			a, _ := startFake(t, rt, &warmDriver{llDriver: llDriver{fakeDriver: fakeDriver{key: "k"}}, first: tc.first},
+				func(c *Config) { c.Timeouts.Start = 300 * time.Millisecond })
+			err := a.Warm(context.Background())
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Warm: %v, want %v", err, tc.want)
+			}
+			if tc.first == "warmcrash" && !strings.Contains(err.Error(), "cannot start") {
+				t.Errorf("Warm's error lacks the CLI's stderr: %v", err)
+			}
+			// The failed process is gone: the turn starts another.
+			if res, err := a.Stream(context.Background(), "one", nil); err != nil || res.Reply != "reply to one from server 2" {
+				t.Fatalf("turn after a failed Warm: %+v %v", res, err)
+			}
+			if n := servers(); n != 2 {
+				t.Errorf("%d processes, want 2", n)
+			}
+		})
+	}
+}
+
+func TestWarmPerTurnIsNoOp(t *testing.T) {
+	rt, servers := llRuntime(t)
+	a, _ := startFake(t, rt, &warmDriver{llDriver: llDriver{fakeDriver: fakeDriver{key: "k"}}, first: "warmready"}, func(c *Config) { c.PerTurn = true })
+	if err := a.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := servers(); n != 0 {
+		t.Errorf("per turn: Warm started %d processes", n)
 	}
 }

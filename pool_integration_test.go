@@ -3,9 +3,14 @@
 package sandboxagent_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +34,14 @@ func doneDriver(tb testing.TB, name string) sandboxagent.Driver {
 // script, under a key of its own.
 func scriptDriver(tb testing.TB, name string, script fakemodel.Script) sandboxagent.Driver {
 	tb.Helper()
+	drv, _ := fakeDriver(tb, name, script)
+	return drv
+}
+
+// fakeDriver is scriptDriver with its fake model, whose requests a test
+// reads.
+func fakeDriver(tb testing.TB, name string, script fakemodel.Script) (sandboxagent.Driver, *fakemodel.Server) {
+	tb.Helper()
 	script.ExpectKey = "sk-bench-" + randHex(8)
 	srv, err := fakemodel.New(script, fakemodel.Options{})
 	if err != nil {
@@ -42,7 +55,7 @@ func scriptDriver(tb testing.TB, name string, script fakemodel.Script) sandboxag
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return drv
+	return drv, srv
 }
 
 // poolAgent is what the pool tests and benchmarks start: a real CLI
@@ -121,6 +134,138 @@ func TestIntegrationPool(t *testing.T) {
 			t.Errorf("handed-out sandbox %s after the pool closed: %+v %v", ag.Container().Name(), st, err)
 		}
 	}
+}
+
+// A pooled agent's long-lived CLI is started and warmed ahead (for pi and
+// opencode with a warm-up turn): nothing of that reaches the model (its
+// requests are answered by the agent), is audited, or is left in the
+// first turn's context — the pooled agent's first model request carries
+// the same conversation as a cold agent's — and the first turn starts a
+// session the next one continues. SANDBOX_AGENT_TEST_DRIVERS (a comma
+// list) narrows the drivers; default every driver with a long-lived mode.
+func TestIntegrationPoolWarm(t *testing.T) {
+	rt := testenv.Runtime(t)
+	var names []string
+	for _, name := range drivers.Names() {
+		if v := os.Getenv("SANDBOX_AGENT_TEST_DRIVERS"); v != "" && !slices.Contains(strings.Split(v, ","), name) {
+			continue
+		}
+		if _, ok := doneDriver(t, name).(sandboxagent.LongLived); ok {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		t.Fatal("no driver with a long-lived mode")
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			drv, srv := fakeDriver(t, name, fakemodel.Script{})
+			cfg := testenv.Config()
+			cfg.AuditRoot = filepath.Join(t.TempDir(), "audit")
+			p, err := pool.New(rt, drv, 1, sandboxagent.WithConfig(cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			if err := p.Wait(ctx, 1); err != nil {
+				t.Fatalf("pool not ready: %v (last start: %v)", err, p.Stats().LastErr)
+			}
+			a, err := p.Start(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			if err := p.Close(); err != nil { // no refill beside the turns
+				t.Fatal(err)
+			}
+			if got := completions(srv.Requests()); len(got) != 0 {
+				t.Fatalf("the warm-up reached the model: %d requests, first %s", len(got), got[0].Body)
+			}
+			if b, _ := os.ReadFile(filepath.Join(a.NetworkAuditDir(), "model.jsonl")); len(b) != 0 {
+				t.Fatalf("the warm-up is in the model audit: %s", b)
+			}
+			const prompt = "turn 1: reply DONE"
+			res, err := a.Stream(ctx, prompt, nil)
+			if err != nil || res.Reply != fakemodel.DoneText || res.SessionID == "" {
+				t.Fatalf("pooled turn 1: %+v %v", res, err)
+			}
+			pooled := completions(srv.Requests())
+			if len(pooled) == 0 {
+				t.Fatal("pooled turn 1 made no model request")
+			}
+			if bytes.Contains(pooled[0].Body, []byte("warm-up")) {
+				t.Errorf("the warm-up prompt is in turn 1's context: %.2000s", pooled[0].Body)
+			}
+			res2, err := a.Stream(ctx, "turn 2: reply DONE", nil)
+			if err != nil || res2.SessionID != res.SessionID {
+				t.Errorf("turn 2: session %q (turn 1 %q) %v", res2.SessionID, res.SessionID, err)
+			}
+
+			// The same first turn on a cold agent: the same conversation.
+			n := len(srv.Requests())
+			c, err := sandboxagent.Start(ctx, rt, drv, sandboxagent.WithConfig(cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if reply, err := c.Ask(ctx, prompt); err != nil || reply != fakemodel.DoneText {
+				t.Fatalf("cold turn 1: %q %v", reply, err)
+			}
+			cold := completions(srv.Requests()[n:])
+			if len(cold) == 0 {
+				t.Fatal("cold turn 1 made no model request")
+			}
+			if pm, cm := conversation(t, pooled[0]), conversation(t, cold[0]); pm != cm || !strings.Contains(pm, prompt) {
+				t.Errorf("turn 1's conversation, pooled:\n%s\ncold:\n%s", pm, cm)
+			}
+		})
+	}
+}
+
+// completions are the model calls among reqs (not the probes some CLIs
+// make).
+func completions(reqs []fakemodel.Request) []fakemodel.Request {
+	var out []fakemodel.Request
+	for _, r := range reqs {
+		if r.API != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// conversation is a request's turns without the system prompt (which
+// names dates, folders and sessions): the role and text of each message
+// or input item.
+func conversation(t *testing.T, r fakemodel.Request) string {
+	t.Helper()
+	var body struct {
+		Messages []json.RawMessage `json:"messages"`
+		Input    json.RawMessage   `json:"input"`
+	}
+	if err := json.Unmarshal(r.Body, &body); err != nil {
+		t.Fatalf("request body: %v", err)
+	}
+	items := body.Messages
+	if len(body.Input) > 0 && body.Input[0] == '[' {
+		if err := json.Unmarshal(body.Input, &items); err != nil {
+			t.Fatalf("request input: %v", err)
+		}
+	}
+	var out []string
+	for _, m := range items {
+		var msg struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		}
+		if json.Unmarshal(m, &msg) != nil || msg.Role == "system" || msg.Role == "developer" {
+			continue
+		}
+		out = append(out, msg.Role+": "+string(msg.Content))
+	}
+	return strings.Join(out, "\n")
 }
 
 // Agent start, cold (sandboxagent.Start: create, verify, start, the CLI's

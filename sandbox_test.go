@@ -30,6 +30,7 @@ type fakeRuntime struct {
 	list    []ContainerState
 	// createErr, when set, may fail Create.
 	createErr func(spec ContainerSpec) error
+	lines     []string // stdin lines a long-lived fake CLI read (llRuntime)
 }
 
 func (f *fakeRuntime) Info(context.Context) (EngineInfo, error) { return EngineInfo{Name: "fake"}, nil }

@@ -18,8 +18,8 @@ import (
 var ErrClosed = errors.New("pool closed")
 
 // Pool keeps agents started ahead of need for one driver and one set of
-// options: sandbox created, hardened, checked and the CLI set up, no turn
-// run. Start hands one out in about an engine round trip and a new one
+// options: sandbox created, hardened, checked, the CLI set up and, in a
+// long-lived mode, started on a new session (Agent.Warm), no turn run. Start hands one out in about an engine round trip and a new one
 // starts in the background to take its place. An agent handed out is the
 // caller's (Close it as any agent); it never returns to the pool, so no
 // sandbox is handed out twice.
@@ -244,6 +244,14 @@ func (p *Pool) startOne(delay time.Duration) {
 	err := p.ctx.Err()
 	if err == nil {
 		a, err = sandboxagent.Start(p.ctx, p.rt, p.drv, p.opts...)
+	}
+	if err == nil {
+		// Its long-lived CLI up and its session open: the first turn
+		// costs what a follow-up does.
+		if err = a.Warm(p.ctx); err != nil {
+			_ = a.Close()
+			a = nil
+		}
 	}
 	kind := "" // told after the lock is released
 	defer func() {

@@ -229,3 +229,22 @@ func (d *Driver) invocation(t sandboxagent.Turn, extra ...string) (sandboxagent.
 func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 	return &parser{driver: d.Name(), session: t.SessionID, tools: map[string]string{}}
 }
+
+// WarmSteps: the SDK's initialize control request, which the CLI answers
+// once it is loaded and reading. No warm-up turn: one claude process
+// serves one session, and /clear would leave its traces in the next
+// session's context.
+func (d *Driver) WarmSteps() []sandboxagent.WarmStep {
+	return []sandboxagent.WarmStep{{
+		Input: []byte(`{"type":"control_request","request_id":"sandbox-agent-warm","request":{"subtype":"initialize"}}` + "\n"),
+		Done: func(line []byte) bool {
+			var r struct {
+				Type     string `json:"type"`
+				Response struct {
+					RequestID string `json:"request_id"`
+				} `json:"response"`
+			}
+			return json.Unmarshal(line, &r) == nil && r.Type == "control_response" && r.Response.RequestID == "sandbox-agent-warm"
+		},
+	}}
+}

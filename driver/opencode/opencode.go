@@ -305,3 +305,20 @@ func lastLine(s, def string) string {
 	}
 	return def
 }
+
+// WarmSteps: the bridge's warm command (the server up — the bridge reads
+// no command before —, the next new session created, the providers
+// loaded), then its warm_turn: a prompt on a throwaway session, deleted
+// afterwards, so the server's lazy loading at its first prompt is done.
+func (d *Driver) WarmSteps() []sandboxagent.WarmStep {
+	done := func(want string) func([]byte) bool {
+		return func(line []byte) bool {
+			var r struct{ Type string }
+			return json.Unmarshal(line, &r) == nil && r.Type == want
+		}
+	}
+	return []sandboxagent.WarmStep{
+		{Input: []byte(`{"type":"warm"}` + "\n"), Done: done("warm_done")},
+		{Turn: true, Input: []byte(`{"type":"warm_turn"}` + "\n"), Done: done("warm_turn_done")},
+	}
+}

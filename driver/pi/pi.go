@@ -404,3 +404,43 @@ func (d *Driver) invocation(mode string, t sandboxagent.Turn) (sandboxagent.Invo
 func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 	return &parser{session: t.SessionID}
 }
+
+// WarmSteps: get_state (pi answers once its session is open and it reads
+// commands), then a warm-up turn — a prompt (pi loads its provider's code
+// at its first prompt: about 0.4 s) and new_session, which leaves pi on a
+// fresh session with nothing of the prompt in it.
+func (d *Driver) WarmSteps() []sandboxagent.WarmStep {
+	type answer struct {
+		ID, Type string
+		Success  bool
+	}
+	parse := func(line []byte) (r answer) {
+		_ = json.Unmarshal(line, &r)
+		return r
+	}
+	return []sandboxagent.WarmStep{
+		{
+			Input: []byte(`{"id":"sandbox-agent-warm","type":"get_state"}` + "\n"),
+			Done: func(line []byte) bool {
+				r := parse(line)
+				return r.Type == "response" && r.ID == "sandbox-agent-warm"
+			},
+		},
+		{
+			Turn:  true,
+			Input: []byte(`{"id":"sandbox-agent-warm-prompt","type":"prompt","message":"sandbox-agent warm-up: reply DONE"}` + "\n"),
+			Done: func(line []byte) bool {
+				r := parse(line)
+				return r.Type == "agent_end" || r.Type == "response" && r.ID == "sandbox-agent-warm-prompt" && !r.Success
+			},
+		},
+		{
+			Turn:  true,
+			Input: []byte(`{"id":"sandbox-agent-warm-new","type":"new_session"}` + "\n"),
+			Done: func(line []byte) bool {
+				r := parse(line)
+				return r.Type == "response" && r.ID == "sandbox-agent-warm-new"
+			},
+		},
+	}
+}

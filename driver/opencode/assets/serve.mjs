@@ -7,6 +7,8 @@
 // Commands:
 //   {"type":"prompt","sessionID":ID or "","text":T,"model":{"providerID","modelID"} or null}
 //   {"type":"abort"}                  interrupts the running turn
+//   {"type":"warm"}                   makes the next new session ahead → {"type":"warm_done"}
+//   {"type":"warm_turn"}              a prompt on a throwaway session → {"type":"warm_turn_done"}
 // It exits when stdin closes or the server exits (with its exit code), and
 // after a turn when the server's memory passed SANDBOX_AGENT_OPENCODE_MAX_RSS_MB
 // (the next turn starts another on the same session).
@@ -177,6 +179,46 @@ function rssBytes() {
   }
 }
 
+// run --title without a value: the prompt's start.
+function titleOf(text) {
+  return text.slice(0, 50) + (text.length > 50 ? "..." : "");
+}
+
+// warmed is a session made ahead by a warm command for the next prompt
+// that names none.
+let warmed = "";
+
+// warm gets the next new session's first turn ready: the server is up
+// (no command is read before), its session made and the providers
+// loaded, so that turn costs what a follow-up costs.
+async function warm() {
+  if (!warmed) {
+    const created = await api("POST", "/session", { title: "sandbox-agent", permission: rules });
+    if (!created.ok || !created.data?.id) {
+      bridgeError("", `create session: HTTP ${created.status} ${JSON.stringify(created.data)}`);
+      out({ type: "warm_done", ok: false });
+      return;
+    }
+    warmed = created.data.id;
+  }
+  await api("GET", "/config/providers").catch(() => {});
+  out({ type: "warm_done", ok: true });
+}
+
+// warmTurn runs a prompt on a throwaway session, then deletes it: the
+// server's lazy loading at its first prompt is done before the first
+// turn. The agent answers its model requests itself (nothing reaches the
+// model), and the events of a session that is no turn's are not printed.
+async function warmTurn() {
+  const created = await api("POST", "/session", { title: "sandbox-agent warm-up", permission: rules });
+  if (created.ok && created.data?.id) {
+    const id = encodeURIComponent(created.data.id);
+    await api("POST", `/session/${id}/message`, { parts: [{ type: "text", text: "sandbox-agent warm-up: reply DONE" }] }).catch(() => {});
+    await api("DELETE", `/session/${id}`).catch(() => {});
+  }
+  out({ type: "warm_turn_done", ok: !!created.ok });
+}
+
 async function prompt(cmd) {
   const text = String(cmd.text ?? "");
   let sessionID = cmd.sessionID || "";
@@ -189,10 +231,13 @@ async function prompt(cmd) {
       out({ type: "turn_end", sessionID });
       return;
     }
+  } else if (warmed) {
+    // The session a warm command made ahead: it gets its title now.
+    sessionID = warmed;
+    warmed = "";
+    api("PATCH", `/session/${encodeURIComponent(sessionID)}`, { title: titleOf(text) }).catch(() => {});
   } else {
-    // run --title without a value: the prompt's start.
-    const title = text.slice(0, 50) + (text.length > 50 ? "..." : "");
-    const created = await api("POST", "/session", { title, permission: rules });
+    const created = await api("POST", "/session", { title: titleOf(text), permission: rules });
     if (!created.ok || !created.data?.id) {
       bridgeError("", `create session: HTTP ${created.status} ${JSON.stringify(created.data)}`);
       out({ type: "turn_end" });
@@ -263,6 +308,10 @@ rl.on("line", (line) => {
   if (cmd.type === "abort") {
     if (turn) abort();
     else if (pending > 0) abortWanted = true;
+    return;
+  }
+  if (cmd.type === "warm" || cmd.type === "warm_turn") {
+    queue = queue.then(cmd.type === "warm" ? warm : warmTurn).catch((e) => fail(cmd.type + ": " + e.message));
     return;
   }
   if (cmd.type === "prompt") {
