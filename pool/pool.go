@@ -30,7 +30,7 @@ var ErrClosed = errors.New("pool closed")
 type Pool struct {
 	rt   sandboxagent.Runtime
 	drv  sandboxagent.Driver
-	opts []sandboxagent.AgentOption
+	opts func() ([]sandboxagent.AgentOption, error)
 	size int
 	// event tells the agents' hooks (telemetry.Hooks.Pool) of a change.
 	event func(kind string)
@@ -76,6 +76,21 @@ type Stats struct {
 // start that fails in the background is retried with backoff, and its
 // error is what Start returns when the pool is empty.
 func New(rt sandboxagent.Runtime, drv sandboxagent.Driver, size int, opts ...sandboxagent.AgentOption) (*Pool, error) {
+	return NewFunc(rt, drv, size, func() ([]sandboxagent.AgentOption, error) { return opts, nil })
+}
+
+// NewFunc is New with every agent's options from opts, called once per
+// start: for options that must not be shared between agents (a meter of
+// each agent's own, say). Its first answer is checked as New checks its
+// options.
+func NewFunc(rt sandboxagent.Runtime, drv sandboxagent.Driver, size int, options func() ([]sandboxagent.AgentOption, error)) (*Pool, error) {
+	if options == nil {
+		return nil, fmt.Errorf("%w: pool: nil options", sandboxagent.ErrInvalidArgument)
+	}
+	opts, err := options()
+	if err != nil {
+		return nil, err
+	}
 	if rt == nil || drv == nil {
 		return nil, fmt.Errorf("%w: pool: nil Runtime or Driver", sandboxagent.ErrInvalidArgument)
 	}
@@ -92,7 +107,7 @@ func New(rt sandboxagent.Runtime, drv sandboxagent.Driver, size int, opts ...san
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
-		rt: rt, drv: drv, opts: opts, size: size, maxIdle: ka / 2,
+		rt: rt, drv: drv, opts: options, size: size, maxIdle: ka / 2,
 		ctx: ctx, cancel: cancel, wake: make(chan struct{}), event: func(string) {},
 	}
 	if h := probe.Hooks.Pool; h != nil {
@@ -123,7 +138,11 @@ func (p *Pool) Start(ctx context.Context) (*sandboxagent.Agent, error) {
 			p.fillLocked()
 			p.mu.Unlock()
 			p.event("miss")
-			return sandboxagent.Start(ctx, p.rt, p.drv, p.opts...)
+			opts, err := p.opts()
+			if err != nil {
+				return nil, err
+			}
+			return sandboxagent.Start(ctx, p.rt, p.drv, opts...)
 		}
 		it := p.ready[len(p.ready)-1] // the freshest: furthest from retirement
 		p.ready = p.ready[:len(p.ready)-1]
@@ -243,7 +262,10 @@ func (p *Pool) startOne(delay time.Duration) {
 	var a *sandboxagent.Agent
 	err := p.ctx.Err()
 	if err == nil {
-		a, err = sandboxagent.Start(p.ctx, p.rt, p.drv, p.opts...)
+		var opts []sandboxagent.AgentOption
+		if opts, err = p.opts(); err == nil {
+			a, err = sandboxagent.Start(p.ctx, p.rt, p.drv, opts...)
+		}
 	}
 	if err == nil {
 		// Its long-lived CLI up and its session open: the first turn

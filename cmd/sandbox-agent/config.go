@@ -45,6 +45,9 @@ type settings struct {
 	// serve's limits: agents it owns, turns running at once, bytes of a
 	// request body.
 	serveMaxAgents    int
+	// servePoolSize agents kept ready per distinct create request, in at
+	// most servePoolMax pools (server.Pools).
+	servePoolSize, servePoolMax int
 	serveMaxTurns     int
 	serveMaxBodyBytes int64
 	// serve's state (a SQLite file, or a postgres:// URL) and its
@@ -85,6 +88,7 @@ func defaultSettings() settings {
 		gatewayKey:          "sk-sandbox-agent",
 		maxConcurrentStarts: startlimit.DefaultWidth,
 		serveMaxAgents:      server.DefaultMaxAgents,
+		servePoolMax:        server.DefaultPoolMax,
 		serveMaxTurns:       server.DefaultMaxConcurrentTurns,
 		serveMaxBodyBytes:   server.DefaultMaxBodyBytes,
 
@@ -115,6 +119,8 @@ var settingsKeys = []configfile.Key[settings]{
 	configfile.Int("serve_max_agents", 1, func(s *settings, n int64) { s.serveMaxAgents = int(n) }),
 	configfile.Int("serve_max_concurrent_turns", 1, func(s *settings, n int64) { s.serveMaxTurns = int(n) }),
 	configfile.Int("serve_max_body_bytes", 1<<10, func(s *settings, n int64) { s.serveMaxBodyBytes = n }),
+	configfile.Int("serve_pool_size", 0, func(s *settings, n int64) { s.servePoolSize = int(n) }),
+	configfile.Int("serve_pool_max", 1, func(s *settings, n int64) { s.servePoolMax = int(n) }),
 	configfile.String("state", "SANDBOX_AGENT_STATE", func(s *settings) *string { return &s.state }),
 	configfile.Int("serve_tenant_max_agents", 0, func(s *settings, n int64) { s.serveTenantMaxAgents = int(n) }),
 	configfile.Int("serve_tenant_max_turns", 0, func(s *settings, n int64) { s.serveTenantMaxTurns = int(n) }),

@@ -206,8 +206,16 @@ func runServe(ctx context.Context, a *app, args []string) int {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandbox_agent_agents",
 		Help: "Agents this server drives (one sandbox each).", ConstLabels: prometheus.Labels{"engine": a.engineName()}},
 		func() float64 { return float64(srv.Agents()) }))
+	// Agents made ahead for the requests seen (serve_pool_size): closed,
+	// their ready sandboxes removed, when serve stops.
+	pools := server.NewPools(starterOpts, a.cli.servePoolSize, a.cli.servePoolMax)
+	defer func() {
+		if err := pools.Close(); err != nil {
+			log.Warn("close the pools", "err", err)
+		}
+	}()
 	srv, err = server.New(server.Options{
-		Start: server.NewStarter(starterOpts), Adopt: server.NewAdopter(starterOpts), Store: st, Exclusive: st.exclusive,
+		Start: pools.Start, Adopt: server.NewAdopter(starterOpts), Store: st, Exclusive: st.exclusive,
 		Instance: *instance, Engine: a.engineName(), Token: token, Version: version, Logger: log,
 		MaxAgents: a.cli.serveMaxAgents, MaxConcurrentTurns: a.cli.serveMaxTurns, MaxBodyBytes: a.cli.serveMaxBodyBytes,
 		TenantMaxAgents: a.cli.serveTenantMaxAgents, TenantMaxTurns: a.cli.serveTenantMaxTurns, LeaseTTL: a.cli.serveLeaseTTL,

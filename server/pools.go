@@ -1,0 +1,246 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/pool"
+)
+
+// Pools keeps agents started ahead of the create requests a server sees
+// (serve_pool_size): one pool (package pool, its agents' CLIs warm) per
+// distinct request — its tenant, driver, model and every other field —
+// made at that request's first create, at most Max of them (past it the
+// least recently used one is closed with its ready agents). A request
+// with a checkpoint, a repository, a fake-model script or an endpoint of
+// its own is never pooled: its agent cannot be made ahead. Hits and
+// misses go to the agents' hooks (Prometheus:
+// sandbox_agent_pool_takes_total) and to Stats.
+type Pools struct {
+	o         StarterOptions
+	size, max int
+	cold      Starter
+
+	mu     sync.Mutex
+	pools  map[string]*keyedPool
+	closed bool
+}
+
+type keyedPool struct {
+	p       *pool.Pool // nil while it is being made
+	drv     *sharedStop
+	used    time.Time
+	request CreateRequest // the one it was made for (Stats)
+}
+
+// PoolStats is one pool's counters.
+type PoolStats struct {
+	Tenant, Driver, Model string
+	pool.Stats
+}
+
+// DefaultPoolMax is NewPools' max when given none (serve_pool_max).
+const DefaultPoolMax = 16
+
+// NewPools returns the pools of size agents each (0: none, every agent
+// starts cold; at most max pools, 0: DefaultPoolMax) that serve uses in
+// front of NewStarter(o).
+func NewPools(o StarterOptions, size, max int) *Pools {
+	if max <= 0 {
+		max = DefaultPoolMax
+	}
+	return &Pools{o: o, size: size, max: max, cold: NewStarter(o), pools: map[string]*keyedPool{}}
+}
+
+// Poolable reports whether req's agent can be made ahead.
+func Poolable(req CreateRequest) bool {
+	return req.From == nil && req.Checkpoint == "" && req.Repo == nil && req.RepoDir == "" &&
+		!req.HasFakeModelScript() && req.Endpoint == nil
+}
+
+// poolKey is what makes two requests' agents interchangeable: all of
+// them, the tenant included.
+func poolKey(req CreateRequest) (string, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return "", err
+	}
+	return req.Tenant + "\x00" + string(b), nil
+}
+
+// Start is the Starter: a pooled agent when req's pool has one ready, a
+// cold start otherwise (and, for a request not seen before, a pool for
+// the next ones).
+func (ps *Pools) Start(ctx context.Context, req CreateRequest) (*sandboxagent.Agent, func(), error) {
+	if ps.size <= 0 || !Poolable(req) {
+		return ps.cold(ctx, req)
+	}
+	key, err := poolKey(req)
+	if err != nil {
+		return ps.cold(ctx, req)
+	}
+	ps.mu.Lock()
+	if ps.closed {
+		ps.mu.Unlock()
+		return ps.cold(ctx, req)
+	}
+	kp, seen := ps.pools[key]
+	if !seen {
+		kp = &keyedPool{request: req}
+		ps.pools[key] = kp
+	}
+	kp.used = time.Now()
+	evicted := ps.evictLocked()
+	p, drv := kp.p, kp.drv
+	if p != nil {
+		drv.acquire() // before the lock goes: a pool closing now keeps the driver for this agent
+	}
+	ps.mu.Unlock()
+	for _, e := range evicted {
+		e.close()
+	}
+	if p == nil {
+		if !seen {
+			go ps.makePool(key, kp, req)
+		}
+		return ps.cold(ctx, req)
+	}
+	ag, err := p.Start(ctx)
+	if err != nil {
+		drv.release()
+		if errors.Is(err, pool.ErrClosed) { // evicted meanwhile
+			return ps.cold(ctx, req)
+		}
+		return nil, nil, err
+	}
+	var once sync.Once
+	return ag, func() { once.Do(drv.release) }, nil
+}
+
+// makePool makes kp's pool: the driver once for all its agents (the
+// last of them, or the pool's close, releases it).
+func (ps *Pools) makePool(key string, kp *keyedPool, req CreateRequest) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Not made (the cold start beside says why): the key's next request
+	// tries again.
+	drop := func() {
+		ps.mu.Lock()
+		if ps.pools[key] == kp {
+			delete(ps.pools, key)
+		}
+		ps.mu.Unlock()
+	}
+	drv, stop, err := ps.o.Driver(ctx, req)
+	if err != nil {
+		drop()
+		return
+	}
+	shared := &sharedStop{n: 1, stop: stop}
+	// Options per agent: each its own meter.
+	p, err := pool.NewFunc(ps.o.Runtime, drv, ps.size, func() ([]sandboxagent.AgentOption, error) {
+		opts, err := ps.o.agentOptions(req)
+		return append(opts, ps.o.Options...), err
+	})
+	if err != nil {
+		shared.release()
+		drop()
+		return
+	}
+	ps.mu.Lock()
+	if ps.closed || ps.pools[key] != kp {
+		ps.mu.Unlock()
+		(&keyedPool{p: p, drv: shared}).close()
+		return
+	}
+	kp.p, kp.drv = p, shared
+	ps.mu.Unlock()
+}
+
+// evictLocked takes the least recently used pools out past the maximum;
+// the caller closes them without the lock.
+func (ps *Pools) evictLocked() []*keyedPool {
+	var out []*keyedPool
+	for len(ps.pools) > ps.max {
+		var oldKey string
+		var old *keyedPool
+		for k, kp := range ps.pools {
+			if old == nil || kp.used.Before(old.used) {
+				oldKey, old = k, kp
+			}
+		}
+		delete(ps.pools, oldKey)
+		if old.p != nil {
+			out = append(out, old)
+		}
+	}
+	return out
+}
+
+func (kp *keyedPool) close() {
+	_ = kp.p.Close()
+	kp.drv.release()
+}
+
+// Stats reports every pool's counters.
+func (ps *Pools) Stats() []PoolStats {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var out []PoolStats
+	for _, kp := range ps.pools {
+		if kp.p == nil {
+			continue
+		}
+		out = append(out, PoolStats{Tenant: kp.request.Tenant, Driver: kp.request.Driver, Model: kp.request.Model, Stats: kp.p.Stats()})
+	}
+	return out
+}
+
+// Close closes every pool (their ready agents are removed; agents handed
+// out are the server's). Later requests start cold.
+func (ps *Pools) Close() error {
+	ps.mu.Lock()
+	ps.closed = true
+	pools := ps.pools
+	ps.pools = map[string]*keyedPool{}
+	ps.mu.Unlock()
+	var errs []error
+	for _, kp := range pools {
+		if kp.p != nil {
+			if err := kp.p.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("pool of %s: %w", kp.request.Driver, err))
+			}
+			kp.drv.release()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sharedStop releases a driver (its fake model, say) shared by a pool
+// and the agents it handed out, after the last of them.
+type sharedStop struct {
+	mu   sync.Mutex
+	n    int
+	stop func()
+}
+
+func (s *sharedStop) acquire() {
+	s.mu.Lock()
+	s.n++
+	s.mu.Unlock()
+}
+
+func (s *sharedStop) release() {
+	s.mu.Lock()
+	s.n--
+	last := s.n == 0
+	s.mu.Unlock()
+	if last {
+		s.stop()
+	}
+}
