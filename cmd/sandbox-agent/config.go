@@ -44,12 +44,12 @@ type settings struct {
 	maxConcurrentStarts int
 	// serve's limits: agents it owns, turns running at once, bytes of a
 	// request body.
-	serveMaxAgents    int
+	serveMaxAgents int
 	// servePoolSize agents kept ready per distinct create request, in at
 	// most servePoolMax pools (server.Pools).
 	servePoolSize, servePoolMax int
-	serveMaxTurns     int
-	serveMaxBodyBytes int64
+	serveMaxTurns               int
+	serveMaxBodyBytes           int64
 	// serve's state (a SQLite file, or a postgres:// URL) and its
 	// per-tenant limits (0: none).
 	state                string
