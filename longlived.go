@@ -92,7 +92,9 @@ func (a *Agent) serveTurn(ctx context.Context, ll LongLived, t *turn) (ExecResul
 func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ ExecResult, stale bool, _ error) {
 	start := time.Now()
 	s := a.srv.Load()
-	if s != nil && (!s.Alive() || s.Model != t.spec.Model || (s.Session != t.spec.SessionID && (s.Used || s.Session != ""))) {
+	// A process serves the session it was started on (or named in a
+	// turn): a warmed one, on a new session, does not serve another.
+	if s != nil && (!s.Alive() || s.Model != t.spec.Model || s.Session != t.spec.SessionID) {
 		s.Stop()
 		s = nil
 		a.srv.Store(nil)

@@ -299,6 +299,23 @@ func TestWarm(t *testing.T) {
 	}
 }
 
+// A session chosen after Warm gets a process of its own: the warmed one
+// serves a new session only.
+func TestWarmThenAnotherSession(t *testing.T) {
+	rt, servers := llRuntime(t)
+	a, _ := startFake(t, rt, &warmDriver{llDriver: llDriver{fakeDriver: fakeDriver{key: "k"}}, first: "warmready"}, nil)
+	if err := a.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a.SetSession("s9")
+	if res, err := a.Stream(context.Background(), "one", nil); err != nil || res.Reply != "reply to one from server 2" || res.SessionID != "s9" {
+		t.Fatalf("turn on s9 after Warm: %+v %v", res, err)
+	}
+	if n := servers(); n != 2 {
+		t.Errorf("%d processes, want 2", n)
+	}
+}
+
 func TestWarmFails(t *testing.T) {
 	for _, tc := range []struct {
 		first string
