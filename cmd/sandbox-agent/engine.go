@@ -19,6 +19,9 @@ type engine struct {
 	rt     sandboxagent.Runtime
 	images images.PullEngine
 	close  func() error
+	// version, when set, names the engine from its ping alone (the
+	// version command); nil: rt.Info.
+	version func(ctx context.Context) (sandboxagent.EngineInfo, error)
 }
 
 // connect opens the runtime the settings name: the Docker Engine API at
@@ -49,7 +52,9 @@ func dockerEngine(ctx context.Context, host string) (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &engine{rt: rt, images: images.NewEngine(rt.Client()), close: rt.Close}, nil
+	cli := rt.Client()
+	return &engine{rt: rt, images: images.NewEngine(cli), close: rt.Close,
+		version: func(ctx context.Context) (sandboxagent.EngineInfo, error) { return pingVersion(ctx, cli) }}, nil
 }
 
 // errNoImageEngine: the images commands build and push with a Docker (or
