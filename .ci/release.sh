@@ -20,10 +20,12 @@
 # 4. record  the pushed digests go into images/catalog/digests.json
 #            ({"<tag>": "sha256:…"}, compiled into the binary:
 #            image_verify=strict checks images against it).
-# 5. package static binaries for PLATFORMS into DIST with main.version set;
-#            the Python wheels into DIST/python (.ci/build_wheel.sh
-#            --binary: each linux/amd64 and linux/arm64 binary of PLATFORMS
-#            in a wheel sandbox-agent, version VERSION in PEP 440 form),
+# 5. package static binaries for PLATFORMS into DIST with main.version set,
+#            each twice: sandbox-agent-VERSION-OS-ARCH (Docker and Podman)
+#            and sandbox-agent-kubernetes-VERSION-OS-ARCH (also Kubernetes:
+#            build tag kubernetes, docs/kubernetes.md); the Python wheels into DIST/python (.ci/build_wheel.sh
+#            --binary: each linux/amd64 and linux/arm64 kubernetes binary of
+#            PLATFORMS in a wheel sandbox-agent, version VERSION in PEP 440 form),
 #            refused unless the registry serves every image tag their
 #            versions.json names (`images which` of each of `images names`,
 #            checked with `images check --registry NAME...`); and
@@ -166,12 +168,20 @@ for p in $platforms; do
     CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$out" ./cmd/sandbox-agent ||
         die "go build for $p failed"
     echo "    $out" >&2
+    # The same with the Kubernetes runtime (client-go: a larger binary
+    # that starts slower, docs/kubernetes.md).
+    out="$dist/sandbox-agent-kubernetes-$VERSION-$os-$arch"
+    CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -tags kubernetes -trimpath -ldflags "$ldflags" -o "$out" ./cmd/sandbox-agent ||
+        die "go build -tags kubernetes for $p failed"
+    echo "    $out" >&2
 done
 export VERSION # build_wheel.sh's: the wheel's version
 : >"$work/wheels.txt"
 for p in $platforms; do
     case "$p" in linux/amd64|linux/arm64) ;; *) continue;; esac
-    bash .ci/build_wheel.sh --arch "${p#linux/}" --binary "$dist/sandbox-agent-$VERSION-linux-${p#linux/}" \
+    # The wheels carry the build with every runtime: Python's own start
+    # dwarfs the binary's.
+    bash .ci/build_wheel.sh --arch "${p#linux/}" --binary "$dist/sandbox-agent-kubernetes-$VERSION-linux-${p#linux/}" \
         --out "$work/wheels" >>"$work/wheels.txt" || die "the linux/${p#linux/} wheel failed (see above)"
 done
 mapfile -t wheels <"$work/wheels.txt"

@@ -3,17 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
-
-	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/images"
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/runtime/docker"
-	"github.com/sandbox-agent/sandbox-agent/runtime/kubernetes"
 	"github.com/sandbox-agent/sandbox-agent/runtime/podman"
 )
 
@@ -25,28 +19,20 @@ type engine struct {
 	rt     sandboxagent.Runtime
 	images images.PullEngine
 	close  func() error
+	// version, when set, names the engine from its ping alone (the
+	// version command); nil: rt.Info.
+	version func(ctx context.Context) (sandboxagent.EngineInfo, error)
 }
 
 // connect opens the runtime the settings name: the Docker Engine API at
 // dockerHost ("" = DOCKER_HOST or the default socket), Podman's
 // compatible API (its socket found as runtime/podman does), or a
-// Kubernetes cluster (kubeconfig, else in-cluster).
+// Kubernetes cluster (kubeconfig, else in-cluster) in a build with the
+// Kubernetes runtime (kubernetes.go).
 func connect(ctx context.Context, s settings, policy catalog.Policy) (*engine, error) {
 	switch s.runtime {
 	case "kubernetes":
-		// client-go logs a hung-up exec stream (an exec detached on
-		// timeout) through klog to stderr; the command's errors say
-		// what matters.
-		quietKlog.Do(func() { klog.SetLogger(logr.Discard()) }) // klog's setter is not safe once client-go runs
-		pull := corev1.PullIfNotPresent
-		if policy == catalog.PolicyNever {
-			pull = corev1.PullNever
-		}
-		rt, err := kubernetes.New(ctx, kubernetes.Options{Kubeconfig: s.kubeconfig, Namespace: s.namespace, PullPolicy: pull, PodPidsLimit: s.podPidsLimit, SeccompLocalhost: s.seccompLocalhost})
-		if err != nil {
-			return nil, err
-		}
-		return &engine{rt: rt, close: func() error { return nil }}, nil
+		return connectKubernetes(ctx, s, policy)
 	case "podman":
 		host := s.dockerHost
 		if host == "" {
@@ -66,10 +52,10 @@ func dockerEngine(ctx context.Context, host string) (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &engine{rt: rt, images: images.NewEngine(rt.Client()), close: rt.Close}, nil
+	cli := rt.Client()
+	return &engine{rt: rt, images: images.NewEngine(cli), close: rt.Close,
+		version: func(ctx context.Context) (sandboxagent.EngineInfo, error) { return pingVersion(ctx, cli) }}, nil
 }
-
-var quietKlog sync.Once
 
 // errNoImageEngine: the images commands build and push with a Docker (or
 // Podman) engine, which the kubernetes runtime does not have.

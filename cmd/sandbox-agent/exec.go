@@ -336,11 +336,17 @@ var version = "dev"
 
 func runVersion(ctx context.Context, a *app, args []string) int {
 	fmt.Fprintf(a.stdout, "sandbox-agent %s\n", version)
-	rt, err := a.runtime(ctx)
+	eng, err := a.engine(ctx)
 	if err != nil {
 		return a.fail(err)
 	}
-	info, err := rt.Info(ctx)
+	info, err := sandboxagent.EngineInfo{}, errPingUnknown
+	if eng.version != nil {
+		info, err = eng.version(ctx)
+	}
+	if err != nil {
+		info, err = eng.rt.Info(ctx) // the engine's full answer, or why it has none
+	}
 	if err != nil {
 		fmt.Fprintf(a.stdout, "engine: unavailable (%s)\n", line(err.Error()))
 		return exitOK

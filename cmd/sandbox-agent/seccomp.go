@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
-	"github.com/sandbox-agent/sandbox-agent/runtime/kubernetes"
+	"github.com/sandbox-agent/sandbox-agent/runtime/kubernetes/nodeseccomp"
 	"github.com/sandbox-agent/sandbox-agent/seccomp"
 )
 
@@ -52,11 +52,11 @@ func installSeccomp(root string) (string, error) {
 		return "", fmt.Errorf("%w: seccomp install: --kubelet-root is empty", sandboxagent.ErrInvalidArgument)
 	}
 	profile := seccomp.Profile()
-	data, err := kubernetes.LocalhostSeccompFile(profile)
+	data, err := nodeseccomp.File(profile)
 	if err != nil {
 		return "", fmt.Errorf("seccomp install: the built-in profile: %w", err)
 	}
-	path := filepath.Join(root, "seccomp", filepath.FromSlash(kubernetes.LocalhostSeccompPath(profile)))
+	path := filepath.Join(root, "seccomp", filepath.FromSlash(nodeseccomp.Path(profile)))
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return "", fmt.Errorf("seccomp install: %w", err)
 	}

@@ -647,6 +647,13 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if err != nil && !isGone(err) {
 		return classify("remove container", err, nil)
 	}
+	if err == nil {
+		// This call removed it: both engines answer once it is gone.
+		r.gvisorMu.Lock()
+		delete(r.gvisor, id)
+		r.gvisorMu.Unlock()
+		return nil
+	}
 	// An auto-remove already in progress finishes on its own; wait for it
 	// so callers never see a half-removed container.
 	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 200*time.Millisecond) {

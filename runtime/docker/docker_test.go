@@ -369,6 +369,26 @@ func TestRemoveWaitsForAutoRemove(t *testing.T) {
 	}
 }
 
+// A force-remove the engine answered 204 is done: no inspect follows.
+func TestRemoveDoneAtOnce(t *testing.T) {
+	inspects := 0
+	rt, _ := newFake(t, "", map[string]func(*http.Request) *http.Response{
+		"DELETE /containers/c1": func(*http.Request) *http.Response {
+			return &http.Response{StatusCode: http.StatusNoContent, Body: http.NoBody, Header: http.Header{}}
+		},
+		"GET /containers/c1/json": func(r *http.Request) *http.Response {
+			inspects++
+			return errReply(404, "No such container: c1")(r)
+		},
+	})
+	if err := rt.Remove(context.Background(), "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if inspects != 0 {
+		t.Fatalf("Remove inspected %d times after a 204", inspects)
+	}
+}
+
 // archiveReply answers GET /archive with a stat header and a tar body.
 func archiveReply(t *testing.T, stat map[string]any, body []byte) func(*http.Request) *http.Response {
 	sj, err := json.Marshal(stat)

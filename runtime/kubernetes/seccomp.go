@@ -1,14 +1,11 @@
 package kubernetes
 
 import (
-	"bytes"
-	"encoding/json"
 	"regexp"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/sandbox-agent/sandbox-agent/seccomp"
+	"github.com/sandbox-agent/sandbox-agent/runtime/kubernetes/nodeseccomp"
 )
 
 // LocalhostSeccompPath is where, under a node's kubelet seccomp directory
@@ -17,19 +14,11 @@ import (
 // The name carries the content, so a node holding another version's
 // profile does not pass for this one, and Inspect reads the digest back
 // from the pod. `sandbox-agent seccomp install` writes the file.
-func LocalhostSeccompPath(profile []byte) string {
-	return "sandbox-agent/" + strings.TrimPrefix(seccomp.Digest(profile), "sha256:") + ".json"
-}
+func LocalhostSeccompPath(profile []byte) string { return nodeseccomp.Path(profile) }
 
 // LocalhostSeccompFile is the file's content: the compacted profile, so
 // that its SHA-256 is the hex in LocalhostSeccompPath.
-func LocalhostSeccompFile(profile []byte) ([]byte, error) {
-	var b bytes.Buffer
-	if err := json.Compact(&b, profile); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
+func LocalhostSeccompFile(profile []byte) ([]byte, error) { return nodeseccomp.File(profile) }
 
 var localhostName = regexp.MustCompile(`^sandbox-agent/([0-9a-f]{64})\.json$`)
 

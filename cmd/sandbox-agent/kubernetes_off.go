@@ -1,0 +1,22 @@
+//go:build !kubernetes
+
+package main
+
+import (
+	"context"
+	"fmt"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/images/catalog"
+)
+
+// kubernetesBuilt: this build has no Kubernetes runtime (kubernetes.go
+// has it, under the build tag kubernetes).
+const kubernetesBuilt = false
+
+// errNoKubernetes is runtime kubernetes asked of a build without it.
+var errNoKubernetes = fmt.Errorf("%w: runtime kubernetes: this sandbox-agent is built without the Kubernetes runtime: use the release's sandbox-agent-kubernetes binary, or go install -tags kubernetes", sandboxagent.ErrEngineUnavailable)
+
+func connectKubernetes(context.Context, settings, catalog.Policy) (*engine, error) {
+	return nil, errNoKubernetes
+}
