@@ -44,6 +44,9 @@ type Agent struct {
 	// modelSvc is the sandbox's model service (nil without the model
 	// proxy): the proxy, or Warm's own fake model during a warm-up turn.
 	modelSvc *modelSwitch
+	// warmed is the process Warm made ready and the sandbox's file
+	// writes then, until the first turn takes it.
+	warmed atomic.Pointer[warmMark]
 
 	proxy   *modelproxy.Proxy                 // nil when the CLI holds its own key (EgressOpen, unroutable driver)
 	router  ModelRouter                       // the unrouted driver, with proxy

@@ -43,6 +43,7 @@ func (f files) CopyTo(ctx context.Context, dir string, r io.Reader) error {
 	if f.s.isClosed() {
 		return ErrClosed
 	}
+	f.s.writes.Add(1)
 	return f.s.rt.CopyTo(ctx, f.s.id, dir, r)
 }
 

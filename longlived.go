@@ -94,7 +94,8 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 	s := a.srv.Load()
 	// A process serves the session it was started on (or named in a
 	// turn): a warmed one, on a new session, does not serve another.
-	if s != nil && (!s.Alive() || s.Model != t.spec.Model || s.Session != t.spec.SessionID) {
+	warmStale := a.takeWarm(s)
+	if s != nil && (warmStale || !s.Alive() || s.Model != t.spec.Model || s.Session != t.spec.SessionID) {
 		s.Stop()
 		s = nil
 		a.srv.Store(nil)
@@ -252,7 +253,9 @@ type Warmer interface {
 // which the CLI says it is done.
 type WarmStep struct {
 	Input []byte
-	Done  func(line []byte) bool
+	// Done recognises the line that ends the step; an error: the CLI
+	// refused it (Warm fails).
+	Done func(line []byte) (bool, error)
 	// Turn marks the steps of the warm-up turn: a prompt whose model
 	// requests the agent answers itself (a fake model answering DONE;
 	// nothing reaches the model, nothing is metered or audited), and the
@@ -271,9 +274,12 @@ const maxWarmLines = 10000
 // costs about what a follow-up turn costs. The price is the CLI's idle
 // memory (BENCHMARKS.md), until the agent is closed. A no-op for a
 // per-turn CLI and when a process already serves that session. It waits
-// for a running turn. A CLI that exits or does not answer within the
-// start timeout is an error matching ErrCLIExited or ErrTimeout, and is
-// stopped; the next turn starts another.
+// for a running turn. A CLI that exits is an error matching ErrCLIExited
+// (its exec failing, the exec's error), one that does not answer within
+// the start timeout ErrTimeout; it is stopped and the next turn starts
+// another. Files written into the sandbox after Warm (rules, skills,
+// uploads) make the first turn start the CLI afresh, so that it reads
+// them.
 func (a *Agent) Warm(ctx context.Context) error {
 	ll, ok := a.longLived()
 	if !ok {
@@ -308,13 +314,14 @@ func (a *Agent) Warm(ctx context.Context) error {
 	// a new session's (a session to continue needs no warm-up prompt in
 	// it) through the model proxy.
 	local := a.modelSvc != nil && spec.SessionID == ""
+	var lm *localModel
 	if local && slices.ContainsFunc(steps, func(st WarmStep) bool { return st.Turn }) {
 		fm, err := fakemodel.New(fakemodel.Script{ExpectKey: a.token}, fakemodel.Options{})
 		if err != nil {
 			return err
 		}
-		a.modelSvc.local.Store(&localModel{fm})
-		defer a.modelSvc.local.Store(nil)
+		lm = &localModel{fm}
+		a.modelSvc.local.Store(lm)
 	}
 	s.Begin()
 	defer s.End()
@@ -325,12 +332,43 @@ func (a *Agent) Warm(ctx context.Context) error {
 			continue
 		}
 		if err := a.warmStep(ctx, s, st, timeout.C); err != nil {
+			if lm != nil {
+				a.modelSvc.local.CompareAndSwap(lm, nil)
+			}
 			s.Stop()
 			a.srv.CompareAndSwap(s, nil)
 			return fmt.Errorf("%s: warm the CLI (step %d): %w", a.drv.Name(), i+1, err)
 		}
 	}
+	if lm != nil {
+		// A request the warm-up turn left behind (a title, a retry)
+		// must not reach the model either: the fake answers until the
+		// first turn starts, or for a grace period.
+		time.AfterFunc(warmGrace, func() { a.modelSvc.local.CompareAndSwap(lm, nil) })
+	}
+	a.warmed.Store(&warmMark{proc: s, writes: a.sb.writes.Load()})
 	return nil
+}
+
+// warmGrace is how long after a warm-up turn its model requests are
+// still answered by the agent, unless a turn starts first.
+const warmGrace = 5 * time.Second
+
+type warmMark struct {
+	proc   *cliproc.Proc
+	writes uint64
+}
+
+// takeWarm ends the warm-up's hold before a turn: the model proxy
+// answers again, and a warmed process that has not seen files written
+// since (rules, skills, uploads a CLI reads at its start) is reported
+// stale.
+func (a *Agent) takeWarm(s *cliproc.Proc) (stale bool) {
+	if a.modelSvc != nil {
+		a.modelSvc.local.Store(nil)
+	}
+	m := a.warmed.Swap(nil)
+	return m != nil && m.proc == s && a.sb.writes.Load() != m.writes
 }
 
 // warmStep writes st to s and reads its lines until st is done.
@@ -341,8 +379,12 @@ func (a *Agent) warmStep(ctx context.Context, s *cliproc.Proc, st WarmStep, time
 		select {
 		case l := <-s.Lines():
 			l = s.Next(l)
-			if !l.Cut && st.Done(l.Raw) {
-				return nil
+			if !l.Cut {
+				if done, err := st.Done(l.Raw); err != nil {
+					return err
+				} else if done {
+					return nil
+				}
 			}
 			if lines++; lines > maxWarmLines {
 				return fmt.Errorf("%w: %d lines and no answer", ErrCLIExited, lines)

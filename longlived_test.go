@@ -259,10 +259,10 @@ type warmDriver struct {
 }
 
 func (d *warmDriver) WarmSteps() []WarmStep {
-	is := func(k string) func([]byte) bool {
-		return func(l []byte) bool {
+	is := func(k string) func([]byte) (bool, error) {
+		return func(l []byte) (bool, error) {
 			var m map[string]string
-			return json.Unmarshal(l, &m) == nil && m[k] == "1"
+			return json.Unmarshal(l, &m) == nil && m[k] == "1", nil
 		}
 	}
 	return []WarmStep{
@@ -316,19 +316,47 @@ func TestWarmThenAnotherSession(t *testing.T) {
 	}
 }
 
+// Files written after Warm (rules, skills, uploads) reach the CLI: the
+// first turn starts it afresh.
+func TestWarmThenWriteRestarts(t *testing.T) {
+	rt, servers := llRuntime(t)
+	a, _ := startFake(t, rt, &warmDriver{llDriver: llDriver{fakeDriver: fakeDriver{key: "k"}}, first: "warmready"}, nil)
+	ctx := context.Background()
+	if err := a.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Container().WriteFile(ctx, "/workspace/AGENTS.md", []byte("rules"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := a.Stream(ctx, "one", nil); err != nil || res.Reply != "reply to one from server 2" {
+		t.Fatalf("turn after a write: %+v %v", res, err)
+	}
+	// The next turns keep that process, writes or not.
+	if err := a.Container().WriteFile(ctx, "/workspace/x", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := a.Stream(ctx, "two", nil); err != nil || res.Reply != "reply to two from server 2" {
+		t.Fatalf("second turn: %+v %v", res, err)
+	}
+	if n := servers(); n != 2 {
+		t.Errorf("%d processes, want 2", n)
+	}
+}
+
 func TestWarmFails(t *testing.T) {
 	for _, tc := range []struct {
 		first string
 		want  error
 	}{
 		{"warmcrash", ErrCLIExited},
-		{"hang", ErrTimeout},
+		{"hang", context.DeadlineExceeded}, // the caller's ctx; the start timeout works alike
 	} {
 		t.Run(tc.first, func(t *testing.T) {
 			rt, servers := llRuntime(t)
-			a, _ := startFake(t, rt, &warmDriver{llDriver: llDriver{fakeDriver: fakeDriver{key: "k"}}, first: tc.first},
-				func(c *Config) { c.Timeouts.Start = 300 * time.Millisecond })
-			err := a.Warm(context.Background())
+			a, _ := startFake(t, rt, &warmDriver{llDriver: llDriver{fakeDriver: fakeDriver{key: "k"}}, first: tc.first}, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			err := a.Warm(ctx)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Warm: %v, want %v", err, tc.want)
 			}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/egressproxy"
@@ -173,6 +174,9 @@ type Sandbox struct {
 	removed bool  // the container is gone (Close succeeded once)
 	hostErr error // closing the proxies (once)
 	closed  chan struct{}
+	// writes counts file writes into the sandbox (uploads, WriteFile,
+	// rules, skills): a CLI warmed before one does not see it.
+	writes atomic.Uint64
 }
 
 // withDefaults fills zero fields from DefaultConfig.

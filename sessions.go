@@ -52,6 +52,7 @@ func (a *Agent) InstallSkill(ctx context.Context, s Skill) error {
 	_, err := withDriver(ctx, a, "skills", func(si SkillInstaller) (any, error) {
 		return nil, si.InstallSkill(ctx, a.sb, s)
 	})
+	a.sb.writes.Add(1) // a warmed CLI would not see it
 	return err
 }
 
@@ -60,6 +61,7 @@ func (a *Agent) InstallRules(ctx context.Context, rules string) error {
 	_, err := withDriver(ctx, a, "rules", func(ri RulesInstaller) (any, error) {
 		return nil, ri.InstallRules(ctx, a.sb, rules)
 	})
+	a.sb.writes.Add(1) // a warmed CLI would not see them
 	return err
 }
 

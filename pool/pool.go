@@ -65,6 +65,10 @@ type Stats struct {
 	Misses   int // Start calls that found the pool empty and started one themselves
 	Retired  int // ready agents closed unused (sandbox gone or idle too long)
 	Failed   int // background starts that failed
+	// WarmFailed counts agents made ready without a warm CLI
+	// (Agent.Warm failed: LastWarmErr); their first turn starts it.
+	WarmFailed  int
+	LastWarmErr error
 	// LastErr is the error of the latest background start when it failed
 	// (the pool keeps retrying), nil once one succeeded.
 	LastErr error
@@ -267,13 +271,12 @@ func (p *Pool) startOne(delay time.Duration) {
 			a, err = sandboxagent.Start(p.ctx, p.rt, p.drv, opts...)
 		}
 	}
+	var warmErr error
 	if err == nil {
 		// Its long-lived CLI up and its session open: the first turn
-		// costs what a follow-up does.
-		if err = a.Warm(p.ctx); err != nil {
-			_ = a.Close()
-			a = nil
-		}
+		// costs what a follow-up does. A CLI that would not warm leaves
+		// a ready agent still (its first turn starts the CLI).
+		warmErr = a.Warm(p.ctx)
 	}
 	kind := "" // told after the lock is released
 	defer func() {
@@ -288,6 +291,10 @@ func (p *Pool) startOne(delay time.Duration) {
 	case err == nil:
 		p.ready = append(p.ready, pooled{a: a, since: time.Now()}) // after Close, Close takes it
 		p.failures, p.lastErr = 0, nil
+		if warmErr != nil && p.ctx.Err() == nil {
+			p.stats.WarmFailed++
+			p.stats.LastWarmErr = warmErr
+		}
 		kind = "ready"
 	case p.closed:
 	default:

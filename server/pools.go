@@ -25,11 +25,22 @@ type Pools struct {
 	o         StarterOptions
 	size, max int
 	cold      Starter
+	stop      chan struct{} // closed by Close: ends the janitor
+	wg        sync.WaitGroup
 
 	mu     sync.Mutex
 	pools  map[string]*keyedPool
 	closed bool
 }
+
+// poolIdle closes a pool no request used for this long (its ready agents
+// hold sandboxes and idle CLIs); minPoolKeepalive: a request whose
+// sandbox removes itself sooner when idle is not pooled (its ready agents
+// would be retired and replaced every keepalive/2).
+const (
+	poolIdle         = 10 * time.Minute
+	minPoolKeepalive = 5 * time.Minute
+)
 
 type keyedPool struct {
 	p       *pool.Pool // nil while it is being made
@@ -54,13 +65,45 @@ func NewPools(o StarterOptions, size, max int) *Pools {
 	if max <= 0 {
 		max = DefaultPoolMax
 	}
-	return &Pools{o: o, size: size, max: max, cold: NewStarter(o), pools: map[string]*keyedPool{}}
+	ps := &Pools{o: o, size: size, max: max, cold: NewStarter(o), pools: map[string]*keyedPool{}, stop: make(chan struct{})}
+	if size > 0 {
+		ps.wg.Add(1)
+		go ps.janitor()
+	}
+	return ps
+}
+
+// janitor closes the pools idle past poolIdle.
+func (ps *Pools) janitor() {
+	defer ps.wg.Done()
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ps.stop:
+			return
+		case <-t.C:
+		}
+		ps.mu.Lock()
+		var idle []*keyedPool
+		for k, kp := range ps.pools {
+			if kp.p != nil && time.Since(kp.used) > poolIdle {
+				delete(ps.pools, k)
+				idle = append(idle, kp)
+			}
+		}
+		ps.mu.Unlock()
+		for _, kp := range idle {
+			kp.close()
+		}
+	}
 }
 
 // Poolable reports whether req's agent can be made ahead.
 func Poolable(req CreateRequest) bool {
 	return req.From == nil && req.Checkpoint == "" && req.Repo == nil && req.RepoDir == "" &&
-		!req.HasFakeModelScript() && req.Endpoint == nil
+		!req.HasFakeModelScript() && req.Endpoint == nil &&
+		(req.Keepalive == 0 || time.Duration(req.Keepalive*float64(time.Second)) >= minPoolKeepalive)
 }
 
 // poolKey is what makes two requests' agents interchangeable: all of
@@ -74,8 +117,9 @@ func poolKey(req CreateRequest) (string, error) {
 }
 
 // Start is the Starter: a pooled agent when req's pool has one ready, a
-// cold start otherwise (and, for a request not seen before, a pool for
-// the next ones).
+// cold start otherwise; a request not seen before gets a pool for the
+// next ones once its own cold start succeeded (a request that fails makes
+// none).
 func (ps *Pools) Start(ctx context.Context, req CreateRequest) (*sandboxagent.Agent, func(), error) {
 	if ps.size <= 0 || !Poolable(req) {
 		return ps.cold(ctx, req)
@@ -85,30 +129,22 @@ func (ps *Pools) Start(ctx context.Context, req CreateRequest) (*sandboxagent.Ag
 		return ps.cold(ctx, req)
 	}
 	ps.mu.Lock()
-	if ps.closed {
-		ps.mu.Unlock()
-		return ps.cold(ctx, req)
-	}
-	kp, seen := ps.pools[key]
-	if !seen {
-		kp = &keyedPool{request: req}
-		ps.pools[key] = kp
-	}
-	kp.used = time.Now()
-	evicted := ps.evictLocked()
-	p, drv := kp.p, kp.drv
-	if p != nil {
-		drv.acquire() // before the lock goes: a pool closing now keeps the driver for this agent
+	kp := ps.pools[key]
+	var p *pool.Pool
+	var drv *sharedStop
+	if kp != nil {
+		kp.used = time.Now()
+		if p, drv = kp.p, kp.drv; p != nil {
+			drv.acquire() // before the lock goes: a pool closing now keeps the driver for this agent
+		}
 	}
 	ps.mu.Unlock()
-	for _, e := range evicted {
-		e.close()
-	}
 	if p == nil {
-		if !seen {
-			go ps.makePool(key, kp, req)
+		ag, stop, err := ps.cold(ctx, req)
+		if err == nil && kp == nil {
+			ps.newPool(key, req)
 		}
-		return ps.cold(ctx, req)
+		return ag, stop, err
 	}
 	ag, err := p.Start(ctx)
 	if err != nil {
@@ -120,6 +156,42 @@ func (ps *Pools) Start(ctx context.Context, req CreateRequest) (*sandboxagent.Ag
 	}
 	var once sync.Once
 	return ag, func() { once.Do(drv.release) }, nil
+}
+
+// newPool registers key's pool and makes it in the background. Past the
+// maximum it evicts the least recently used pool of the same tenant: a
+// tenant cannot close another's pools; one with none to evict gets none.
+func (ps *Pools) newPool(key string, req CreateRequest) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closed || ps.pools[key] != nil {
+		return
+	}
+	if len(ps.pools) >= ps.max {
+		var oldKey string
+		var old *keyedPool
+		for k, kp := range ps.pools {
+			if kp.request.Tenant == req.Tenant && kp.p != nil && (old == nil || kp.used.Before(old.used)) {
+				oldKey, old = k, kp
+			}
+		}
+		if old == nil {
+			return
+		}
+		delete(ps.pools, oldKey)
+		ps.wg.Add(1)
+		go func() { // not on the request's time: closing removes sandboxes
+			defer ps.wg.Done()
+			old.close()
+		}()
+	}
+	kp := &keyedPool{request: req, used: time.Now()}
+	ps.pools[key] = kp
+	ps.wg.Add(1)
+	go func() {
+		defer ps.wg.Done()
+		ps.makePool(key, kp, req)
+	}()
 }
 
 // makePool makes kp's pool: the driver once for all its agents (the
@@ -162,26 +234,6 @@ func (ps *Pools) makePool(key string, kp *keyedPool, req CreateRequest) {
 	ps.mu.Unlock()
 }
 
-// evictLocked takes the least recently used pools out past the maximum;
-// the caller closes them without the lock.
-func (ps *Pools) evictLocked() []*keyedPool {
-	var out []*keyedPool
-	for len(ps.pools) > ps.max {
-		var oldKey string
-		var old *keyedPool
-		for k, kp := range ps.pools {
-			if old == nil || kp.used.Before(old.used) {
-				oldKey, old = k, kp
-			}
-		}
-		delete(ps.pools, oldKey)
-		if old.p != nil {
-			out = append(out, old)
-		}
-	}
-	return out
-}
-
 func (kp *keyedPool) close() {
 	_ = kp.p.Close()
 	kp.drv.release()
@@ -205,10 +257,16 @@ func (ps *Pools) Stats() []PoolStats {
 // out are the server's). Later requests start cold.
 func (ps *Pools) Close() error {
 	ps.mu.Lock()
+	if ps.closed {
+		ps.mu.Unlock()
+		return nil
+	}
 	ps.closed = true
+	close(ps.stop)
 	pools := ps.pools
 	ps.pools = map[string]*keyedPool{}
 	ps.mu.Unlock()
+	ps.wg.Wait() // the pools being made (they see closed) and evicted
 	var errs []error
 	for _, kp := range pools {
 		if kp.p != nil {

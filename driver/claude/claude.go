@@ -237,14 +237,14 @@ func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 func (d *Driver) WarmSteps() []sandboxagent.WarmStep {
 	return []sandboxagent.WarmStep{{
 		Input: []byte(`{"type":"control_request","request_id":"sandbox-agent-warm","request":{"subtype":"initialize"}}` + "\n"),
-		Done: func(line []byte) bool {
+		Done: func(line []byte) (bool, error) {
 			var r struct {
 				Type     string `json:"type"`
 				Response struct {
 					RequestID string `json:"request_id"`
 				} `json:"response"`
 			}
-			return json.Unmarshal(line, &r) == nil && r.Type == "control_response" && r.Response.RequestID == "sandbox-agent-warm"
+			return json.Unmarshal(line, &r) == nil && r.Type == "control_response" && r.Response.RequestID == "sandbox-agent-warm", nil
 		},
 	}}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"regexp"
@@ -311,10 +312,19 @@ func lastLine(s, def string) string {
 // loaded), then its warm_turn: a prompt on a throwaway session, deleted
 // afterwards, so the server's lazy loading at its first prompt is done.
 func (d *Driver) WarmSteps() []sandboxagent.WarmStep {
-	done := func(want string) func([]byte) bool {
-		return func(line []byte) bool {
-			var r struct{ Type string }
-			return json.Unmarshal(line, &r) == nil && r.Type == want
+	done := func(want string) func([]byte) (bool, error) {
+		return func(line []byte) (bool, error) {
+			var r struct {
+				Type string
+				OK   *bool
+			}
+			if json.Unmarshal(line, &r) != nil || r.Type != want {
+				return false, nil
+			}
+			if r.OK != nil && !*r.OK {
+				return false, errors.New("the opencode bridge could not " + strings.TrimSuffix(want, "_done"))
+			}
+			return true, nil
 		}
 	}
 	return []sandboxagent.WarmStep{

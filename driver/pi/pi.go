@@ -3,6 +3,7 @@ package pi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -413,6 +414,7 @@ func (d *Driver) WarmSteps() []sandboxagent.WarmStep {
 	type answer struct {
 		ID, Type string
 		Success  bool
+		Data     struct{ Cancelled bool }
 	}
 	parse := func(line []byte) (r answer) {
 		_ = json.Unmarshal(line, &r)
@@ -421,25 +423,36 @@ func (d *Driver) WarmSteps() []sandboxagent.WarmStep {
 	return []sandboxagent.WarmStep{
 		{
 			Input: []byte(`{"id":"sandbox-agent-warm","type":"get_state"}` + "\n"),
-			Done: func(line []byte) bool {
+			Done: func(line []byte) (bool, error) {
 				r := parse(line)
-				return r.Type == "response" && r.ID == "sandbox-agent-warm"
+				return r.Type == "response" && r.ID == "sandbox-agent-warm", nil
 			},
 		},
 		{
 			Turn:  true,
 			Input: []byte(`{"id":"sandbox-agent-warm-prompt","type":"prompt","message":"sandbox-agent warm-up: reply DONE"}` + "\n"),
-			Done: func(line []byte) bool {
+			Done: func(line []byte) (bool, error) {
 				r := parse(line)
-				return r.Type == "agent_end" || r.Type == "response" && r.ID == "sandbox-agent-warm-prompt" && !r.Success
+				if r.Type == "response" && r.ID == "sandbox-agent-warm-prompt" && !r.Success {
+					return false, errors.New("pi refused the warm-up prompt")
+				}
+				return r.Type == "agent_end", nil
 			},
 		},
 		{
-			Turn:  true,
+			Turn: true,
+			// Warm fails unless pi moved to a new session: the first
+			// turn must not continue the warm-up's.
 			Input: []byte(`{"id":"sandbox-agent-warm-new","type":"new_session"}` + "\n"),
-			Done: func(line []byte) bool {
+			Done: func(line []byte) (bool, error) {
 				r := parse(line)
-				return r.Type == "response" && r.ID == "sandbox-agent-warm-new"
+				if r.Type != "response" || r.ID != "sandbox-agent-warm-new" {
+					return false, nil
+				}
+				if !r.Success || r.Data.Cancelled {
+					return false, errors.New("pi did not start a new session after the warm-up")
+				}
+				return true, nil
 			},
 		},
 	}

@@ -33,7 +33,6 @@ const maxQueuedBytes = 16 << 20
 // Proc is one running process.
 type Proc struct {
 	Session, Model string // what it serves ("" session: a new one, until named)
-	Used           bool   // it ran a turn
 
 	stdin  *io.PipeWriter
 	cancel context.CancelFunc
@@ -110,7 +109,6 @@ func (p *Proc) Next(l Line) Line {
 // Begin starts a turn: lines an earlier turn left unread are dropped,
 // stderr starts afresh, and lines are queued until End.
 func (p *Proc) Begin() {
-	p.Used = true
 	for drained := false; !drained; {
 		select {
 		case l := <-p.lines:
