@@ -131,6 +131,7 @@ var quiet = map[string]bool{
 	"mcpServer/startupStatus/updated": true, "skills/changed": true, "thread/name/updated": true,
 	"serverRequest/resolved": true, "hook/started": true, "hook/completed": true,
 	"thread/readState/changed": true, "remoteControl/status/changed": true, "account/updated": true,
+	"thread/goal/updated": true, "thread/goal/cleared": true, "thread/tokenUsage/updated": true,
 }
 
 // notification maps one app-server notification (or a bridge line) b.

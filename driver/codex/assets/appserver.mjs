@@ -159,7 +159,7 @@ async function prompt(cmd) {
   turn = t;
   if (!thread || (want && want !== thread)) {
     const res = want
-      ? await request("thread/resume", { threadId: want, model, cwd, ...policy })
+      ? await request("thread/resume", { threadId: want, model, cwd, excludeTurns: true, ...policy })
       : await request("thread/start", { model, cwd, ...policy });
     if (res.error || !res.result?.thread?.id) {
       // exec's words for an unknown session.
@@ -170,11 +170,7 @@ async function prompt(cmd) {
       out({ type: "turn_end", threadId: want });
       return;
     }
-    thread = res.result.thread.id;
-    if (!want) {
-      // Named before the turn's lines, as exec's thread.started is.
-      out({ method: "thread/started", params: { thread: { id: thread } } });
-    }
+    thread = res.result.thread.id; // app-server's thread/started named it
   }
   t.threadId = thread;
   await new Promise((resolve) => {
