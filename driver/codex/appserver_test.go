@@ -62,7 +62,7 @@ func TestParserServeSemantics(t *testing.T) {
 		"serve-followup":       {reply: "TWO", session: serveText, kinds: "session text usage"},
 		"serve-shell-done":     {reply: "DONE", session: "01a23e0c-41d2-7d70-a95a-049b23f93011", kinds: "session tool_call tool_result text usage"},
 		"serve-401":            {session: "01a23e0c-4cde-73b2-82bb-2fc791ea515a", kinds: "session error error error error", err: "401 Unauthorized", status: 401},
-		"serve-interrupt":      {session: "01a23e0c-24f8-7201-9305-5a20afc76ac0", kinds: "session tool_call usage", err: "exit"},
+		"serve-interrupt":      {session: "01a23e10-be9f-72c0-a262-44b94e482a53", kinds: "session tool_call usage", err: "exit"},
 		"serve-resume":         {reply: "FOUR", session: serveResumed, kinds: "session text usage"},
 		"serve-resume-unknown": {kinds: "error", err: "no rollout found for thread id " + serveUnknownID},
 	}

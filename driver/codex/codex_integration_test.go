@@ -181,6 +181,9 @@ func TestCodexAbort(t *testing.T) {
 	if len(procs) != 1 {
 		t.Errorf("app-servers after the abort: %v", procs)
 	}
+	if n := drivertest.EndlessRunning(ctx, a); n != "0" {
+		t.Errorf("after the abort, %s processes of its tool", n)
+	}
 	res, err = a.Stream(ctx, "And now?", nil)
 	if err != nil || res.Reply != "AFTER-ABORT" {
 		t.Fatalf("turn after the abort: %q, %v", res.Reply, err)

@@ -61,7 +61,8 @@ function request(method, params) {
   return new Promise((resolve) => pending.set(id, resolve));
 }
 
-// The running turn: {threadId, turnId, ended(), abortWanted}, or null.
+// The running turn: {threadId, turnId, ended(), abortWanted, aborted}, or
+// null.
 let turn = null;
 let thread = ""; // the thread this app-server runs
 
@@ -143,7 +144,8 @@ function bridgeError(message) {
 
 const init = await request("initialize", {
   clientInfo: { name: "sandbox-agent", title: "sandbox-agent", version: "1" },
-  capabilities: { experimentalApi: false, optOutNotificationMethods: optOut },
+  // experimentalApi: thread/backgroundTerminals/clean (see abort).
+  capabilities: { experimentalApi: true, optOutNotificationMethods: optOut },
 });
 if (init.error) fail("initialize: " + rpcError(init));
 server.stdin.write(JSON.stringify({ method: "initialized" }) + "\n");
@@ -155,7 +157,7 @@ async function prompt(cmd) {
   const policy = { approvalPolicy: "never", sandbox: "danger-full-access" };
   // An abort while the thread is being set up interrupts the turn once
   // it has an id.
-  const t = { threadId: "", turnId: "", abortWanted: false, ended: () => {} };
+  const t = { threadId: "", turnId: "", abortWanted: false, aborted: false, ended: () => {} };
   turn = t;
   if (!thread || (want && want !== thread)) {
     const res = want
@@ -190,6 +192,16 @@ async function prompt(cmd) {
     });
   });
   turn = null;
+  if (t.aborted) {
+    // turn/interrupt leaves the turn's commands running (as background
+    // terminals); an aborted turn's tools stop, as `codex exec`'s do when
+    // it is killed. Bounded: a stuck answer must not hold the turn.
+    const cleaned = await Promise.race([
+      request("thread/backgroundTerminals/clean", { threadId: thread }),
+      new Promise((r) => setTimeout(() => r({ error: { message: "no answer within 3 s" } }), 3000)),
+    ]);
+    if (cleaned.error) process.stderr.write("sandbox-agent codex bridge: thread/backgroundTerminals/clean: " + rpcError(cleaned) + "\n");
+  }
   out({ type: "turn_end", threadId: thread });
 }
 
@@ -202,6 +214,7 @@ function interrupt(t) {
 function abort() {
   const t = turn;
   if (!t) return;
+  t.aborted = true;
   if (t.turnId) interrupt(t);
   else t.abortWanted = true;
 }
