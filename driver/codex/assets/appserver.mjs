@@ -157,7 +157,9 @@ async function prompt(cmd) {
   const policy = { approvalPolicy: "never", sandbox: "danger-full-access" };
   // An abort while the thread is being set up interrupts the turn once
   // it has an id.
-  const t = { threadId: "", turnId: "", abortWanted: false, aborted: false, ended: () => {} };
+  const t = { threadId: "", turnId: "", abortWanted: abortNext, aborted: abortNext, ended: () => {} };
+  abortNext = false;
+  waiting--;
   turn = t;
   if (!thread || (want && want !== thread)) {
     const res = want
@@ -211,9 +213,17 @@ function interrupt(t) {
   });
 }
 
+// waiting: prompts read but not started yet; abortNext: an abort that came
+// before the first of them started (an abort with no turn is dropped).
+let waiting = 0;
+let abortNext = false;
+
 function abort() {
   const t = turn;
-  if (!t) return;
+  if (!t) {
+    if (waiting > 0) abortNext = true;
+    return;
+  }
   t.aborted = true;
   if (t.turnId) interrupt(t);
   else t.abortWanted = true;
@@ -239,7 +249,10 @@ let queue = Promise.resolve();
         continue;
       }
       if (cmd.type === "abort") abort();
-      else if (cmd.type === "prompt") queue = queue.then(() => prompt(cmd)).catch((e) => fail("prompt: " + e.message));
+      else if (cmd.type === "prompt") {
+        waiting++;
+        queue = queue.then(() => prompt(cmd)).catch((e) => fail("prompt: " + e.message));
+      }
     }
   });
   process.stdin.on("end", () => server.stdin.end());
