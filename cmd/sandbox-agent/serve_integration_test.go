@@ -27,9 +27,9 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 )
 
-// apiDriver is the CLI the API suite drives: codex per turn starts in a
-// fraction of a second and aborts by kill, so every route is covered
-// quickly; the conformance suite covers the drivers themselves.
+// apiDriver is the CLI the API suite drives: codex starts in a fraction
+// of a second, so every route is covered quickly; the conformance suite
+// covers the drivers themselves.
 const apiDriver = "codex"
 
 // endlessScan counts drivertest.EndlessCommand processes in a sandbox.

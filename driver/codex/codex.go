@@ -83,7 +83,7 @@ var _ sandboxagent.Driver = (*Driver)(nil)
 // executable.
 func New(o Options) *Driver {
 	d := &Driver{
-		Identity: kit.NewIdentity("codex", o.Image, sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortKill}),
+		Identity: kit.NewIdentity("codex", o.Image, sandboxagent.Traits{Continue: true, Thinking: true, Usage: true, Abort: sandboxagent.AbortInterrupt}),
 		o:        o,
 	}
 	d.Instructions = d.instructions()
@@ -187,12 +187,15 @@ func (d *Driver) sh() kit.Shell {
 var ids = kit.SessionIDs{Driver: "codex", Form: "a UUID", Valid: kit.IsUUID}
 
 // Setup implements sandboxagent.Driver: it checks codex is installed and
-// writes $CODEX_HOME/config.toml.
+// writes $CODEX_HOME/config.toml and the long-lived mode's bridge.
 func (d *Driver) Setup(ctx context.Context, c sandboxagent.ContainerOps) error {
 	if err := d.sh().Require(ctx, c, "codex"); err != nil {
 		return err
 	}
-	return d.sh().WriteFile(ctx, c, "config.toml", []byte(d.Config()), 0o644)
+	if err := d.sh().WriteFile(ctx, c, "config.toml", []byte(d.Config()), 0o644); err != nil {
+		return err
+	}
+	return d.sh().WriteFile(ctx, c, bridgeFile, bridgeJS, 0o644)
 }
 
 // execFlags are the flags of every headless codex exec (new, resume, fork).

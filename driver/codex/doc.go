@@ -64,6 +64,51 @@
 // error and a *sandboxagent.DriverError from Finish. todo_list items and
 // any line the parser does not know are kept verbatim as raw events.
 //
+// # Long-lived mode (ServeCommand, TurnInput, AbortInput)
+//
+// By default (Config.PerTurn false) one `codex app-server` serves every
+// turn of a session. app-server speaks JSON-RPC on stdio and a turn needs
+// the thread id thread/start answers before turn/start can name it, so a
+// node bridge Setup installs ($CODEX_HOME/sandbox-agent/appserver.mjs,
+// assets/appserver.mjs) sits in front of it:
+//
+//	sh -c 'exec node "${CODEX_HOME:-$HOME/.codex}/sandbox-agent/appserver.mjs"'
+//
+// with the key in its environment (app-server inherits it; config.toml
+// keeps it from the model's commands as for exec). It sends initialize
+// (deltas opted out: the parser reads whole items, as exec prints them;
+// experimentalApi for thread/backgroundTerminals/clean) and then, per
+// stdin line {"type":"prompt","threadId":ID or "","text":T,"model":M}
+// (TurnInput), thread/start (approvalPolicy "never", sandbox
+// "danger-full-access") or thread/resume of the turn's session (once per
+// process: the agent starts another one for another session), then
+// turn/start. app-server's notifications are printed as they came, one per
+// line; after the turn's turn/completed the bridge prints
+// {"type":"turn_end","threadId":ID}, which is what Ended reports. A thread
+// it cannot start or resume gives a {"method":"sandbox-agent/error"} line
+// and turn_end. Requests app-server sends the client (command or patch
+// approvals, user input, tool calls) are answered with a JSON-RPC error:
+// nothing is approved on the user's behalf, and with approval_policy
+// "never" none is asked. {"type":"abort"} (AbortInput) sends
+// turn/interrupt: the turn completes "interrupted" and, since interrupt
+// leaves the turn's commands running as background terminals,
+// thread/backgroundTerminals/clean stops them before turn_end (bounded
+// to 3 s). The bridge exits when stdin closes (closing app-server's stdin,
+// on which it exits) or when app-server exits, with its status.
+//
+// The parser takes both formats (a line with "method" is app-server's):
+// item/completed agentMessage → text, reasoning (summary and content) →
+// thinking, commandExecution/fileChange/mcpToolCall/webSearch → tool_call
+// and tool_result as for exec (their ids are the model's call ids here),
+// error (willRetry: not fatal) → error, warning/configWarning/
+// deprecationNotice → error (not fatal), thread/tokenUsage/updated's
+// thread total → one usage event (cumulative) at turn/completed, whose
+// status failed or interrupted fails the turn. thread/started names the
+// session; a resumed thread's first line of the turn names the turn's.
+// Lines of another thread (a sub-agent's) and unknown notifications are raw
+// events; known bookkeeping notifications (status, rate limits, diffs)
+// make none.
+//
 // # Sessions
 //
 // Codex keeps each thread in
@@ -93,8 +138,10 @@
 //   - DumpSession returns the rollout file and, for a fork, those of the
 //     threads it was forked from (keys are paths relative to $CODEX_HOME,
 //     "sessions/..."); LoadSession writes them back under $CODEX_HOME of
-//     another container, where `codex exec resume ID` continues it (no
-//     SQLite file is needed).
+//     another container, where `codex exec resume ID` or app-server's
+//     thread/resume continues it (no SQLite file is needed). app-server
+//     writes the same rollouts as exec, so all of these work on its
+//     threads (TestCodexLongLived forks one and resumes the fork).
 //
 // All files are written with Run (the content on stdin) so they belong to
 // the user the CLI runs as.

@@ -20,6 +20,9 @@ type line struct {
 		Message string `json:"message"`
 	} `json:"error"`
 	Message string `json:"message"`
+	// app-server's notifications (the long-lived mode, appserver.go).
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
 }
 
 type usage struct {
@@ -65,6 +68,12 @@ type parser struct {
 	failed    string // turn.failed message
 	lastError string // last fatal-looking error message
 	calls     map[string]bool
+
+	// The long-lived mode (appserver.go).
+	ended       bool     // the bridge's turnEnded line
+	interrupted bool     // turn/completed said interrupted
+	announced   bool     // the session event was sent
+	total       *asUsage // the thread's last token count
 }
 
 func newParser(t sandboxagent.Turn) *parser {
@@ -74,8 +83,17 @@ func newParser(t sandboxagent.Turn) *parser {
 // Parse implements sandboxagent.Parser.
 func (p *parser) Parse(b []byte) []sandboxagent.Event {
 	var l line
-	if evs, ok := kit.Line(b, &l, &l.Type); !ok {
-		return evs
+	if kit.Blank(b) {
+		return nil
+	}
+	if !kit.Decode(b, &l) {
+		return kit.Raw(b)
+	}
+	if l.Type == "" && l.Method != "" {
+		return p.notification(b, l.Method, l.Params)
+	}
+	if l.Type == "" {
+		return kit.Raw(b)
 	}
 	switch l.Type {
 	case "thread.started":
@@ -87,6 +105,9 @@ func (p *parser) Parse(b []byte) []sandboxagent.Event {
 		}
 		return []sandboxagent.Event{{Kind: sandboxagent.KindSession, SessionID: l.ThreadID}}
 	case "turn.started":
+		return nil
+	case "turn_end": // the long-lived bridge's (appserver.go)
+		p.ended = true
 		return nil
 	case "turn.completed":
 		p.completed = true
@@ -270,6 +291,10 @@ func compact(r json.RawMessage) json.RawMessage {
 // Finish implements sandboxagent.Parser.
 func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, error) {
 	out := sandboxagent.TurnOutcome{Reply: p.reply, SessionID: p.session}
+	if out.SessionID == "" && p.ended && p.failed == "" {
+		// A long-lived turn on a thread the process already ran.
+		out.SessionID = p.turn.SessionID
+	}
 	errText := strings.TrimSpace(string(stderr))
 	f := kit.Failure{Driver: "codex", ExitCode: exitCode, Stderr: errText}
 	// codex reports an API error's status only in its message.
@@ -287,6 +312,8 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 			return fail(msg)
 		}
 		return fail(fmt.Sprintf("codex exited with status %d", exitCode))
+	case p.interrupted:
+		return fail("the turn was interrupted")
 	case p.turn.SessionID != "" && p.session != "" && p.session != p.turn.SessionID:
 		return fail(fmt.Sprintf("resuming session %s started a new session %s", p.turn.SessionID, p.session))
 	case !p.completed:

@@ -1,0 +1,356 @@
+package codex
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/driver/internal/kit"
+)
+
+// The long-lived mode: `codex app-server` behind a bridge (see the package
+// doc and assets/appserver.mjs).
+
+// bridgeFile is the bridge Setup installs, relative to codex's home.
+const bridgeFile = "sandbox-agent/appserver.mjs"
+
+//go:embed assets/appserver.mjs
+var bridgeJS []byte
+
+var _ sandboxagent.LongLived = (*Driver)(nil)
+
+// methodError is the bridge's own error line (a thread it could not start
+// or resume); its end of a turn is {"type":"turn_end"}.
+const methodError = "sandbox-agent/error"
+
+// ServeCommand implements sandboxagent.LongLived: the bridge, which runs
+// `codex app-server` with the key in its environment (as `codex exec`).
+func (d *Driver) ServeCommand(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
+	if t.SessionID != "" {
+		if err := ids.Check(t.SessionID); err != nil {
+			return sandboxagent.Invocation{}, err
+		}
+	}
+	return sandboxagent.Invocation{
+		Cmd:     []string{"sh", "-c", `exec node "${CODEX_HOME:-$HOME/.codex}/` + bridgeFile + `"`},
+		Env:     d.env(true),
+		WorkDir: t.WorkDir,
+	}, nil
+}
+
+// TurnInput implements sandboxagent.LongLived: the bridge's prompt
+// command (it starts or resumes the thread, then starts the turn).
+func (d *Driver) TurnInput(t sandboxagent.Turn) ([]byte, error) {
+	if strings.TrimSpace(t.Prompt) == "" {
+		return nil, fmt.Errorf("%w: empty prompt", sandboxagent.ErrInvalidArgument)
+	}
+	if t.SessionID != "" {
+		if err := ids.Check(t.SessionID); err != nil {
+			return nil, err
+		}
+	}
+	b, err := json.Marshal(map[string]string{"type": "prompt", "threadId": t.SessionID, "text": t.Prompt, "model": d.model(t)})
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// AbortInput implements sandboxagent.LongLived: the bridge sends
+// turn/interrupt; app-server ends the turn ("interrupted") and lives on.
+func (d *Driver) AbortInput() []byte { return []byte(`{"type":"abort"}` + "\n") }
+
+// Ended implements sandboxagent.TurnEnder: the bridge's turn_end line,
+// which it prints after app-server's turn/completed of the turn it
+// started (or after it could not start one).
+func (p *parser) Ended() (bool, time.Duration) { return p.ended, 0 }
+
+// The app-server notifications the parser reads (v2 protocol, camelCase).
+type (
+	asParams struct {
+		ThreadID   string               `json:"threadId"`
+		Thread     *struct{ ID string } `json:"thread"`
+		Item       json.RawMessage      `json:"item"`
+		Turn       *asTurn              `json:"turn"`
+		Error      *asError             `json:"error"`
+		WillRetry  bool                 `json:"willRetry"`
+		TokenUsage *struct {
+			Total *asUsage `json:"total"`
+		} `json:"tokenUsage"`
+		Message string `json:"message"`
+		Summary string `json:"summary"`
+	}
+	asTurn struct {
+		ID     string   `json:"id"`
+		Status string   `json:"status"`
+		Error  *asError `json:"error"`
+	}
+	asError struct {
+		Message string `json:"message"`
+	}
+	asUsage struct {
+		InputTokens           int64 `json:"inputTokens"`
+		CachedInputTokens     int64 `json:"cachedInputTokens"`
+		CacheWriteInputTokens int64 `json:"cacheWriteInputTokens"`
+		OutputTokens          int64 `json:"outputTokens"`
+		ReasoningOutputTokens int64 `json:"reasoningOutputTokens"`
+	}
+	asItem struct {
+		ID               string          `json:"id"`
+		Type             string          `json:"type"`
+		Text             string          `json:"text"`
+		Summary          json.RawMessage `json:"summary"`
+		Content          json.RawMessage `json:"content"`
+		Command          string          `json:"command"`
+		AggregatedOutput string          `json:"aggregatedOutput"`
+		ExitCode         *int            `json:"exitCode"`
+		Status           string          `json:"status"`
+		Changes          []asChange      `json:"changes"`
+		Server           string          `json:"server"`
+		Tool             string          `json:"tool"`
+		Arguments        json.RawMessage `json:"arguments"`
+		Result           json.RawMessage `json:"result"`
+		Error            *asError        `json:"error"`
+		Query            string          `json:"query"`
+	}
+	asChange struct {
+		Path string `json:"path"`
+		Kind struct {
+			Type string `json:"type"`
+		} `json:"kind"`
+	}
+)
+
+// quiet are notifications that carry nothing for the events.
+var quiet = map[string]bool{
+	"turn/started": true, "thread/status/changed": true, "thread/settings/updated": true,
+	"turn/diff/updated": true, "turn/plan/updated": true, "account/rateLimits/updated": true,
+	"mcpServer/startupStatus/updated": true, "skills/changed": true, "thread/name/updated": true,
+	"serverRequest/resolved": true, "hook/started": true, "hook/completed": true,
+	"thread/readState/changed": true, "remoteControl/status/changed": true, "account/updated": true,
+	"thread/goal/updated": true, "thread/goal/cleared": true, "thread/tokenUsage/updated": true,
+}
+
+// notification maps one app-server notification (or a bridge line) b.
+func (p *parser) notification(b []byte, method string, raw json.RawMessage) []sandboxagent.Event {
+	var pr asParams
+	if len(raw) > 0 && json.Unmarshal(raw, &pr) != nil {
+		return kit.Raw(b)
+	}
+	// Another thread's (a sub-agent's, say): not this turn's events.
+	cur := p.session
+	if cur == "" {
+		cur = p.turn.SessionID
+	}
+	if pr.ThreadID != "" && cur != "" && pr.ThreadID != cur {
+		return kit.Raw(b)
+	}
+	switch method {
+	case "thread/started":
+		if pr.Thread == nil || !ids.Valid(pr.Thread.ID) {
+			return kit.Raw(b)
+		}
+		if cur != "" && cur != pr.Thread.ID {
+			return kit.Raw(b)
+		}
+		p.session = pr.Thread.ID
+		return p.announce()
+	case methodError:
+		msg := kit.Message(pr.Message)
+		if msg == "" {
+			msg = "the codex bridge failed"
+		}
+		p.failed = msg
+		return []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: msg, IsError: true}}}
+	case "thread/tokenUsage/updated":
+		if pr.TokenUsage != nil && pr.TokenUsage.Total != nil {
+			p.total = pr.TokenUsage.Total
+		}
+		return nil
+	case "turn/completed":
+		if pr.Turn == nil {
+			return kit.Raw(b)
+		}
+		evs := p.announce()
+		switch pr.Turn.Status {
+		case "completed":
+			p.completed = true
+		case "interrupted":
+			p.interrupted = true
+		default:
+			msg := "turn failed"
+			if pr.Turn.Error != nil && pr.Turn.Error.Message != "" {
+				msg = pr.Turn.Error.Message
+			}
+			p.failed = msg
+			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: msg, IsError: true}})
+		}
+		if u := p.total; u != nil {
+			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindUsage, Payload: sandboxagent.Payload{
+				InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+				CacheReadTokens: u.CachedInputTokens, CacheWriteTokens: u.CacheWriteInputTokens,
+				ReasoningTokens: u.ReasoningOutputTokens, Cumulative: true,
+			}})
+		}
+		return evs
+	case "error":
+		if pr.Error == nil {
+			return kit.Raw(b)
+		}
+		// A retry is reported but not fatal by itself.
+		if !pr.WillRetry {
+			p.lastError = pr.Error.Message
+		}
+		return []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: pr.Error.Message, IsError: !pr.WillRetry}}}
+	case "warning", "configWarning", "deprecationNotice", "guardianWarning":
+		msg := pr.Message
+		if msg == "" {
+			msg = pr.Summary
+		}
+		if msg == "" {
+			return kit.Raw(b)
+		}
+		return []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: msg}}}
+	case "item/started", "item/completed":
+		if evs, ok := p.asItem(method == "item/completed", pr.Item); ok {
+			return append(p.announce(), evs...)
+		}
+	}
+	if quiet[method] {
+		return nil
+	}
+	return kit.Raw(b)
+}
+
+// announce is the session event, once per turn, when the session is
+// known: a resumed thread's app-server does not name it again.
+func (p *parser) announce() []sandboxagent.Event {
+	if p.announced {
+		return nil
+	}
+	if p.session == "" {
+		p.session = p.turn.SessionID
+	}
+	if p.session == "" {
+		return nil
+	}
+	p.announced = true
+	return []sandboxagent.Event{{Kind: sandboxagent.KindSession, SessionID: p.session}}
+}
+
+// asItem maps an app-server thread item as item maps an exec one; ok is
+// false for what it does not understand.
+func (p *parser) asItem(done bool, rawItem json.RawMessage) ([]sandboxagent.Event, bool) {
+	var it asItem
+	if len(rawItem) == 0 || json.Unmarshal(rawItem, &it) != nil {
+		return nil, false
+	}
+	switch it.Type {
+	case "userMessage", "plan", "contextCompaction", "hookPrompt":
+		return nil, true // the prompt itself, or nothing exec reports
+	case "agentMessage":
+		if !done {
+			return nil, true
+		}
+		p.reply = it.Text
+		if it.Text == "" {
+			return nil, true
+		}
+		return []sandboxagent.Event{{Kind: sandboxagent.KindText, Payload: sandboxagent.Payload{Text: it.Text}}}, true
+	case "reasoning":
+		text := strings.Join(append(stringList(it.Summary), stringList(it.Content)...), "\n")
+		if !done || text == "" {
+			return nil, true
+		}
+		return []sandboxagent.Event{{Kind: sandboxagent.KindThinking, Payload: sandboxagent.Payload{Text: text}}}, true
+	case "commandExecution":
+		var evs []sandboxagent.Event
+		if !p.calls[it.ID] {
+			p.calls[it.ID] = true
+			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{
+				Tool: "command_execution", CallID: it.ID, Command: it.Command, Input: compact(rawItem),
+			}})
+		}
+		if done {
+			failed := it.Status == "failed" || it.Status == "declined" || (it.ExitCode != nil && *it.ExitCode != 0)
+			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolResult, Payload: sandboxagent.Payload{
+				Tool: "command_execution", CallID: it.ID, Command: it.Command,
+				Output: it.AggregatedOutput, ExitCode: it.ExitCode, IsError: failed,
+			}})
+		}
+		return evs, true
+	case "fileChange":
+		path := ""
+		if len(it.Changes) > 0 {
+			path = it.Changes[0].Path
+		}
+		var evs []sandboxagent.Event
+		if !p.calls[it.ID] {
+			p.calls[it.ID] = true
+			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{
+				Tool: "file_change", CallID: it.ID, Path: path, Input: compact(rawItem),
+			}})
+		}
+		if done {
+			var out []string
+			for _, c := range it.Changes {
+				out = append(out, c.Kind.Type+" "+c.Path)
+			}
+			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolResult, Payload: sandboxagent.Payload{
+				Tool: "file_change", CallID: it.ID, Path: path, Output: strings.Join(out, "\n"),
+				IsError: it.Status == "failed" || it.Status == "declined",
+			}})
+		}
+		return evs, true
+	case "mcpToolCall":
+		name := it.Tool
+		if it.Server != "" {
+			name = it.Server + "." + it.Tool
+		}
+		var evs []sandboxagent.Event
+		if !p.calls[it.ID] {
+			p.calls[it.ID] = true
+			in := compact(it.Arguments)
+			if in == nil {
+				in = compact(rawItem)
+			}
+			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{Tool: name, CallID: it.ID, Input: in}})
+		}
+		if done {
+			res := sandboxagent.Payload{Tool: name, CallID: it.ID, Output: mcpText(it.Result), IsError: it.Status == "failed"}
+			if it.Error != nil && it.Error.Message != "" {
+				res.IsError = true
+				if res.Output == "" {
+					res.Output = it.Error.Message
+				}
+			}
+			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolResult, Payload: res})
+		}
+		return evs, true
+	case "webSearch":
+		var evs []sandboxagent.Event
+		if !p.calls[it.ID] {
+			p.calls[it.ID] = true
+			in, _ := json.Marshal(map[string]string{"query": it.Query})
+			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{Tool: "web_search", CallID: it.ID, Input: in}})
+		}
+		if done {
+			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolResult, Payload: sandboxagent.Payload{Tool: "web_search", CallID: it.ID, Output: it.Query}})
+		}
+		return evs, true
+	}
+	return nil, false
+}
+
+// stringList is a JSON array of strings (reasoning's summary and content),
+// or nil.
+func stringList(r json.RawMessage) []string {
+	var l []string
+	if len(r) == 0 || json.Unmarshal(r, &l) != nil {
+		return nil
+	}
+	return l
+}
