@@ -244,9 +244,10 @@ func (a *Agent) serveTurnOnce(ctx context.Context, ll LongLived, t *turn) (_ Exe
 // first turn (Agent.Warm): loaded, its session open and, with a warm-up
 // turn, past the lazy loading a CLI does at its first prompt.
 type Warmer interface {
-	// WarmSteps are written one after the other to a freshly started
-	// process, each once the previous one is done.
-	WarmSteps() []WarmStep
+	// WarmSteps are written one after the other to a process freshly
+	// started for t (no prompt: the session and model of the next turn),
+	// each once the previous one is done.
+	WarmSteps(t Turn) []WarmStep
 }
 
 // WarmStep is one thing Warm writes to the CLI and the stdout line by
@@ -309,7 +310,7 @@ func (a *Agent) Warm(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
-	steps := w.WarmSteps()
+	steps := w.WarmSteps(spec)
 	// A warm-up turn only where the agent can answer its model requests:
 	// a new session's (a session to continue needs no warm-up prompt in
 	// it) through the model proxy.

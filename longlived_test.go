@@ -258,7 +258,7 @@ type warmDriver struct {
 	first string // the first step's input
 }
 
-func (d *warmDriver) WarmSteps() []WarmStep {
+func (d *warmDriver) WarmSteps(Turn) []WarmStep {
 	is := func(k string) func([]byte) (bool, error) {
 		return func(l []byte) (bool, error) {
 			var m map[string]string

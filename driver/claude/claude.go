@@ -234,7 +234,7 @@ func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 // once it is loaded and reading. No warm-up turn: one claude process
 // serves one session, and /clear would leave its traces in the next
 // session's context.
-func (d *Driver) WarmSteps() []sandboxagent.WarmStep {
+func (d *Driver) WarmSteps(sandboxagent.Turn) []sandboxagent.WarmStep {
 	return []sandboxagent.WarmStep{{
 		Input: []byte(`{"type":"control_request","request_id":"sandbox-agent-warm","request":{"subtype":"initialize"}}` + "\n"),
 		Done: func(line []byte) (bool, error) {

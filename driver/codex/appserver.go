@@ -59,6 +59,38 @@ func (d *Driver) TurnInput(t sandboxagent.Turn) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
+// WarmSteps implements sandboxagent.Warmer: the bridge's warm (app-server
+// initialised, the next new session's thread started) and, a warm-up
+// turn, its warm_turn: a turn on a throwaway (ephemeral) thread, deleted
+// afterwards, so that app-server's loading at its first turn is done.
+func (d *Driver) WarmSteps(t sandboxagent.Turn) []sandboxagent.WarmStep {
+	cmd := func(typ string) []byte {
+		b, _ := json.Marshal(map[string]string{"type": typ, "model": d.model(t)}) // strings: cannot fail
+		return append(b, '\n')
+	}
+	done := func(want string) func([]byte) (bool, error) {
+		return func(line []byte) (bool, error) {
+			var r struct {
+				Type string
+				OK   *bool
+			}
+			if json.Unmarshal(line, &r) != nil || r.Type != want {
+				return false, nil
+			}
+			if r.OK != nil && !*r.OK {
+				return false, fmt.Errorf("the codex bridge could not %s", strings.TrimSuffix(want, "_done"))
+			}
+			return true, nil
+		}
+	}
+	steps := []sandboxagent.WarmStep{{Input: cmd("warm"), Done: done("warm_done")}}
+	if t.SessionID != "" {
+		// A session to resume: its first prompt does; no new thread.
+		steps = nil
+	}
+	return append(steps, sandboxagent.WarmStep{Turn: true, Input: cmd("warm_turn"), Done: done("warm_turn_done")})
+}
+
 // AbortInput implements sandboxagent.LongLived: the bridge sends
 // turn/interrupt; app-server ends the turn ("interrupted") and lives on.
 func (d *Driver) AbortInput() []byte { return []byte(`{"type":"abort"}` + "\n") }

@@ -311,7 +311,7 @@ func lastLine(s, def string) string {
 // no command before —, the next new session created, the providers
 // loaded), then its warm_turn: a prompt on a throwaway session, deleted
 // afterwards, so the server's lazy loading at its first prompt is done.
-func (d *Driver) WarmSteps() []sandboxagent.WarmStep {
+func (d *Driver) WarmSteps(t sandboxagent.Turn) []sandboxagent.WarmStep {
 	done := func(want string) func([]byte) (bool, error) {
 		return func(line []byte) (bool, error) {
 			var r struct {
@@ -327,8 +327,16 @@ func (d *Driver) WarmSteps() []sandboxagent.WarmStep {
 			return true, nil
 		}
 	}
+	// The warm-up prompt on the turn's model: the same provider's code.
+	turn := []byte(`{"type":"warm_turn"}` + "\n")
+	if full, _ := d.model(t.Model); full != "" {
+		provider, id, _ := strings.Cut(full, "/")
+		if b, err := json.Marshal(map[string]any{"type": "warm_turn", "model": map[string]string{"providerID": provider, "modelID": id}}); err == nil {
+			turn = append(b, '\n')
+		}
+	}
 	return []sandboxagent.WarmStep{
 		{Input: []byte(`{"type":"warm"}` + "\n"), Done: done("warm_done")},
-		{Turn: true, Input: []byte(`{"type":"warm_turn"}` + "\n"), Done: done("warm_turn_done")},
+		{Turn: true, Input: turn, Done: done("warm_turn_done")},
 	}
 }

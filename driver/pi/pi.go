@@ -410,7 +410,7 @@ func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 // commands), then a warm-up turn — a prompt (pi loads its provider's code
 // at its first prompt: about 0.4 s) and new_session, which leaves pi on a
 // fresh session with nothing of the prompt in it.
-func (d *Driver) WarmSteps() []sandboxagent.WarmStep {
+func (d *Driver) WarmSteps(sandboxagent.Turn) []sandboxagent.WarmStep {
 	type answer struct {
 		ID, Type string
 		Success  bool

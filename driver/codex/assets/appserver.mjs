@@ -7,6 +7,8 @@
 // Commands:
 //   {"type":"prompt","threadId":ID or "","text":T,"model":M,"cwd":C or ""}
 //   {"type":"abort"}                  interrupts the running turn
+//   {"type":"warm","model":M}         starts the next new session's thread now → {"type":"warm_done"}
+//   {"type":"warm_turn","model":M}    a turn on a throwaway thread, deleted → {"type":"warm_turn_done"}
 // The first prompt starts a thread (threadId "") or resumes one; later
 // prompts run on the same thread (the agent starts another bridge for
 // another session). Requests app-server sends the client (approvals and
@@ -65,6 +67,9 @@ function request(method, params) {
 // null.
 let turn = null;
 let thread = ""; // the thread this app-server runs
+// warmWait is the throwaway turn's end while a warm_turn runs.
+let warmWait = null;
+const policy = { approvalPolicy: "never", sandbox: "danger-full-access" };
 
 function onLine(text) {
   let msg;
@@ -92,6 +97,7 @@ function onLine(text) {
   }
   if (typeof msg.method !== "string") return;
   process.stdout.write(text + "\n");
+  if (warmWait && msg.method === "turn/completed" && msg.params?.threadId === warmWait.threadId) warmWait.resolve();
   const t = turn;
   if (t && !t.turnId && msg.method === "turn/started" && t.threadId && msg.params?.threadId === t.threadId && msg.params?.turn?.id) {
     t.turnId = String(msg.params.turn.id);
@@ -154,7 +160,6 @@ async function prompt(cmd) {
   const want = String(cmd.threadId || "");
   const model = cmd.model ? String(cmd.model) : null;
   const cwd = cmd.cwd ? String(cmd.cwd) : null;
-  const policy = { approvalPolicy: "never", sandbox: "danger-full-access" };
   // An abort while the thread is being set up interrupts the turn once
   // it has an id.
   const t = { threadId: "", turnId: "", abortWanted: abortNext, aborted: abortNext, ended: () => {} };
@@ -207,6 +212,43 @@ async function prompt(cmd) {
   out({ type: "turn_end", threadId: thread });
 }
 
+async function warm(cmd) {
+  if (!thread) {
+    const res = await request("thread/start", { model: cmd.model ? String(cmd.model) : null, cwd: null, ...policy });
+    if (res.error || !res.result?.thread?.id) {
+      bridgeError("start a thread: " + (res.error ? rpcError(res) : "no thread in the answer"));
+      out({ type: "warm_done", ok: false });
+      return;
+    }
+    thread = res.result.thread.id; // the next prompt naming no thread runs there
+  }
+  out({ type: "warm_done", ok: true });
+}
+
+// warmTurn runs a turn on a throwaway thread, then deletes it: app-server's
+// lazy loading at its first turn is done before the first real one. The
+// agent answers its model requests itself (nothing reaches the model).
+async function warmTurn(cmd) {
+  const model = cmd.model ? String(cmd.model) : null;
+  const res = await request("thread/start", { model, cwd: null, ephemeral: true, ...policy });
+  const id = res.result?.thread?.id;
+  if (res.error || !id) {
+    out({ type: "warm_turn_done", ok: false });
+    return;
+  }
+  await new Promise((resolve) => {
+    warmWait = { threadId: id, resolve };
+    const params = { threadId: id, input: [{ type: "text", text: "sandbox-agent warm-up: reply DONE", text_elements: [] }] };
+    if (model) params.model = model;
+    request("turn/start", params).then((r) => {
+      if (r.error) resolve();
+    });
+  });
+  warmWait = null;
+  await request("thread/delete", { threadId: id });
+  out({ type: "warm_turn_done", ok: true });
+}
+
 function interrupt(t) {
   request("turn/interrupt", { threadId: t.threadId, turnId: t.turnId }).then((res) => {
     if (res.error) process.stderr.write("sandbox-agent codex bridge: turn/interrupt: " + rpcError(res) + "\n");
@@ -249,7 +291,9 @@ let queue = Promise.resolve();
         continue;
       }
       if (cmd.type === "abort") abort();
-      else if (cmd.type === "prompt") {
+      else if (cmd.type === "warm" || cmd.type === "warm_turn") {
+        queue = queue.then(() => (cmd.type === "warm" ? warm(cmd) : warmTurn(cmd))).catch((e) => fail(cmd.type + ": " + e.message));
+      } else if (cmd.type === "prompt") {
         waiting++;
         queue = queue.then(() => prompt(cmd)).catch((e) => fail("prompt: " + e.message));
       }

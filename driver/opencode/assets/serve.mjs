@@ -8,7 +8,7 @@
 //   {"type":"prompt","sessionID":ID or "","text":T,"model":{"providerID","modelID"} or null}
 //   {"type":"abort"}                  interrupts the running turn
 //   {"type":"warm"}                   makes the next new session ahead → {"type":"warm_done"}
-//   {"type":"warm_turn"}              a prompt on a throwaway session → {"type":"warm_turn_done"}
+//   {"type":"warm_turn","model":…}    a prompt on a throwaway session → {"type":"warm_turn_done"}
 // It exits when stdin closes or the server exits (with its exit code), and
 // after a turn when the server's memory passed SANDBOX_AGENT_OPENCODE_MAX_RSS_MB
 // (the next turn starts another on the same session).
@@ -209,11 +209,13 @@ async function warm() {
 // server's lazy loading at its first prompt is done before the first
 // turn. The agent answers its model requests itself (nothing reaches the
 // model), and the events of a session that is no turn's are not printed.
-async function warmTurn() {
+async function warmTurn(cmd) {
   const created = await api("POST", "/session", { title: "sandbox-agent warm-up", permission: rules });
   if (created.ok && created.data?.id) {
     const id = encodeURIComponent(created.data.id);
-    await api("POST", `/session/${id}/message`, { parts: [{ type: "text", text: "sandbox-agent warm-up: reply DONE" }] }).catch(() => {});
+    const body = { parts: [{ type: "text", text: "sandbox-agent warm-up: reply DONE" }] };
+    if (cmd.model) body.model = cmd.model;
+    await api("POST", `/session/${id}/message`, body).catch(() => {});
     await api("DELETE", `/session/${id}`).catch(() => {});
   }
   out({ type: "warm_turn_done", ok: !!created.ok });
@@ -311,7 +313,7 @@ rl.on("line", (line) => {
     return;
   }
   if (cmd.type === "warm" || cmd.type === "warm_turn") {
-    queue = queue.then(cmd.type === "warm" ? warm : warmTurn).catch((e) => fail(cmd.type + ": " + e.message));
+    queue = queue.then(() => (cmd.type === "warm" ? warm() : warmTurn(cmd))).catch((e) => fail(cmd.type + ": " + e.message));
     return;
   }
   if (cmd.type === "prompt") {
