@@ -6,10 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 )
 
 // digests.json holds the digests of the released images, written by
@@ -24,9 +25,9 @@ var digestsJSON []byte
 
 var (
 	// A manifest digest as registries and engines print it.
-	digestRe = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	digestRe = lazyre.New(`^sha256:[0-9a-f]{64}$`)
 	// A tag (the part after the colon of a reference).
-	tagRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+	tagRe = lazyre.New(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 )
 
 // ParseDigests parses and validates a digests.json document: a JSON object

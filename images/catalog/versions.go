@@ -7,11 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 )
 
 // The Dockerfiles and versions.json are compiled into the binary so that a
@@ -89,17 +90,17 @@ type Image struct {
 }
 
 var (
-	dateRe = regexp.MustCompile(`^[0-9]{8}$`)
+	dateRe = lazyre.New(`^[0-9]{8}$`)
 	// An exact version: MAJOR.MINOR.PATCH with an optional pre-release and
 	// build suffix (semver 2.0 syntax). Ranges, x-ranges and dist-tags fail.
-	exactVersionRe = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
-	cliNameRe      = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+	exactVersionRe = lazyre.New(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
+	cliNameRe      = lazyre.New(`^[a-z][a-z0-9-]*$`)
 	// npm package name, optionally scoped.
-	npmNameRe = regexp.MustCompile(`^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$`)
+	npmNameRe = lazyre.New(`^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$`)
 	// A repository: lowercase path components separated by '/', with an
 	// optional registry host[:port] first. No tag, no digest.
-	repoRe = regexp.MustCompile(`^([a-zA-Z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$`)
-	sriRe  = regexp.MustCompile(`^sha512-[A-Za-z0-9+/]{86}==$`)
+	repoRe = lazyre.New(`^([a-zA-Z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$`)
+	sriRe  = lazyre.New(`^sha512-[A-Za-z0-9+/]{86}==$`)
 )
 
 // ParseVersions parses and validates a versions.json document: the date is
