@@ -9,8 +9,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-
-	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 )
 
 // digests.json holds the digests of the released images, written by
@@ -25,9 +23,9 @@ var digestsJSON []byte
 
 var (
 	// A manifest digest as registries and engines print it.
-	digestRe = lazyre.New(`^sha256:[0-9a-f]{64}$`)
+	digestRe = newLazyRE(`^sha256:[0-9a-f]{64}$`)
 	// A tag (the part after the colon of a reference).
-	tagRe = lazyre.New(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+	tagRe = newLazyRE(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 )
 
 // ParseDigests parses and validates a digests.json document: a JSON object
