@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/internal/boundary"
 	"github.com/sandbox-agent/sandbox-agent/internal/cliproc"
 	"github.com/sandbox-agent/sandbox-agent/internal/labels"
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 	"github.com/sandbox-agent/sandbox-agent/metering"
 	"github.com/sandbox-agent/sandbox-agent/modelproxy"
 	"github.com/sandbox-agent/sandbox-agent/repo"
@@ -223,7 +223,7 @@ func (o *agentOptions) check() error {
 
 // ownerID is a label value every engine takes (Kubernetes' is the
 // strictest).
-var ownerID = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+var ownerID = lazyre.New(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
 
 // applyOptions collects the options and the configuration they name
 // (defaults filled in).

@@ -15,12 +15,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/labels"
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 	"github.com/sandbox-agent/sandbox-agent/metering"
 )
 
@@ -69,7 +69,7 @@ type committer interface {
 }
 
 // checkpointID is the form of newCheckpointID's ids.
-var checkpointID = regexp.MustCompile(`^ck-[0-9a-f]{1,61}$`)
+var checkpointID = lazyre.New(`^ck-[0-9a-f]{1,61}$`)
 
 // Check reports whether c names only what a checkpoint of ours can: an id
 // of Checkpoint's form, and either its image (CheckpointRepo:id) or its

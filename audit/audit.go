@@ -25,10 +25,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 )
 
 // Redacted replaces every secret in what is written.
@@ -48,7 +49,7 @@ type Log struct {
 	written int64 // bytes in events.jsonl and session.jsonl, including what was there at Open
 }
 
-var safeID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var safeID = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // FolderName turns a session id (which came out of a container: hostile)
 // into a safe folder name: the id itself when it is plain, else a hash.

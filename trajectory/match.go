@@ -2,9 +2,10 @@ package trajectory
 
 import (
 	"encoding/json"
-	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 )
 
 // OutputMatches reports whether reported, a tool's output as a CLI
@@ -62,11 +63,11 @@ func (f *sentForm) matches(reported string) bool {
 }
 
 var (
-	placeholderRE = regexp.MustCompile(`(?i)^\(.*\bno output\b.*\)$`)
+	placeholderRE = lazyre.New(`(?i)^\(.*\bno output\b.*\)$`)
 	// Codex's inline "…N tokens truncated…", then whole lines about a cut.
-	inlineCutRE  = regexp.MustCompile(`…\d+ \w+ truncated…`)
-	cutLineRE    = regexp.MustCompile(`(?im)^[^\n]*\b(truncated|omitted)\b[^\n]*$`)
-	headerLineRE = regexp.MustCompile(`^(Process exited with code -?\d+|Process running with session ID \d+|[A-Z][A-Za-z ]{1,40}: .*)$`)
+	inlineCutRE  = lazyre.New(`…\d+ \w+ truncated…`)
+	cutLineRE    = lazyre.New(`(?im)^[^\n]*\b(truncated|omitted)\b[^\n]*$`)
+	headerLineRE = lazyre.New(`^(Process exited with code -?\d+|Process running with session ID \d+|[A-Z][A-Za-z ]{1,40}: .*)$`)
 )
 
 // envelopeBody returns the output inside codex's result envelope: header
@@ -138,8 +139,8 @@ func callCommandForms(arguments string) []string {
 }
 
 var (
-	shellFlagRE = regexp.MustCompile(`^-[a-z]*c$`)
-	shellWrapRE = regexp.MustCompile(`^(?:/usr/bin/|/bin/)?(?:ba|z|da)?sh\s+-[a-z]*c\s+`)
+	shellFlagRE = lazyre.New(`^-[a-z]*c$`)
+	shellWrapRE = lazyre.New(`^(?:/usr/bin/|/bin/)?(?:ba|z|da)?sh\s+-[a-z]*c\s+`)
 )
 
 // commandForms is a command normalised, plus the command inside it when it

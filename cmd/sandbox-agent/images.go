@@ -14,8 +14,11 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 )
 
-// imagesUsage is the help of `images`; the CLI names come from versions.json.
-var imagesUsage = `usage: sandbox-agent images COMMAND [ARGS...]
+// imagesUsage is the help of `images`; the CLI names come from versions.json,
+// read when asked rather than at init: a package-level string would parse and
+// validate versions.json at every start of every command.
+func imagesUsage() string {
+	return `usage: sandbox-agent images COMMAND [ARGS...]
 
 commands:
   names                     print every image name (base first, then each CLI), one per line
@@ -44,16 +47,17 @@ NAME is a CLI (` + strings.Join(catalog.Versions().CLINames(), ", ") + `) or "ba
 versions.json compiled into this binary; SANDBOX_AGENT_IMAGE_NAME (image_name)
 replaces the repository part.
 `
+}
 
 // runImages lists, resolves, builds and checks the agent images.
 func runImages(ctx context.Context, a *app, args []string) int {
 	if len(args) == 0 {
-		fmt.Fprint(a.stderr, imagesUsage)
+		fmt.Fprint(a.stderr, imagesUsage())
 		return exitError
 	}
 	switch args[0] {
 	case "-h", "--help", "help":
-		fmt.Fprint(a.stdout, imagesUsage)
+		fmt.Fprint(a.stdout, imagesUsage())
 		return exitOK
 	case "names":
 		return imagesNames(a, args[1:])
@@ -69,14 +73,14 @@ func runImages(ctx context.Context, a *app, args []string) int {
 		return imagesPush(ctx, a, args[1:])
 	}
 	fmt.Fprintf(a.stderr, "sandbox-agent: images: unknown command %q\n", args[0])
-	fmt.Fprint(a.stderr, imagesUsage)
+	fmt.Fprint(a.stderr, imagesUsage())
 	return exitError
 }
 
 func imagesFlags(a *app, name string) *flag.FlagSet {
 	fs := flag.NewFlagSet("images "+name, flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
-	fs.Usage = func() { fmt.Fprint(a.stderr, imagesUsage) }
+	fs.Usage = func() { fmt.Fprint(a.stderr, imagesUsage()) }
 	return fs
 }
 

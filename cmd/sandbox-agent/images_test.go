@@ -199,3 +199,16 @@ func TestImagesUsageNamesPush(t *testing.T) {
 		}
 	}
 }
+
+// The usage is built when asked (not at init), from versions.json: it names
+// every CLI of the catalog.
+func TestImagesUsageNamesEveryCLI(t *testing.T) {
+	code, stdout, _ := runCLI(t, nil, "images", "--help")
+	want := "NAME is a CLI (" + strings.Join(catalog.Versions().CLINames(), ", ") + `) or "base"`
+	if code != exitOK || !strings.Contains(stdout, want) {
+		t.Errorf("images --help (exit %d) lacks %q:\n%s", code, want, stdout)
+	}
+	if n := len(catalog.Versions().CLINames()); n < 5 {
+		t.Errorf("the catalog names %d CLIs, want opencode, codex, claude, pi, dsh at least", n)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -24,9 +23,9 @@ var digestsJSON []byte
 
 var (
 	// A manifest digest as registries and engines print it.
-	digestRe = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	digestRe = newLazyRE(`^sha256:[0-9a-f]{64}$`)
 	// A tag (the part after the colon of a reference).
-	tagRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+	tagRe = newLazyRE(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 )
 
 // ParseDigests parses and validates a digests.json document: a JSON object

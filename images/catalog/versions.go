@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -89,17 +88,17 @@ type Image struct {
 }
 
 var (
-	dateRe = regexp.MustCompile(`^[0-9]{8}$`)
+	dateRe = newLazyRE(`^[0-9]{8}$`)
 	// An exact version: MAJOR.MINOR.PATCH with an optional pre-release and
 	// build suffix (semver 2.0 syntax). Ranges, x-ranges and dist-tags fail.
-	exactVersionRe = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
-	cliNameRe      = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+	exactVersionRe = newLazyRE(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
+	cliNameRe      = newLazyRE(`^[a-z][a-z0-9-]*$`)
 	// npm package name, optionally scoped.
-	npmNameRe = regexp.MustCompile(`^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$`)
+	npmNameRe = newLazyRE(`^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$`)
 	// A repository: lowercase path components separated by '/', with an
 	// optional registry host[:port] first. No tag, no digest.
-	repoRe = regexp.MustCompile(`^([a-zA-Z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$`)
-	sriRe  = regexp.MustCompile(`^sha512-[A-Za-z0-9+/]{86}==$`)
+	repoRe = newLazyRE(`^([a-zA-Z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$`)
+	sriRe  = newLazyRE(`^sha512-[A-Za-z0-9+/]{86}==$`)
 )
 
 // ParseVersions parses and validates a versions.json document: the date is
