@@ -4,17 +4,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 	"io"
-	"regexp"
 	"strings"
 )
 
 var (
 	// ansiRe matches the colour escapes the classic builder wraps stderr in.
-	ansiRe = regexp.MustCompile("\x1b\\[[0-9;]*[A-Za-z]")
+	ansiRe = lazyre.New("\x1b\\[[0-9;]*[A-Za-z]")
 	// failedCmdRe is the classic builder's failure message, which repeats
 	// the whole RUN command (already shown as the failing step).
-	failedCmdRe = regexp.MustCompile(`(?s)^The command '.*' returned a non-zero code: (\d+)$`)
+	failedCmdRe = lazyre.New(`(?s)^The command '.*' returned a non-zero code: (\d+)$`)
 )
 
 // builderNoise reports output lines of the classic builder itself.
@@ -107,7 +107,7 @@ func decodeStream(r io.Reader, w io.Writer) error {
 			return fmt.Errorf("reading the engine's progress stream: %w", err)
 		}
 		if m.Stream != "" {
-			text := ansiRe.ReplaceAllString(m.Stream, "")
+			text := ansiRe.Get().ReplaceAllString(m.Stream, "")
 			io.WriteString(w, text)
 			addOutput(text)
 		}
@@ -130,7 +130,7 @@ func decodeStream(r io.Reader, w io.Writer) error {
 			if len(out) > maxStepBytes {
 				out = "..." + out[len(out)-maxStepBytes:]
 			}
-			msg = strings.TrimSpace(ansiRe.ReplaceAllString(msg, ""))
+			msg = strings.TrimSpace(ansiRe.Get().ReplaceAllString(msg, ""))
 			if sub := failedCmdRe.FindStringSubmatch(msg); sub != nil && step != "" {
 				msg = "the step's command returned a non-zero code: " + sub[1]
 			}

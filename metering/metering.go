@@ -6,8 +6,8 @@ package metering
 
 import (
 	"fmt"
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 	"math"
-	"regexp"
 	"sort"
 	"strings"
 )
@@ -81,7 +81,7 @@ func (p Price) valid() bool {
 type Prices map[string]Price
 
 // datedSuffix is what a dated snapshot adds to its model's name.
-var datedSuffix = regexp.MustCompile(`^-(\d{8}|\d{4}-\d{2}-\d{2})$`)
+var datedSuffix = lazyre.New(`^-(\d{8}|\d{4}-\d{2}-\d{2})$`)
 
 // Lookup finds the price of model.
 func (ps Prices) Lookup(model string) (Price, bool) {

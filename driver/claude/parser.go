@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 	"strconv"
 	"strings"
 	"time"
@@ -112,7 +112,7 @@ type parser struct {
 
 // exitCodeRE finds the exit code Claude's Bash tool puts first in a failed
 // call's result ("Exit code 2\n...").
-var exitCodeRE = regexp.MustCompile(`^(?:Error: )?Exit code (-?\d+)`)
+var exitCodeRE = lazyre.New(`^(?:Error: )?Exit code (-?\d+)`)
 
 // Parse maps one stdout line to events.
 func (p *parser) Parse(b []byte) []sandboxagent.Event {

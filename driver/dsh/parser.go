@@ -3,7 +3,7 @@ package dsh
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 	"strconv"
 	"strings"
 
@@ -298,7 +298,7 @@ func (p *parser) toolCall(data json.RawMessage) ([]sandboxagent.Event, error) {
 }
 
 // exitMarker is how dsh's bash tool reports a non-zero exit in its result.
-var exitMarker = regexp.MustCompile(`\[exit code: (-?\d+)\]`)
+var exitMarker = lazyre.New(`\[exit code: (-?\d+)\]`)
 
 func (p *parser) toolResult(data json.RawMessage) ([]sandboxagent.Event, error) {
 	var m messageData
@@ -313,7 +313,7 @@ func (p *parser) toolResult(data json.RawMessage) ([]sandboxagent.Event, error) 
 		out := kit.ToolResultText(b.Content)
 		pl := sandboxagent.Payload{CallID: b.ToolCallID, Tool: p.tools[b.ToolCallID], Output: out, IsError: b.IsError}
 		if pl.Tool == "bash" {
-			if ms := exitMarker.FindAllStringSubmatch(out, -1); len(ms) > 0 {
+			if ms := exitMarker.Get().FindAllStringSubmatch(out, -1); len(ms) > 0 {
 				if n, err := strconv.Atoi(ms[len(ms)-1][1]); err == nil {
 					pl.ExitCode = &n
 				}
@@ -383,8 +383,8 @@ func describe(f *failure) string {
 // the message of an uncaught boot Error); jsError the first line of an
 // uncaught JavaScript error.
 var (
-	stderrError = regexp.MustCompile(`(?m)^(?:[A-Za-z]*Error: )?dsh: (.+)$`)
-	jsError     = regexp.MustCompile(`(?m)^[A-Za-z]*Error: .+$`)
+	stderrError = lazyre.New(`(?m)^(?:[A-Za-z]*Error: )?dsh: (.+)$`)
+	jsError     = lazyre.New(`(?m)^[A-Za-z]*Error: .+$`)
 )
 
 func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, error) {
@@ -420,7 +420,7 @@ func (p *parser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, 
 	case stderrError.MatchString(serr):
 		msg = stderrError.FindStringSubmatch(serr)[1]
 	case jsError.MatchString(serr):
-		msg = jsError.FindString(serr)
+		msg = jsError.Get().FindString(serr)
 	case serr != "":
 		msg = kit.FirstLine(serr)
 	case p.wrapErr != "":

@@ -7,8 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 	"path"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -292,9 +292,9 @@ func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 	return &Parser{session: t.SessionID}
 }
 
-var ansiRe = regexp.MustCompile("\x1b\\[[0-9;?]*[ -/]*[@-~]")
+var ansiRe = lazyre.New("\x1b\\[[0-9;?]*[ -/]*[@-~]")
 
-func stripANSI(s string) string { return ansiRe.ReplaceAllString(s, "") }
+func stripANSI(s string) string { return ansiRe.Get().ReplaceAllString(s, "") }
 
 // lastLine is the last non-empty line of s without ANSI colours, or def.
 func lastLine(s, def string) string {

@@ -7,7 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"regexp"
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 	"strings"
 	"time"
 
@@ -31,7 +31,7 @@ func run(ctx context.Context, c sandboxagent.ContainerOps, req sandboxagent.Exec
 	return res, nil
 }
 
-var sessionIDRe = regexp.MustCompile(`^ses_[A-Za-z0-9]+$`)
+var sessionIDRe = lazyre.New(`^ses_[A-Za-z0-9]+$`)
 
 // ids: opencode's session ids are "ses_" and letters and digits.
 var ids = kit.SessionIDs{Driver: "opencode", Form: "ses_<letters and digits>", Valid: sessionIDRe.MatchString}
@@ -151,7 +151,7 @@ func (d *Driver) DumpSession(ctx context.Context, c sandboxagent.ContainerOps, i
 	}, nil
 }
 
-var importedRe = regexp.MustCompile(`Imported session: (ses_[A-Za-z0-9]+)`)
+var importedRe = lazyre.New(`Imported session: (ses_[A-Za-z0-9]+)`)
 
 // LoadSession imports a dumped session (`opencode import`); the id is kept.
 func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, dump sandboxagent.SessionDump) (string, error) {
@@ -179,7 +179,7 @@ func (d *Driver) LoadSession(ctx context.Context, c sandboxagent.ContainerOps, d
 	if err != nil {
 		return "", err
 	}
-	if m := importedRe.FindSubmatch(append(res.Stdout, res.Stderr...)); m != nil {
+	if m := importedRe.Get().FindSubmatch(append(res.Stdout, res.Stderr...)); m != nil {
 		return string(m[1]), nil
 	}
 	return exp.Info.ID, nil

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 	"strconv"
 	"strings"
 	"time"
@@ -364,7 +364,7 @@ func toolCall(b block) sandboxagent.Event {
 
 // exitRE finds the exit status pi's bash tool appends to a failed
 // command's output.
-var exitRE = regexp.MustCompile(`Command exited with code (\d+)\s*$`)
+var exitRE = lazyre.New(`Command exited with code (\d+)\s*$`)
 
 func (p *parser) toolEnd(l *line) ([]sandboxagent.Event, error) {
 	pl := sandboxagent.Payload{Tool: l.ToolName, CallID: l.ToolCallID, IsError: l.IsError}

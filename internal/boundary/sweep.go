@@ -3,10 +3,10 @@ package boundary
 import (
 	"context"
 	"errors"
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"sync"
 	"syscall"
@@ -19,8 +19,8 @@ const minSweepAge = 10 * time.Minute
 // socketDirName is the shape of a socket folder: s-<PID>-<random> (the
 // PID of its owner), or s-<random> as made before the PID was in it.
 var (
-	socketDirName  = regexp.MustCompile(`^s-[0-9]+(-[0-9]+)?$`)
-	socketDirOwner = regexp.MustCompile(`^s-([0-9]+)-[0-9]+$`)
+	socketDirName  = lazyre.New(`^s-[0-9]+(-[0-9]+)?$`)
+	socketDirOwner = lazyre.New(`^s-([0-9]+)-[0-9]+$`)
 )
 
 // RemoveSocketDir removes the socket folder a dead owner left behind. The

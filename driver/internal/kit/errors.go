@@ -2,7 +2,7 @@ package kit
 
 import (
 	"encoding/json"
-	"regexp"
+	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -60,14 +60,14 @@ func (f Failure) Err(msg string, status int) *sandboxagent.DriverError {
 // Incorrect API key", "429: slow down"), after "status" ("unexpected
 // status 401 Unauthorized", "last status: 429 Too Many Requests") or after
 // "HTTP" ("HTTP 503", the code "HTTP_401").
-var statusRE = regexp.MustCompile(`^([0-9]{3})(?:[\s:]|$)|\bstatus:? ([0-9]{3})\b|\bHTTP[_ ]([0-9]{3})\b`)
+var statusRE = lazyre.New(`^([0-9]{3})(?:[\s:]|$)|\bstatus:? ([0-9]{3})\b|\bHTTP[_ ]([0-9]{3})\b`)
 
 // HTTPStatus is the first HTTP error status (400 to 599) a CLI's error
 // texts name, looked for in order (see statusRE), or 0. Drivers sniff a
 // status only when the CLI reports none of its own.
 func HTTPStatus(texts ...string) int {
 	for _, t := range texts {
-		for _, m := range statusRE.FindAllStringSubmatch(t, -1) {
+		for _, m := range statusRE.Get().FindAllStringSubmatch(t, -1) {
 			for _, g := range m[1:] {
 				if n, err := strconv.Atoi(g); err == nil && n >= 400 && n <= 599 {
 					return n
