@@ -13,6 +13,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/images"
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/runtime/docker"
+	"github.com/sandbox-agent/sandbox-agent/runtime/execlimit"
 	"github.com/sandbox-agent/sandbox-agent/runtime/kubernetes"
 	"github.com/sandbox-agent/sandbox-agent/runtime/podman"
 )
@@ -32,6 +33,8 @@ type engine struct {
 // compatible API (its socket found as runtime/podman does), or a
 // Kubernetes cluster (kubeconfig, else in-cluster).
 func connect(ctx context.Context, s settings, policy catalog.Policy) (*engine, error) {
+	// One exec queue per engine: every sandbox of this process shares it.
+	execs := execlimit.New(s.maxConcurrentExecs)
 	switch s.runtime {
 	case "kubernetes":
 		// client-go logs a hung-up exec stream (an exec detached on
@@ -42,7 +45,7 @@ func connect(ctx context.Context, s settings, policy catalog.Policy) (*engine, e
 		if policy == catalog.PolicyNever {
 			pull = corev1.PullNever
 		}
-		rt, err := kubernetes.New(ctx, kubernetes.Options{Kubeconfig: s.kubeconfig, Namespace: s.namespace, PullPolicy: pull, PodPidsLimit: s.podPidsLimit, SeccompLocalhost: s.seccompLocalhost})
+		rt, err := kubernetes.New(ctx, kubernetes.Options{Kubeconfig: s.kubeconfig, Namespace: s.namespace, PullPolicy: pull, PodPidsLimit: s.podPidsLimit, SeccompLocalhost: s.seccompLocalhost, ExecGate: execs})
 		if err != nil {
 			return nil, err
 		}
@@ -56,13 +59,13 @@ func connect(ctx context.Context, s settings, policy catalog.Policy) (*engine, e
 			}
 			host = h
 		}
-		return dockerEngine(ctx, host)
+		return dockerEngine(ctx, host, execs)
 	}
-	return dockerEngine(ctx, s.dockerHost)
+	return dockerEngine(ctx, s.dockerHost, execs)
 }
 
-func dockerEngine(ctx context.Context, host string) (*engine, error) {
-	rt, err := docker.New(ctx, docker.Options{Host: host})
+func dockerEngine(ctx context.Context, host string, execs docker.ExecGate) (*engine, error) {
+	rt, err := docker.New(ctx, docker.Options{Host: host, ExecGate: execs})
 	if err != nil {
 		return nil, err
 	}
