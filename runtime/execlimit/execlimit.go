@@ -14,10 +14,12 @@ import (
 )
 
 // DefaultWidth is New's width when given none (the command line's
-// max_concurrent_execs default): the width at which exec throughput peaked
-// with 50 sandboxes looping on execs on the reference machine (2 cores,
-// Docker 20.10; BENCHMARKS.md), where wider only added latency.
-const DefaultWidth = 4
+// max_concurrent_execs default): with 50 sandboxes looping on execs on
+// the reference machine (2 cores, Docker 20.10; BenchmarkExecWidth) it
+// gave the most execs per second (1.3x no queue; width 8: 1.1x, 4: 1.0x,
+// 2: 0.85x, 1: 0.45x: the engine overlaps a few execs' work) and the
+// lowest p99.
+const DefaultWidth = 16
 
 // Queue admits at most its width of holders at once; the others wait in
 // arrival order. The zero Queue is not usable: call New. Safe for
