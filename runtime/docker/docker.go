@@ -353,7 +353,11 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (sandboxagent.Containe
 
 // Exec runs one command and streams its demultiplexed output. The exit
 // code comes from ExecInspect after the stream ends (the stream may end a
-// moment before the engine records the exit).
+// moment before the engine records the exit). With an ExecGate, the slot
+// covers the create, the attach and the engine's start of the process
+// (holdUntilStarted), and the exit-code inspect: a short command keeps it
+// throughout, a long one gives it back while it runs and queues again for
+// its exit code.
 func (r *Runtime) Exec(ctx context.Context, id string, req sandboxagent.RuntimeExec) (int, error) {
 	release, err := r.admit(ctx)
 	if err != nil {
