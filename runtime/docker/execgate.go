@@ -19,12 +19,14 @@ type ExecGate interface {
 
 // Bounds of the wait for an exec's process to run, slot held. The engine
 // answers the attach before it starts the process (containerd, runc), so
-// the slot must outlive the attach to cover that work; polling begins
-// late enough that a short command's stream usually ends first (no extra
-// call), and execStartHold bounds an engine that never reports a pid.
+// the slot must outlive the attach to cover that work. Polls are engine
+// work too: the first comes late enough that a short command's stream
+// usually ends before it (no extra call), the later ones sparse (a
+// saturated engine takes seconds to start a `true`); execStartHold bounds
+// an engine that never reports a pid.
 const (
-	execStartPoll    = 25 * time.Millisecond
-	execStartPollMax = 100 * time.Millisecond
+	execStartPoll    = 100 * time.Millisecond
+	execStartPollMax = 400 * time.Millisecond
 	execStartHold    = 10 * time.Second
 )
 

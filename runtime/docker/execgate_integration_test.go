@@ -6,13 +6,18 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
+	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
 	"github.com/sandbox-agent/sandbox-agent/runtime/docker"
 	"github.com/sandbox-agent/sandbox-agent/runtime/execlimit"
+	"github.com/sandbox-agent/sandbox-agent/runtime/runtimetest"
 )
 
 // gated is a runtime of the test engine whose execs go through q.
@@ -127,4 +132,28 @@ func TestIntegrationExecGateQueueWait(t *testing.T) {
 	if h, w := q.Stats(); h != 1 || w != 0 {
 		t.Errorf("after the cut wait: %d held, %d waiting, want 1, 0", h, w)
 	}
+}
+
+// The runtime contract holds through an exec queue of width 1: timeouts
+// (whose kill script is another exec while the command runs), limits,
+// streaming, stdin and files all work with one exec start at a time.
+func TestIntegrationContractExecGate(t *testing.T) {
+	rt := gated(t, execlimit.New(1))
+	if _, err := rt.Client().ImageInspect(context.Background(), testenv.Image()); cerrdefs.IsNotFound(err) {
+		prereq.Missing(t, "test image %s is missing (build it with .ci/build_base.sh)", testenv.Image())
+	}
+	runtimetest.Run(t, runtimetest.Backend{
+		Runtime: rt,
+		Image:   testenv.Image(),
+		Config:  testenv.Config(),
+		Foreign: func(t *testing.T) func() bool { return foreign(t, rt) },
+		Unreachable: func(t *testing.T) sandboxagent.Runtime {
+			dead, err := docker.New(context.Background(), docker.Options{Host: "unix://" + filepath.Join(t.TempDir(), "no-engine.sock"), ExecGate: execlimit.New(1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { dead.Close() })
+			return dead
+		},
+	})
 }
