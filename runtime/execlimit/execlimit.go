@@ -15,11 +15,11 @@ import (
 
 // DefaultWidth is New's width when given none (the command line's
 // max_concurrent_execs default): with 50 sandboxes looping on execs on
-// the reference machine (2 cores, Docker 20.10; BenchmarkExecWidth) it
-// gave the most execs per second (1.3x no queue; width 8: 1.1x, 4: 1.0x,
-// 2: 0.85x, 1: 0.45x: the engine overlaps a few execs' work) and the
-// lowest p99.
-const DefaultWidth = 16
+// the reference machine (2 cores, Docker 20.10; BenchmarkExecWidth, widths
+// interleaved with rounds without a queue) it gave the most execs per
+// second and the lowest p99 (1.1-1.2x no queue; 16: 1.0x, 8 and less:
+// fewer: the engine overlaps that many execs' work).
+const DefaultWidth = 32
 
 // Queue admits at most its width of holders at once; the others wait in
 // arrival order. The zero Queue is not usable: call New. Safe for
