@@ -6,7 +6,8 @@
 // events, the Config value, the Driver and Runtime interfaces and
 // the errors callers branch on. The rest are subpackages:
 // engines (runtime/docker, runtime/podman, runtime/kubernetes,
-// runtime/startlimit; runtime/runtimetest is their contract suite), agent
+// runtime/startlimit, runtime/execlimit; runtime/runtimetest is their
+// contract suite), agent
 // CLIs (driver/claude, codex, dsh, opencode, pi; driver/drivertest), the
 // boundary (modelproxy, egressproxy, trajectory), what comes out (audit,
 // safetar, seccomp), images and images/catalog, config (loading a

@@ -46,6 +46,10 @@ type ExecResult struct {
 	// from the capture (streaming writers still saw it).
 	Truncated bool
 	Duration  time.Duration
+	// QueueWait is the part of Duration the command waited for the
+	// engine's exec admission queue (max_concurrent_execs; 0 without
+	// one): under overload, latency that is queueing, not the engine.
+	QueueWait time.Duration
 }
 
 // exitCodeTimeout is the exit code reported for a command that timed out,
@@ -92,7 +96,11 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (res ExecResult, err
 		return ExecResult{}, fmt.Errorf("%w: empty command", ErrInvalidArgument)
 	}
 	ctx, hookDone := s.hooks.StartExec(ctx)
-	defer func() { hookDone(telemetry.ExecDone{ExitCode: res.ExitCode, Err: err}) }()
+	ctx, queueWait := WithExecQueueWait(ctx)
+	defer func() {
+		res.QueueWait = queueWait()
+		hookDone(telemetry.ExecDone{ExitCode: res.ExitCode, Err: err, QueueWait: res.QueueWait})
+	}()
 	timeout := req.Timeout
 	if timeout <= 0 {
 		timeout = s.cfg.Timeouts.Exec

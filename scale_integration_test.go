@@ -23,13 +23,17 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/fakemodel"
 	"github.com/sandbox-agent/sandbox-agent/internal/prereq"
 	"github.com/sandbox-agent/sandbox-agent/internal/testenv"
+	"github.com/sandbox-agent/sandbox-agent/runtime/docker"
+	"github.com/sandbox-agent/sandbox-agent/runtime/execlimit"
 	"github.com/sandbox-agent/sandbox-agent/runtime/startlimit"
 )
 
 // Scale benchmark settings. SANDBOX_AGENT_SCALE_N and
 // SANDBOX_AGENT_SCALE_DRIVER change the first two;
 // SANDBOX_AGENT_MAX_CONCURRENT_STARTS (the max_concurrent_starts key)
-// bounds the starts; SANDBOX_AGENT_SCALE_EGRESS (none, model, open) sets
+// bounds the starts; SANDBOX_AGENT_MAX_CONCURRENT_EXECS (the
+// max_concurrent_execs key; "off": no exec queue, the baseline) the
+// execs, on Docker; SANDBOX_AGENT_SCALE_EGRESS (none, model, open) sets
 // the sandboxes' egress (default: the agents' default, model).
 const (
 	scaleDefaultN = 50
@@ -44,7 +48,8 @@ const (
 )
 
 // BenchmarkScale starts N agents (default 50) at once from N goroutines,
-// through one startlimit.Wrap(rt, max_concurrent_starts) runtime (the queue).
+// through one startlimit.Wrap(rt, max_concurrent_starts) runtime (the queue),
+// its execs through one execlimit queue (max_concurrent_execs, on Docker).
 // Each runs scaleExecs execs of `true`, then one Ask through a real agent
 // CLI against one shared fake model, then a follow-up Ask of the session
 // (wall and CPU reported apart: a long-lived CLI serves it without a
@@ -97,6 +102,18 @@ func BenchmarkScale(b *testing.B) {
 			b.Fatalf("SANDBOX_AGENT_MAX_CONCURRENT_STARTS=%q: want a positive integer", v)
 		}
 	}
+	// The exec queue's width, as the command line reads it (0: the
+	// default); "off" runs without one.
+	execWidth := execlimit.DefaultWidth
+	if v := os.Getenv("SANDBOX_AGENT_MAX_CONCURRENT_EXECS"); v == "off" {
+		execWidth = 0
+	} else if v != "" {
+		w, err := strconv.Atoi(v)
+		if err != nil || w < 0 {
+			b.Fatalf("SANDBOX_AGENT_MAX_CONCURRENT_EXECS=%q: want a width (0: the default) or off", v)
+		}
+		execWidth = execlimit.New(w).Width()
+	}
 	cfg := testenv.Config()
 	cfg.AuditRoot = filepath.Join(b.TempDir(), "audit") // the audit trail is part of the work
 	// Generous: 50 CLIs starting together on 2 cores take minutes.
@@ -107,6 +124,18 @@ func BenchmarkScale(b *testing.B) {
 	cfg.PerTurn = os.Getenv("SANDBOX_AGENT_PER_TURN") == "true"
 
 	base := scaleRuntime(b)
+	// On Docker the round's runtime puts its execs through one queue, as
+	// the command line's does (the Kubernetes round runs without one).
+	if _, ok := base.(*docker.Runtime); ok && execWidth > 0 {
+		gated, err := docker.New(context.Background(), docker.Options{ExecGate: execlimit.New(execWidth)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer gated.Close()
+		base = gated
+	} else {
+		execWidth = 0
+	}
 	drv := doneDriver(b, driverName) // one shared server answers all N CLIs alike
 	// A long-lived CLI runs no exec of its own per turn: no "CLI exec" to
 	// subtract from the ask.
@@ -305,7 +334,7 @@ func BenchmarkScale(b *testing.B) {
 	}
 
 	// Figures.
-	var start, queue, engine, setup, execs, execOvh, ask, cli2, overhead, cpu, ask2, cpu2 []time.Duration
+	var start, queue, engine, setup, execs, execQueue, execOvh, ask, cli2, overhead, cpu, ask2, cpu2 []time.Duration
 	var startsEnd, execsEnd, asksEnd time.Time // when the last of each phase ended
 	cpuOK, cpu2OK := true, true
 	for _, r := range recs {
@@ -320,6 +349,7 @@ func BenchmarkScale(b *testing.B) {
 		engine = append(engine, r.engine)
 		setup = append(setup, r.setup)
 		execs = append(execs, r.execs...)
+		execQueue = append(execQueue, r.execQueue...)
 		execOvh = append(execOvh, r.execOverhead...)
 		if r.askDone {
 			ask = append(ask, r.ask)
@@ -342,8 +372,12 @@ func BenchmarkScale(b *testing.B) {
 	if longLived {
 		mode = "long-lived"
 	}
-	fmt.Fprintf(&tbl, "scale: %d sandboxes, driver %s (CLI %s, %s), max_concurrent_starts %d, %d execs of `true` each, 2 asks each (a turn, then a follow-up)\n",
-		n, driverName, cli, mode, width, scaleExecs)
+	execQ := "off"
+	if execWidth > 0 {
+		execQ = strconv.Itoa(execWidth)
+	}
+	fmt.Fprintf(&tbl, "scale: %d sandboxes, driver %s (CLI %s, %s), max_concurrent_starts %d, max_concurrent_execs %s, %d execs of `true` each, 2 asks each (a turn, then a follow-up)\n",
+		n, driverName, cli, mode, width, execQ, scaleExecs)
 	fmt.Fprintf(&tbl, "round %.1fs; load average %s before, %s after\n", roundTime.Seconds(), loadBefore, loadAvg())
 	if !asksEnd.IsZero() && !execsEnd.IsZero() && !startsEnd.IsZero() {
 		execPhase := execsEnd.Sub(startsEnd)
@@ -365,6 +399,7 @@ func BenchmarkScale(b *testing.B) {
 	row("  engine create+inspect+start", engine)
 	row("  driver setup", setup)
 	row("exec `true`", execs)
+	row("  exec queue wait (execlimit)", execQueue)
 	row("  exec overhead (wall - Runtime.Exec)", execOvh)
 	row("ask (wall)", ask)
 	if !longLived {
@@ -392,6 +427,9 @@ func BenchmarkScale(b *testing.B) {
 		fmt.Fprintf(&tbl, "container memory per idle sandbox (cgroup): %.1f MiB usage (incl. page cache), %.2f MiB rss/anon\n",
 			mib(ctrMem)/float64(up), mib(ctrRSS)/float64(up))
 	}
+	if len(execs) > 0 {
+		fmt.Fprintf(&tbl, "exec p99/p50: %.1f\n", float64(pct(execs, 99))/float64(pct(execs, 50)))
+	}
 	fmt.Fprintf(&tbl, "failures: %d\n", len(failures))
 	// To stdout: the testing package cuts a benchmark's log to 10 lines.
 	fmt.Print(tbl.String())
@@ -414,6 +452,8 @@ func BenchmarkScale(b *testing.B) {
 		report(ms(pct(execs, 95)), "exec-p95-ms")
 		report(ms(pct(execs, 99)), "exec-p99-ms")
 		report(ms(pct(execOvh, 50)), "execovh-p50-ms")
+		report(ms(pct(execQueue, 99)), "execqueue-p99-ms")
+		report(float64(pct(execs, 99))/float64(pct(execs, 50)), "exec-p99/p50")
 	}
 	if len(ask) > 0 {
 		report(pct(ask, 50).Seconds(), "ask-p50-s")
@@ -469,6 +509,7 @@ type scaleRec struct {
 
 	start, queue, engine, setup time.Duration
 	execs, execOverhead         []time.Duration
+	execQueue                   []time.Duration // each exec's ExecResult.QueueWait
 	askDone                     bool
 	ask, cliExec                time.Duration
 	cpu                         time.Duration
@@ -507,6 +548,7 @@ func (r *scaleRec) execLoop(ctx context.Context, tr *timedRuntime) {
 		res, err := sb.Exec(ctx, []string{"true"})
 		d := time.Since(t)
 		r.execs = append(r.execs, d)
+		r.execQueue = append(r.execQueue, res.QueueWait)
 		if err != nil || res.ExitCode != 0 {
 			r.err = fmt.Errorf("exec true: exit %d, %v", res.ExitCode, err)
 			return
@@ -516,6 +558,7 @@ func (r *scaleRec) execLoop(ctx context.Context, tr *timedRuntime) {
 			r.err = fmt.Errorf("exec true: %d engine execs, want 1", n)
 			return
 		}
+		// Runtime.Exec's time holds the queue wait: the rest is ours.
 		r.execOverhead = append(r.execOverhead, d-engine)
 	}
 }

@@ -57,9 +57,12 @@ type Phase struct {
 type ExecStart struct{}
 
 // ExecDone: the command ended (ExitCode) or could not run (Err).
+// QueueWait is the part of its time it waited for the engine's exec
+// admission queue (runtime/execlimit; 0 without one).
 type ExecDone struct {
-	ExitCode int
-	Err      error
+	ExitCode  int
+	Err       error
+	QueueWait time.Duration
 }
 
 // DownloadStart: a sandbox's files are being copied to the host.

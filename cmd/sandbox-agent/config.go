@@ -42,6 +42,9 @@ type settings struct {
 	gatewayKey string
 	// maxConcurrentStarts bounds how many sandboxes start at once (smoke).
 	maxConcurrentStarts int
+	// maxConcurrentExecs is the width of the engine's exec admission
+	// queue (0: execlimit.DefaultWidth).
+	maxConcurrentExecs int
 	// serve's limits: agents it owns, turns running at once, bytes of a
 	// request body.
 	serveMaxAgents int
@@ -116,6 +119,7 @@ var settingsKeys = []configfile.Key[settings]{
 	configfile.String("gateway_url", "GATEWAY_URL", func(s *settings) *string { return &s.gatewayURL }),
 	configfile.String("gateway_key", "GATEWAY_KEY", func(s *settings) *string { return &s.gatewayKey }),
 	configfile.Int("max_concurrent_starts", 1, func(s *settings, n int64) { s.maxConcurrentStarts = int(n) }),
+	configfile.Int("max_concurrent_execs", 0, func(s *settings, n int64) { s.maxConcurrentExecs = int(n) }),
 	configfile.Int("serve_max_agents", 1, func(s *settings, n int64) { s.serveMaxAgents = int(n) }),
 	configfile.Int("serve_max_concurrent_turns", 1, func(s *settings, n int64) { s.serveMaxTurns = int(n) }),
 	configfile.Int("serve_max_body_bytes", 1<<10, func(s *settings, n int64) { s.serveMaxBodyBytes = n }),

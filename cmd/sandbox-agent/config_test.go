@@ -59,6 +59,31 @@ func TestLoadConfigCheckpointKeys(t *testing.T) {
 	}
 }
 
+// max_concurrent_execs: 0 (the default) is no queue (connect makes none).
+func TestLoadConfigMaxConcurrentExecs(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(file, []byte(`{"max_concurrent_execs": 3}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, file string
+		env        map[string]string
+		want       int
+	}{
+		{"default", "", nil, 0},
+		{"file", file, nil, 3},
+		{"environment over file", file, map[string]string{"SANDBOX_AGENT_MAX_CONCURRENT_EXECS": "12"}, 12},
+		{"0 is the default", "", map[string]string{"SANDBOX_AGENT_MAX_CONCURRENT_EXECS": "0"}, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, s, err := loadConfig(tt.file, func(k string) string { return tt.env[k] })
+			if err != nil || s.maxConcurrentExecs != tt.want {
+				t.Fatalf("maxConcurrentExecs = %d, %v, want %d", s.maxConcurrentExecs, err, tt.want)
+			}
+		})
+	}
+}
+
 func TestLoadConfigServeRepoRoot(t *testing.T) {
 	_, d, err := loadConfig("", func(string) string { return "" })
 	if err != nil || d.serveRepoRoot != "" {
@@ -85,6 +110,7 @@ func TestLoadConfigServeRepoRoot(t *testing.T) {
 func TestLoadConfigErrors(t *testing.T) {
 	for _, tt := range []struct{ body, key string }{
 		{`{"max_concurrent_starts": 0}`, "max_concurrent_starts"},
+		{`{"max_concurrent_execs": -1}`, "max_concurrent_execs"},
 		{`{"gateway_ulr": "x"}`, "gateway_ulr"},
 		{`{"timeout_exec": "soon"}`, "timeout_exec"},
 		{`{"checkpoint_retention": "-1h"}`, "checkpoint_retention"},

@@ -8,6 +8,7 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/images"
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
 	"github.com/sandbox-agent/sandbox-agent/runtime/docker"
+	"github.com/sandbox-agent/sandbox-agent/runtime/execlimit"
 	"github.com/sandbox-agent/sandbox-agent/runtime/podman"
 )
 
@@ -30,9 +31,15 @@ type engine struct {
 // Kubernetes cluster (kubeconfig, else in-cluster) in a build with the
 // Kubernetes runtime (kubernetes.go).
 func connect(ctx context.Context, s settings, policy catalog.Policy) (*engine, error) {
+	// One exec queue per engine (max_concurrent_execs; 0: none): every
+	// sandbox of this process shares it.
+	var execs *execlimit.Queue
+	if s.maxConcurrentExecs > 0 {
+		execs = execlimit.New(s.maxConcurrentExecs)
+	}
 	switch s.runtime {
 	case "kubernetes":
-		return connectKubernetes(ctx, s, policy)
+		return connectKubernetes(ctx, s, policy, execs)
 	case "podman":
 		host := s.dockerHost
 		if host == "" {
@@ -42,13 +49,17 @@ func connect(ctx context.Context, s settings, policy catalog.Policy) (*engine, e
 			}
 			host = h
 		}
-		return dockerEngine(ctx, host)
+		return dockerEngine(ctx, host, execs)
 	}
-	return dockerEngine(ctx, s.dockerHost)
+	return dockerEngine(ctx, s.dockerHost, execs)
 }
 
-func dockerEngine(ctx context.Context, host string) (*engine, error) {
-	rt, err := docker.New(ctx, docker.Options{Host: host})
+func dockerEngine(ctx context.Context, host string, execs *execlimit.Queue) (*engine, error) {
+	var gate docker.ExecGate // a nil *Queue is no gate
+	if execs != nil {
+		gate = execs
+	}
+	rt, err := docker.New(ctx, docker.Options{Host: host, ExecGate: gate})
 	if err != nil {
 		return nil, err
 	}

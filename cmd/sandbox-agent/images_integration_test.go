@@ -73,7 +73,7 @@ func TestIntegrationCLIImagePolicy(t *testing.T) {
 		if _, err := cli.ImageTag(ctx, client.ImageTagOptions{Source: src, Target: dst.Tag}); err != nil {
 			prereq.Missing(t, "agent image %s: %v", src, err)
 		}
-		eng, err := dockerEngine(ctx, "")
+		eng, err := dockerEngine(ctx, "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/sandbox-agent/sandbox-agent/images/catalog"
+	"github.com/sandbox-agent/sandbox-agent/runtime/execlimit"
 	"github.com/sandbox-agent/sandbox-agent/runtime/kubernetes"
 )
 
@@ -21,7 +22,11 @@ const kubernetesBuilt = true
 
 // connectKubernetes opens the cluster the settings name (kubeconfig, else
 // in-cluster).
-func connectKubernetes(ctx context.Context, s settings, policy catalog.Policy) (*engine, error) {
+func connectKubernetes(ctx context.Context, s settings, policy catalog.Policy, execs *execlimit.Queue) (*engine, error) {
+	var gate kubernetes.ExecGate // a nil *Queue is no gate
+	if execs != nil {
+		gate = execs
+	}
 	// client-go logs a hung-up exec stream (an exec detached on
 	// timeout) through klog to stderr; the command's errors say
 	// what matters.
@@ -30,7 +35,7 @@ func connectKubernetes(ctx context.Context, s settings, policy catalog.Policy) (
 	if policy == catalog.PolicyNever {
 		pull = corev1.PullNever
 	}
-	rt, err := kubernetes.New(ctx, kubernetes.Options{Kubeconfig: s.kubeconfig, Namespace: s.namespace, PullPolicy: pull, PodPidsLimit: s.podPidsLimit, SeccompLocalhost: s.seccompLocalhost})
+	rt, err := kubernetes.New(ctx, kubernetes.Options{Kubeconfig: s.kubeconfig, Namespace: s.namespace, PullPolicy: pull, PodPidsLimit: s.podPidsLimit, SeccompLocalhost: s.seccompLocalhost, ExecGate: gate})
 	if err != nil {
 		return nil, err
 	}

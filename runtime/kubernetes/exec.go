@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,7 +90,17 @@ func (r *Runtime) stream(ctx context.Context, id string, argv []string, stdin io
 	// (as with every engine) may give one writer; and on a cancelled
 	// context it returns before they stop. One lock serialises them, and
 	// nothing is written once stream has returned.
-	gate := &writeGate{}
+	release, err := r.admit(ctx)
+	if err != nil {
+		return -1, err
+	}
+	defer release()
+	// The stream tells nothing of when the kubelet's runtime started the
+	// process: the slot goes back at the first output, at the end, or
+	// after execStartHold.
+	hold := time.AfterFunc(execStartHold, release)
+	defer hold.Stop()
+	gate := &writeGate{onWrite: release}
 	if stdout != nil {
 		stdout = &lockedWriter{g: gate, w: stdout}
 	}
@@ -181,6 +192,9 @@ func (r *Runtime) streamer(id string) exectar.Stream {
 type writeGate struct {
 	mu     sync.Mutex
 	closed bool
+	// onWrite, when set, is called at each write (the exec slot's
+	// release: once is enough, it is idempotent).
+	onWrite func()
 }
 
 func (g *writeGate) close() {
@@ -202,5 +216,28 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	if l.g.closed {
 		return 0, io.ErrClosedPipe
 	}
+	if l.g.onWrite != nil {
+		l.g.onWrite()
+	}
 	return l.w.Write(p)
+}
+
+// execStartHold bounds how long an exec holds its slot when it prints
+// nothing: an exec starts in well under a second on a kubelet that is not
+// saturated, and a silent long command must not starve the rest.
+const execStartHold = time.Second
+
+// admit takes an exec slot, its wait reported to ctx's queue-wait total.
+// Without a gate it returns a no-op. The release is idempotent.
+func (r *Runtime) admit(ctx context.Context) (func(), error) {
+	if r.opts.ExecGate == nil {
+		return func() {}, nil
+	}
+	t0 := time.Now()
+	release, err := r.opts.ExecGate.Acquire(ctx)
+	sandboxagent.AddExecQueueWait(ctx, time.Since(t0))
+	if err != nil {
+		return nil, fmt.Errorf("exec: waiting for the cluster's exec queue: %w", err)
+	}
+	return sync.OnceFunc(release), nil
 }

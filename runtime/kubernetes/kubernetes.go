@@ -111,6 +111,17 @@ type Options struct {
 	// (LocalhostSeccompPath); a node without it fails the pod's start.
 	// Off (the default): the node's RuntimeDefault.
 	SeccompLocalhost bool
+	// ExecGate, when set, admits each exec's start (runtime/execlimit's
+	// Queue, shared by the runtimes of one cluster): the slot is held
+	// until the command's first output or its end, at most execStartHold,
+	// never for a command's whole life.
+	ExecGate ExecGate
+}
+
+// ExecGate admits the start of an exec: Acquire waits for a slot and
+// returns the func giving it back.
+type ExecGate interface {
+	Acquire(ctx context.Context) (release func(), err error)
 }
 
 // Runtime runs sandboxes as pods of one namespace. Safe for concurrent use.

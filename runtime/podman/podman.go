@@ -31,6 +31,8 @@ type Options struct {
 	// Host is the service's address, e.g. unix:///run/podman/podman.sock;
 	// empty: see Host.
 	Host string
+	// ExecGate admits execs as docker.Options.ExecGate does.
+	ExecGate docker.ExecGate
 }
 
 // Host finds the Podman service: CONTAINER_HOST (Podman's own variable)
@@ -79,5 +81,5 @@ func New(ctx context.Context, opts Options) (*docker.Runtime, error) {
 		}
 		host = h
 	}
-	return docker.New(ctx, docker.Options{Host: host})
+	return docker.New(ctx, docker.Options{Host: host, ExecGate: opts.ExecGate})
 }

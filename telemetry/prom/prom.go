@@ -35,6 +35,7 @@ type Metrics struct {
 	sandboxStartSec *prometheus.HistogramVec
 	execs           *prometheus.CounterVec
 	execSec         prometheus.Histogram
+	execQueueSec    prometheus.Histogram
 	turns           *prometheus.CounterVec
 	turnSec         *prometheus.HistogramVec
 	modelRequests   *prometheus.CounterVec
@@ -73,6 +74,8 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 			Help: "Commands run in sandboxes, by outcome (ok: exit 0, exit: another code, error: did not run to its end)."}, []string{"outcome"}),
 		execSec: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sandbox_agent_exec_seconds",
 			Help: "Time a command in a sandbox took, from the call to its end.", Buckets: fastBuckets}),
+		execQueueSec: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sandbox_agent_exec_queue_wait_seconds",
+			Help: "Part of a command's time spent waiting for the engine's exec admission queue (max_concurrent_execs).", Buckets: fastBuckets}),
 		turns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_agent_turns_total",
 			Help: "Agent turns, by driver and outcome (ok, timeout, budget_exceeded, canceled, error)."}, []string{"driver", "outcome"}),
 		turnSec: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sandbox_agent_turn_seconds",
@@ -102,7 +105,7 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 		poolFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandbox_agent_pool_start_failures_total",
 			Help: "Background starts of pools that failed, by driver."}, []string{"driver"}),
 	}
-	for _, c := range []prometheus.Collector{m.sandboxStarts, m.sandboxStartSec, m.execs, m.execSec, m.turns, m.turnSec,
+	for _, c := range []prometheus.Collector{m.sandboxStarts, m.sandboxStartSec, m.execs, m.execSec, m.execQueueSec, m.turns, m.turnSec,
 		m.modelRequests, m.modelTokens, m.modelSec, m.budgetRefusals, m.egress, m.downloads, m.downloadBytes,
 		m.poolReady, m.poolTakes, m.poolRetired, m.poolFailures} {
 		if err := reg.Register(c); err != nil {
@@ -144,6 +147,7 @@ func (m *Metrics) Hooks(tenant string) telemetry.Hooks {
 				}
 				m.execs.WithLabelValues(outcome).Inc()
 				m.execSec.Observe(time.Since(t0).Seconds())
+				m.execQueueSec.Observe(d.QueueWait.Seconds())
 			}
 		},
 		Turn: func(ctx context.Context, t telemetry.TurnStart) (context.Context, func(telemetry.TurnDone)) {

@@ -3,6 +3,7 @@ package prom
 import (
 	"context"
 	"errors"
+	dto "github.com/prometheus/client_model/go"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func TestHooksFeedTheSeries(t *testing.T) {
 	done(telemetry.SandboxDone{Phases: []telemetry.Phase{{Name: "sandbox", Duration: time.Second}, {Name: "setup", Duration: 2 * time.Second}}})
 	_, done = h.SandboxStart(ctx, telemetry.SandboxStart{Image: "img"})
 	done(telemetry.SandboxDone{Err: errors.New("no engine")})
-	for _, d := range []telemetry.ExecDone{{}, {ExitCode: 3}, {Err: errors.New("gone")}} {
+	for _, d := range []telemetry.ExecDone{{QueueWait: 250 * time.Millisecond}, {ExitCode: 3}, {Err: errors.New("gone"), QueueWait: 500 * time.Millisecond}} {
 		_, end := h.Exec(ctx, telemetry.ExecStart{})
 		end(d)
 	}
@@ -117,9 +118,29 @@ sandbox_agent_turns_total{driver="codex",engine="docker",outcome="ok"} 1
 	if n := testutil.CollectAndCount(m.sandboxStartSec); n != 3 {
 		t.Errorf("%d start-time series, want sandbox, setup, total", n)
 	}
+	// Each exec's queue wait, apart from its time.
+	if got := histogram(t, reg, "sandbox_agent_exec_queue_wait_seconds"); got.GetSampleCount() != 3 || got.GetSampleSum() != 0.75 {
+		t.Errorf("exec queue wait: %d samples summing %gs, want 3 summing 0.75s", got.GetSampleCount(), got.GetSampleSum())
+	}
 	// Every series is one the exposition lints clean.
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil || len(problems) != 0 {
 		t.Errorf("lint: %v %v", problems, err)
 	}
+}
+
+// histogram is the one series of a histogram reg gathers.
+func histogram(t *testing.T, reg prometheus.Gatherer, name string) *dto.Histogram {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetHistogram()
+		}
+	}
+	t.Fatalf("no single series %s", name)
+	return nil
 }

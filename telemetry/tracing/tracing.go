@@ -81,7 +81,7 @@ func Hooks(tracer trace.Tracer, tenant string) telemetry.Hooks {
 		Exec: func(ctx context.Context, _ telemetry.ExecStart) (context.Context, func(telemetry.ExecDone)) {
 			ctx, span := tracer.Start(ctx, SpanExec, trace.WithAttributes(common...))
 			return ctx, func(d telemetry.ExecDone) {
-				span.SetAttributes(attribute.Int("sandbox_agent.exit_code", d.ExitCode))
+				span.SetAttributes(attribute.Int("sandbox_agent.exit_code", d.ExitCode), attribute.Float64("sandbox_agent.queue_wait_seconds", d.QueueWait.Seconds()))
 				fail(span, d.Err)
 				span.End()
 			}
