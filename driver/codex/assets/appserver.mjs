@@ -67,8 +67,15 @@ function request(method, params) {
 // null.
 let turn = null;
 let thread = ""; // the thread this app-server runs
-// warmWait is the throwaway turn's end while a warm_turn runs.
+// warmWait is the throwaway turn's end while a warm_turn runs; warmed
+// is the thread a warm command started (no prompt ran on it yet) and
+// started its thread/started line, which the first prompt there prints
+// again: that line names the session to the agent, which read (and
+// dropped) the first one while warming.
 let warmWait = null;
+let warmed = "";
+let started = new Map(); // thread id → its thread/started line, until the first prompt
+let prompted = false;
 const policy = { approvalPolicy: "never", sandbox: "danger-full-access" };
 
 function onLine(text) {
@@ -97,13 +104,17 @@ function onLine(text) {
   }
   if (typeof msg.method !== "string") return;
   process.stdout.write(text + "\n");
+  if (msg.method === "thread/started" && !prompted && started.size < 8) {
+    const id = msg.params?.thread?.id;
+    if (typeof id === "string") started.set(id, text);
+  }
   if (warmWait && msg.method === "turn/completed" && msg.params?.threadId === warmWait.threadId) warmWait.resolve();
   const t = turn;
   if (t && !t.turnId && msg.method === "turn/started" && t.threadId && msg.params?.threadId === t.threadId && msg.params?.turn?.id) {
     t.turnId = String(msg.params.turn.id);
     if (t.abortWanted) interrupt(t);
   }
-  if (t && t.threadId && msg.method === "turn/completed" && msg.params?.threadId === t.threadId && (!t.turnId || msg.params?.turn?.id === t.turnId)) {
+  if (t && t.threadId && msg.method === "turn/completed" && msg.params?.threadId === t.threadId && t.turnId && msg.params?.turn?.id === t.turnId) {
     t.ended();
   }
 }
@@ -182,6 +193,14 @@ async function prompt(cmd) {
     thread = res.result.thread.id; // app-server's thread/started named it
   }
   t.threadId = thread;
+  if (warmed && thread === warmed) {
+    // The session's name, which the agent dropped while warming.
+    const line = started.get(warmed);
+    if (line) process.stdout.write(line + "\n");
+  }
+  warmed = "";
+  started.clear();
+  prompted = true;
   await new Promise((resolve) => {
     t.ended = resolve;
     const params = { threadId: thread, input: [{ type: "text", text: String(cmd.text ?? ""), text_elements: [] }] };
@@ -220,7 +239,7 @@ async function warm(cmd) {
       out({ type: "warm_done", ok: false });
       return;
     }
-    thread = res.result.thread.id; // the next prompt naming no thread runs there
+    thread = warmed = res.result.thread.id; // the next prompt naming no thread runs there
   }
   out({ type: "warm_done", ok: true });
 }
@@ -236,17 +255,22 @@ async function warmTurn(cmd) {
     out({ type: "warm_turn_done", ok: false });
     return;
   }
+  let ok = true;
   await new Promise((resolve) => {
     warmWait = { threadId: id, resolve };
     const params = { threadId: id, input: [{ type: "text", text: "sandbox-agent warm-up: reply DONE", text_elements: [] }] };
     if (model) params.model = model;
     request("turn/start", params).then((r) => {
-      if (r.error) resolve();
+      if (r.error || !r.result?.turn?.id) {
+        ok = false;
+        resolve();
+      }
     });
   });
   warmWait = null;
-  await request("thread/delete", { threadId: id });
-  out({ type: "warm_turn_done", ok: true });
+  const del = await request("thread/delete", { threadId: id });
+  if (del.error) process.stderr.write("sandbox-agent codex bridge: thread/delete of the warm-up: " + rpcError(del) + "\n");
+  out({ type: "warm_turn_done", ok });
 }
 
 function interrupt(t) {
