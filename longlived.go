@@ -401,7 +401,7 @@ func (a *Agent) warmStep(ctx context.Context, s *cliproc.Proc, st WarmStep, time
 				return fmt.Errorf("its long-lived process: %w", xerr)
 			}
 			// Quoted: the CLI's stderr is the sandbox's words.
-			return fmt.Errorf("%w (exit code %d): %.300q", ErrCLIExited, code, (&turn{a: a}).redact(string(s.Stderr())))
+			return fmt.Errorf("%w (exit code %d): %.300q", ErrCLIExited, code, a.redact(string(s.Stderr())))
 		case <-timeout:
 			return fmt.Errorf("%w: no answer within %v", ErrTimeout, a.cfg.Timeouts.Start)
 		case <-ctx.Done():

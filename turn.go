@@ -219,8 +219,11 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 	return res, err
 }
 
-func (t *turn) redact(s string) string {
-	for _, sec := range t.a.secrets {
+func (t *turn) redact(s string) string { return t.a.redact(s) }
+
+// redact replaces the agent's secrets in s.
+func (a *Agent) redact(s string) string {
+	for _, sec := range a.secrets {
 		if len(sec) >= 4 {
 			s = strings.ReplaceAll(s, sec, audit.Redacted)
 		}

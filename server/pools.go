@@ -15,12 +15,12 @@ import (
 // Pools keeps agents started ahead of the create requests a server sees
 // (serve_pool_size): one pool (package pool, its agents' CLIs warm) per
 // distinct request — its tenant, driver, model and every other field —
-// made at that request's first create, at most Max of them (past it the
-// least recently used one is closed with its ready agents). A request
-// with a checkpoint, a repository, a fake-model script or an endpoint of
-// its own is never pooled: its agent cannot be made ahead. Hits and
-// misses go to the agents' hooks (Prometheus:
-// sandbox_agent_pool_takes_total) and to Stats.
+// made once that kind's first (cold) start succeeded, at most max of them
+// (past it a new kind closes the least recently used pool of its own
+// tenant, or gets none); a pool unused for poolIdle is closed. A request
+// with a checkpoint, a repository, a fake-model script, an endpoint of its
+// own or a short keepalive is never pooled (Poolable). Hits and misses go
+// to the agents' hooks (Prometheus: sandbox_agent_pool_takes_total).
 type Pools struct {
 	o         StarterOptions
 	size, max int
@@ -46,13 +46,7 @@ type keyedPool struct {
 	p       *pool.Pool // nil while it is being made
 	drv     *sharedStop
 	used    time.Time
-	request CreateRequest // the one it was made for (Stats)
-}
-
-// PoolStats is one pool's counters.
-type PoolStats struct {
-	Tenant, Driver, Model string
-	pool.Stats
+	request CreateRequest // the one it was made for (its tenant, its driver)
 }
 
 // DefaultPoolMax is NewPools' max when given none (serve_pool_max).
@@ -237,20 +231,6 @@ func (ps *Pools) makePool(key string, kp *keyedPool, req CreateRequest) {
 func (kp *keyedPool) close() {
 	_ = kp.p.Close()
 	kp.drv.release()
-}
-
-// Stats reports every pool's counters.
-func (ps *Pools) Stats() []PoolStats {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	var out []PoolStats
-	for _, kp := range ps.pools {
-		if kp.p == nil {
-			continue
-		}
-		out = append(out, PoolStats{Tenant: kp.request.Tenant, Driver: kp.request.Driver, Model: kp.request.Model, Stats: kp.p.Stats()})
-	}
-	return out
 }
 
 // Close closes every pool (their ready agents are removed; agents handed

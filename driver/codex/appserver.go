@@ -68,21 +68,7 @@ func (d *Driver) WarmSteps(t sandboxagent.Turn) []sandboxagent.WarmStep {
 		b, _ := json.Marshal(map[string]string{"type": typ, "model": d.model(t)}) // strings: cannot fail
 		return append(b, '\n')
 	}
-	done := func(want string) func([]byte) (bool, error) {
-		return func(line []byte) (bool, error) {
-			var r struct {
-				Type string
-				OK   *bool
-			}
-			if json.Unmarshal(line, &r) != nil || r.Type != want {
-				return false, nil
-			}
-			if r.OK != nil && !*r.OK {
-				return false, fmt.Errorf("the codex bridge could not %s", strings.TrimSuffix(want, "_done"))
-			}
-			return true, nil
-		}
-	}
+	done := func(want string) func([]byte) (bool, error) { return kit.BridgeDone("codex", want) }
 	steps := []sandboxagent.WarmStep{{Input: cmd("warm"), Done: done("warm_done")}}
 	if t.SessionID != "" {
 		// A session to resume: its first prompt does; no new thread.
@@ -338,41 +324,13 @@ func (p *parser) asItem(done bool, rawItem json.RawMessage) ([]sandboxagent.Even
 		}
 		return evs, true
 	case "mcpToolCall":
-		name := it.Tool
-		if it.Server != "" {
-			name = it.Server + "." + it.Tool
+		msg := ""
+		if it.Error != nil {
+			msg = it.Error.Message
 		}
-		var evs []sandboxagent.Event
-		if !p.calls[it.ID] {
-			p.calls[it.ID] = true
-			in := compact(it.Arguments)
-			if in == nil {
-				in = compact(rawItem)
-			}
-			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{Tool: name, CallID: it.ID, Input: in}})
-		}
-		if done {
-			res := sandboxagent.Payload{Tool: name, CallID: it.ID, Output: mcpText(it.Result), IsError: it.Status == "failed"}
-			if it.Error != nil && it.Error.Message != "" {
-				res.IsError = true
-				if res.Output == "" {
-					res.Output = it.Error.Message
-				}
-			}
-			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolResult, Payload: res})
-		}
-		return evs, true
+		return p.mcpCall(it.ID, it.Server, it.Tool, it.Arguments, it.Result, msg, it.Status, rawItem, done), true
 	case "webSearch":
-		var evs []sandboxagent.Event
-		if !p.calls[it.ID] {
-			p.calls[it.ID] = true
-			in, _ := json.Marshal(map[string]string{"query": it.Query})
-			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{Tool: "web_search", CallID: it.ID, Input: in}})
-		}
-		if done {
-			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolResult, Payload: sandboxagent.Payload{Tool: "web_search", CallID: it.ID, Output: it.Query}})
-		}
-		return evs, true
+		return p.webSearch(it.ID, it.Query, done), true
 	}
 	return nil, false
 }

@@ -212,41 +212,13 @@ func (p *parser) item(phase string, rawItem json.RawMessage) ([]sandboxagent.Eve
 		}
 		return evs, true
 	case "mcp_tool_call":
-		name := it.Tool
-		if it.Server != "" {
-			name = it.Server + "." + it.Tool
+		msg := ""
+		if it.Error != nil {
+			msg = it.Error.Message
 		}
-		var evs []sandboxagent.Event
-		if !p.calls[it.ID] {
-			p.calls[it.ID] = true
-			in := compact(it.Arguments)
-			if in == nil {
-				in = compact(rawItem)
-			}
-			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{Tool: name, CallID: it.ID, Input: in}})
-		}
-		if done {
-			res := sandboxagent.Payload{Tool: name, CallID: it.ID, Output: mcpText(it.Result), IsError: it.Status == "failed"}
-			if it.Error != nil && it.Error.Message != "" {
-				res.IsError = true
-				if res.Output == "" {
-					res.Output = it.Error.Message
-				}
-			}
-			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolResult, Payload: res})
-		}
-		return evs, true
+		return p.mcpCall(it.ID, it.Server, it.Tool, it.Arguments, it.Result, msg, it.Status, rawItem, done), true
 	case "web_search":
-		var evs []sandboxagent.Event
-		if !p.calls[it.ID] {
-			p.calls[it.ID] = true
-			in, _ := json.Marshal(map[string]string{"query": it.Query})
-			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{Tool: "web_search", CallID: it.ID, Input: in}})
-		}
-		if done {
-			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolResult, Payload: sandboxagent.Payload{Tool: "web_search", CallID: it.ID, Output: it.Query}})
-		}
-		return evs, true
+		return p.webSearch(it.ID, it.Query, done), true
 	}
 	return nil, false
 }
@@ -342,4 +314,47 @@ func stderrError(s string) string {
 		return l
 	}
 	return ""
+}
+
+// mcpCall maps an MCP tool call item (either vocabulary): the tool_call
+// once per id, and its result when done.
+func (p *parser) mcpCall(id, server, tool string, args, result json.RawMessage, errMsg, status string, rawItem json.RawMessage, done bool) []sandboxagent.Event {
+	name := tool
+	if server != "" {
+		name = server + "." + tool
+	}
+	var evs []sandboxagent.Event
+	if !p.calls[id] {
+		p.calls[id] = true
+		in := compact(args)
+		if in == nil {
+			in = compact(rawItem)
+		}
+		evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{Tool: name, CallID: id, Input: in}})
+	}
+	if done {
+		res := sandboxagent.Payload{Tool: name, CallID: id, Output: mcpText(result), IsError: status == "failed"}
+		if errMsg != "" {
+			res.IsError = true
+			if res.Output == "" {
+				res.Output = errMsg
+			}
+		}
+		evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolResult, Payload: res})
+	}
+	return evs
+}
+
+// webSearch maps a web search item (either vocabulary).
+func (p *parser) webSearch(id, query string, done bool) []sandboxagent.Event {
+	var evs []sandboxagent.Event
+	if !p.calls[id] {
+		p.calls[id] = true
+		in, _ := json.Marshal(map[string]string{"query": query})
+		evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{Tool: "web_search", CallID: id, Input: in}})
+	}
+	if done {
+		evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolResult, Payload: sandboxagent.Payload{Tool: "web_search", CallID: id, Output: query}})
+	}
+	return evs
 }

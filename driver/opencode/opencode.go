@@ -5,7 +5,6 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"github.com/sandbox-agent/sandbox-agent/internal/lazyre"
 	"path"
@@ -312,21 +311,7 @@ func lastLine(s, def string) string {
 // loaded), then its warm_turn: a prompt on a throwaway session, deleted
 // afterwards, so the server's lazy loading at its first prompt is done.
 func (d *Driver) WarmSteps(t sandboxagent.Turn) []sandboxagent.WarmStep {
-	done := func(want string) func([]byte) (bool, error) {
-		return func(line []byte) (bool, error) {
-			var r struct {
-				Type string
-				OK   *bool
-			}
-			if json.Unmarshal(line, &r) != nil || r.Type != want {
-				return false, nil
-			}
-			if r.OK != nil && !*r.OK {
-				return false, errors.New("the opencode bridge could not " + strings.TrimSuffix(want, "_done"))
-			}
-			return true, nil
-		}
-	}
+	done := func(want string) func([]byte) (bool, error) { return kit.BridgeDone("opencode", want) }
 	// The warm-up prompt on the turn's model: the same provider's code.
 	turn := []byte(`{"type":"warm_turn"}` + "\n")
 	if full, _ := d.model(t.Model); full != "" {

@@ -372,3 +372,23 @@ func TestIdentityAndInstructions(t *testing.T) {
 		t.Errorf("empty rules kept the file: %v", err)
 	}
 }
+
+func TestBridgeDone(t *testing.T) {
+	done := BridgeDone("codex", "warm_done")
+	for _, tc := range []struct {
+		line    string
+		want    bool
+		wantErr bool
+	}{
+		{`{"type":"warm_done","ok":true}`, true, false},
+		{`{"type":"warm_done"}`, true, false},
+		{`{"type":"warm_done","ok":false}`, false, true},
+		{`{"type":"turn_end"}`, false, false},
+		{`not json`, false, false},
+	} {
+		got, err := done([]byte(tc.line))
+		if got != tc.want || (err != nil) != tc.wantErr {
+			t.Errorf("%s: %v %v", tc.line, got, err)
+		}
+	}
+}
