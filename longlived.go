@@ -321,7 +321,7 @@ func (a *Agent) Warm(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		lm = &localModel{fm}
+		lm = &localModel{h: fm}
 		a.modelSvc.local.Store(lm)
 	}
 	s.Begin()
@@ -417,12 +417,36 @@ type modelSwitch struct {
 	local atomic.Pointer[localModel]
 }
 
-type localModel struct{ h http.Handler }
+// localModel is the warm-up's fake model. It keeps what it is sent, so
+// what a sandbox may send it is bounded: a warm-up makes a few requests
+// of some hundred KiB.
+type localModel struct {
+	h        http.Handler
+	requests atomic.Int64
+}
+
+const (
+	maxLocalRequests = 32
+	maxLocalBody     = 2 << 20
+)
 
 func (m *modelSwitch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if l := m.local.Load(); l != nil {
-		l.h.ServeHTTP(w, r)
+		l.serve(w, r)
 		return
 	}
 	m.proxy.ServeHTTP(w, r)
+}
+
+func (l *localModel) serve(w http.ResponseWriter, r *http.Request) {
+	if l.requests.Add(1) > maxLocalRequests {
+		http.Error(w, "sandbox-agent: too many requests during the warm-up", http.StatusTooManyRequests)
+		return
+	}
+	if r.ContentLength > maxLocalBody {
+		http.Error(w, "sandbox-agent: request too large during the warm-up", http.StatusRequestEntityTooLarge)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxLocalBody)
+	l.h.ServeHTTP(w, r)
 }

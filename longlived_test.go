@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -382,5 +384,44 @@ func TestWarmPerTurnIsNoOp(t *testing.T) {
 	}
 	if n := servers(); n != 0 {
 		t.Errorf("per turn: Warm started %d processes", n)
+	}
+}
+
+// The warm-up's fake model takes a bounded number of bounded requests:
+// what a sandbox sends it is kept.
+func TestLocalModelBounds(t *testing.T) {
+	served := 0
+	l := &localModel{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+			return
+		}
+		served++
+	})}
+	post := func(body io.Reader, size int64) int {
+		r := httptest.NewRequest(http.MethodPost, "/v1/messages", body)
+		r.ContentLength = size
+		w := httptest.NewRecorder()
+		l.serve(w, r)
+		return w.Code
+	}
+	if code := post(strings.NewReader("{}"), 2); code != 200 {
+		t.Fatalf("a small request: %d", code)
+	}
+	big := strings.Repeat("x", maxLocalBody+1)
+	if code := post(strings.NewReader(big), int64(len(big))); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a declared large body: %d, want 413", code)
+	}
+	if code := post(strings.NewReader(big), -1); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("an undeclared large body: %d, want 413", code)
+	}
+	for i := 3; i < maxLocalRequests; i++ {
+		post(strings.NewReader("{}"), 2)
+	}
+	if code := post(strings.NewReader("{}"), 2); code != http.StatusTooManyRequests {
+		t.Errorf("request %d: %d, want 429", maxLocalRequests+1, code)
+	}
+	if served != maxLocalRequests-2 {
+		t.Errorf("served %d, want %d", served, maxLocalRequests-2)
 	}
 }
