@@ -233,29 +233,10 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Start)
 	defer cancel()
-	if opts.Egress == "" {
-		opts.Egress = cfg.Egress
-	}
-	if opts.AllowHosts == nil {
-		opts.AllowHosts = cfg.AllowHosts
-	}
-
-	spec, err := containerSpec(opts, cfg)
+	opts = opts.withConfigDefaults(cfg)
+	spec, err := sandboxSpec(ctx, rt, opts, cfg)
 	if err != nil {
 		return nil, err
-	}
-	if opts.DiskBytes == 0 && cfg.DiskBytes == 0 {
-		// The default limit, where the engine enforces one; elsewhere
-		// none (docs/security.md): a default cannot fail every start.
-		if dq, ok := rt.(diskQuotas); ok && dq.DiskQuotas(ctx) == nil {
-			spec.DiskBytes = hardening.DefaultDiskBytes
-		}
-	}
-	switch {
-	case !FeaturesOf(rt).Seccomp:
-		spec.Seccomp = nil // the node's RuntimeDefault (docs/kubernetes.md)
-	case spec.Seccomp != nil:
-		spec.Labels[labels.Seccomp] = seccomp.Digest(spec.Seccomp)
 	}
 	host, err := openBoundary(opts, boundary.Open)
 	if err != nil {
@@ -295,6 +276,41 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 		return fail(err)
 	}
 	return s, nil
+}
+
+// withConfigDefaults fills the egress policy and allow-list from cfg.
+func (opts SandboxOptions) withConfigDefaults(cfg Config) SandboxOptions {
+	if opts.Egress == "" {
+		opts.Egress = cfg.Egress
+	}
+	if opts.AllowHosts == nil {
+		opts.AllowHosts = cfg.AllowHosts
+	}
+	return opts
+}
+
+// sandboxSpec is the container spec of a sandbox with opts on rt: the
+// hardened spec, the default disk limit where the engine enforces one,
+// the seccomp profile as rt can apply it.
+func sandboxSpec(ctx context.Context, rt Runtime, opts SandboxOptions, cfg Config) (ContainerSpec, error) {
+	spec, err := containerSpec(opts, cfg)
+	if err != nil {
+		return spec, err
+	}
+	if opts.DiskBytes == 0 && cfg.DiskBytes == 0 {
+		// The default limit, where the engine enforces one; elsewhere
+		// none (docs/security.md): a default cannot fail every start.
+		if dq, ok := rt.(diskQuotas); ok && dq.DiskQuotas(ctx) == nil {
+			spec.DiskBytes = hardening.DefaultDiskBytes
+		}
+	}
+	switch {
+	case !FeaturesOf(rt).Seccomp:
+		spec.Seccomp = nil // the node's RuntimeDefault (docs/kubernetes.md)
+	case spec.Seccomp != nil:
+		spec.Labels[labels.Seccomp] = seccomp.Digest(spec.Seccomp)
+	}
+	return spec, nil
 }
 
 // newSandbox is the Sandbox of container id, made from spec and opts.

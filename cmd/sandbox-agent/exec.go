@@ -196,6 +196,18 @@ func runExec(ctx context.Context, a *app, args []string) int {
 	if opts.Images, err = a.imageSource(ctx); err != nil {
 		return a.fail(err)
 	}
+	stdout, stderr, flush := a.execStreams()
+	req := sandboxagent.ExecRequest{
+		Cmd: cmd, WorkDir: *workdir, User: *user, Timeout: *timeout,
+		Stdin: nil, Stdout: stdout, Stderr: stderr,
+	}
+	if len(ups) == 0 && len(downs) == 0 && sandboxagent.CanRunOnce(ctx, rt, opts) {
+		// Nothing to copy: the command is the container's own process.
+		res, err := sandboxagent.RunOnce(ctx, rt, opts, req)
+		flush()
+		code, _ := a.execResult(ctx, res, err)
+		return code
+	}
 	sb, err := sandboxagent.NewSandbox(ctx, rt, opts)
 	if err != nil {
 		return a.fail(err)
@@ -206,27 +218,10 @@ func runExec(ctx context.Context, a *app, args []string) int {
 			return a.fail(err)
 		}
 	}
-	stdout, stderr, flush := a.execStreams()
-	res, err := sb.Run(ctx, sandboxagent.ExecRequest{
-		Cmd: cmd, WorkDir: *workdir, User: *user, Timeout: *timeout,
-		Stdin: nil, Stdout: stdout, Stderr: stderr,
-	})
+	res, err := sb.Run(ctx, req)
 	flush()
-	var rerr *sandboxagent.ResourceError
-	switch {
-	case errors.As(err, &rerr):
-		// CMD hit a limit: say so, keep its exit code (137 for an OOM
-		// kill) and still download what it left.
-		fmt.Fprintf(a.stderr, "sandbox-agent: %s\n", errText(err))
-	case err != nil && !res.TimedOut:
-		return a.fail(err)
-	}
-	if res.TimedOut {
-		if ctx.Err() != nil {
-			fmt.Fprintln(a.stderr, "sandbox-agent: interrupted; command killed")
-		} else {
-			fmt.Fprintln(a.stderr, "sandbox-agent: command timed out; its processes were killed")
-		}
+	if code, failed := a.execResult(ctx, res, err); failed {
+		return code
 	}
 	// Downloads run even after a failure or timeout: partial results are
 	// often what one wants to look at. They use a fresh context so an
@@ -240,6 +235,28 @@ func runExec(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stderr, "sandbox-agent: %s\n", errText(err))
 	}
 	return res.ExitCode
+}
+
+// execResult reports CMD's result on stderr and returns exec's exit code:
+// CMD's, 124 on timeout, exitError when sandbox-agent failed (failed).
+func (a *app) execResult(ctx context.Context, res sandboxagent.ExecResult, err error) (code int, failed bool) {
+	var rerr *sandboxagent.ResourceError
+	switch {
+	case errors.As(err, &rerr):
+		// CMD hit a limit: say so, keep its exit code (137 for an OOM
+		// kill) and still download what it left.
+		fmt.Fprintf(a.stderr, "sandbox-agent: %s\n", errText(err))
+	case err != nil && !res.TimedOut:
+		return a.fail(err), true
+	}
+	if res.TimedOut {
+		if ctx.Err() != nil {
+			fmt.Fprintln(a.stderr, "sandbox-agent: interrupted; command killed")
+		} else {
+			fmt.Fprintln(a.stderr, "sandbox-agent: command timed out; its processes were killed")
+		}
+	}
+	return res.ExitCode, false
 }
 
 // execStreams are where CMD's stdout and stderr go. They are data, passed

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	sandboxagent "github.com/sandbox-agent/sandbox-agent"
 	"github.com/sandbox-agent/sandbox-agent/checkpoint"
@@ -59,6 +60,27 @@ func (l *limited) Start(ctx context.Context, id string) error {
 
 // Features passes the wrapped runtime's on (the Sandbox adapts to them).
 func (l *limited) Features() sandboxagent.RuntimeFeatures { return sandboxagent.FeaturesOf(l.Runtime) }
+
+// Attach and RecordsOOMKills pass the wrapped runtime's on
+// (sandboxagent.RunOnce: the container's start takes its slot as any), or
+// say there are none.
+func (l *limited) Attach(ctx context.Context, id string, stdout, stderr io.Writer) (func() (int, error), error) {
+	if a, ok := l.Runtime.(attacher); ok {
+		return a.Attach(ctx, id, stdout, stderr)
+	}
+	return nil, fmt.Errorf("attach: %w", sandboxagent.ErrUnsupportedByRuntime)
+}
+
+func (l *limited) RecordsOOMKills(ctx context.Context) bool {
+	a, ok := l.Runtime.(attacher)
+	return ok && a.RecordsOOMKills(ctx)
+}
+
+// attacher is what RunOnce needs of a runtime beyond sandboxagent.Runtime.
+type attacher interface {
+	Attach(ctx context.Context, id string, stdout, stderr io.Writer) (func() (int, error), error)
+	RecordsOOMKills(ctx context.Context) bool
+}
 
 // DiskQuotas and DiskUsage pass the wrapped runtime's on (the disk limit's
 // default and its measure), or say there are none.

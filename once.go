@@ -1,0 +1,194 @@
+package sandboxagent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/sandbox-agent/sandbox-agent/internal/bounded"
+	"github.com/sandbox-agent/sandbox-agent/telemetry"
+)
+
+// attacher is a Runtime that can run a created container's main process
+// with its output attached (runtime/docker's Attach): RunOnce's way.
+// RecordsOOMKills says whether the engine's state tells an OOM kill, the
+// one limit RunOnce can report once the container's cgroup is gone.
+type attacher interface {
+	Attach(ctx context.Context, id string, stdout, stderr io.Writer) (wait func() (int, error), err error)
+	RecordsOOMKills(ctx context.Context) bool
+}
+
+// CanRunOnce says whether RunOnce can run a command with opts on rt: the
+// runtime attaches to a container's main process and records OOM kills,
+// and the sandbox needs no host proxy (an allow-list's egress proxy is
+// reached through an exec, which a one-shot container has no time for).
+func CanRunOnce(ctx context.Context, rt Runtime, opts SandboxOptions) bool {
+	if at, ok := rt.(attacher); !ok || !at.RecordsOOMKills(ctx) {
+		return false
+	}
+	opts = opts.withConfigDefaults(opts.Config)
+	return len(opts.AllowHosts) == 0 && len(opts.services) == 0
+}
+
+// RunOnce runs one command in a throw-away sandbox of its own, as the
+// container's main process (under its init), and removes the sandbox: one
+// engine round trip fewer than NewSandbox then Run, what `sandbox-agent
+// exec` does when it copies nothing in or out. The sandbox is made and
+// checked as NewSandbox's (hardening, limits, labels for gc); the result
+// is Run's (the timeout, or ctx, kills the command: its whole container,
+// at once, with no SIGTERM first), and so are the errors, except that a
+// pids limit hit is not told apart (the counters go with the container):
+// an OOM kill is a *ResourceError from the engine's record, a full disk
+// one from the container's measured size. req.Stdin must be nil. A
+// runtime or options RunOnce cannot serve (CanRunOnce false) give
+// ErrUnsupportedByRuntime before anything is made.
+func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecRequest) (res ExecResult, err error) {
+	if rt == nil {
+		return ExecResult{}, fmt.Errorf("%w: nil Runtime", ErrInvalidArgument)
+	}
+	if opts.Image == "" {
+		return ExecResult{}, fmt.Errorf("%w: no image given", ErrInvalidArgument)
+	}
+	if len(req.Cmd) == 0 {
+		return ExecResult{}, fmt.Errorf("%w: empty command", ErrInvalidArgument)
+	}
+	if req.Stdin != nil {
+		return ExecResult{}, fmt.Errorf("%w: a one-shot command has no stdin", ErrInvalidArgument)
+	}
+	at, ok := rt.(attacher)
+	if !ok || !CanRunOnce(ctx, rt, opts) {
+		return ExecResult{}, fmt.Errorf("run once: %w: the runtime cannot attach to a container or tell an OOM kill, or the sandbox needs a host proxy", ErrUnsupportedByRuntime)
+	}
+	for k := range req.Env {
+		if k == "" || k == execTagVar || k == turnTagVar || bytes.ContainsAny([]byte(k), "=\x00") {
+			return ExecResult{}, fmt.Errorf("%w: environment variable name %q", ErrInvalidArgument, k)
+		}
+	}
+	cfg := opts.Config.withDefaults()
+	opts = opts.withConfigDefaults(cfg)
+	if _, err := ParseEgress(string(opts.Egress)); err != nil {
+		return ExecResult{}, err
+	}
+	ctx, hookDone := opts.Hooks.StartExec(ctx)
+	defer func() { hookDone(telemetry.ExecDone{ExitCode: res.ExitCode, Err: err}) }()
+
+	startCtx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Start)
+	defer cancel()
+	spec, err := sandboxSpec(startCtx, rt, opts, cfg)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	// The command is the container's: its user, folder and environment.
+	spec.Cmd = req.Cmd
+	spec.AutoRemove = false // its state (OOM kill, size) is read after the exit
+	if req.User != "" {
+		spec.User = req.User
+	}
+	if req.WorkDir != "" {
+		spec.WorkDir = req.WorkDir
+	}
+	for k, v := range req.Env {
+		spec.Env = append(spec.Env, k+"="+v)
+	}
+	id, startCtx, cancelRetry, err := createContainer(startCtx, ctx, rt, spec, opts.Images, cfg.Timeouts.Start)
+	defer cancelRetry()
+	if err != nil {
+		return ExecResult{}, err
+	}
+	s := newSandbox(rt, id, spec, opts, cfg, nil)
+	defer func() {
+		if cerr := s.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	st, err := rt.Inspect(startCtx, id)
+	if err != nil {
+		return ExecResult{}, startErr(startCtx, err)
+	}
+	if err := checkHardening(spec, st); err != nil {
+		return ExecResult{}, err
+	}
+
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = cfg.Timeouts.Exec
+	}
+	maxOut := req.MaxOutputBytes
+	if maxOut <= 0 {
+		maxOut = cfg.MaxOutputBytes
+	}
+	stdout := &bounded.Buffer{Max: maxOut}
+	stderr := &bounded.Buffer{Max: maxOut}
+	// As in Run, the wait is detached from ctx: on timeout the command
+	// is killed first and its last output collected after.
+	waitCtx, detach := context.WithCancel(context.WithoutCancel(ctx))
+	defer detach()
+	wait, err := at.Attach(waitCtx, id,
+		&bounded.Tee{Capture: stdout, Live: req.Stdout},
+		&bounded.Tee{Capture: stderr, Live: req.Stderr})
+	if err != nil {
+		return ExecResult{}, startErr(startCtx, err)
+	}
+	type outcome struct {
+		code int
+		err  error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		code, err := wait()
+		done <- outcome{code, err}
+	}()
+	start := time.Now()
+	if err := rt.Start(startCtx, id); err != nil {
+		return ExecResult{}, startErr(startCtx, err)
+	}
+	result := func(code int) ExecResult {
+		return ExecResult{
+			ExitCode: code, Stdout: stdout.Bytes(), Stderr: stderr.Bytes(),
+			Truncated: stdout.Truncated() || stderr.Truncated(), Duration: time.Since(start),
+		}
+	}
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var cause error
+	select {
+	case o := <-done:
+		if o.err != nil {
+			return result(-1), fmt.Errorf("exec %q: %w", req.Cmd[0], o.err)
+		}
+		res := result(o.code)
+		if res.ExitCode != 0 {
+			if st, err := rt.Inspect(ctx, id); err == nil && st.OOMKilled {
+				return res, &ResourceError{Resource: resourceMemory, Limit: spec.MemoryBytes, Events: 1, Cmd: req.Cmd[0]}
+			}
+		}
+		return res, s.checkDisk(ctx, req.Cmd[0], res)
+	case <-timer.C:
+	case <-ctx.Done():
+		cause = ctx.Err()
+	}
+	// The container is the command's whole tree: killing its init ends
+	// every process in it.
+	kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer kcancel()
+	killErr := rt.Kill(kctx, id)
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		detach()
+		<-done
+	}
+	res = result(exitCodeTimeout)
+	res.TimedOut = true
+	if killErr != nil {
+		killErr = fmt.Errorf("exec %q timed out and its container could not be killed: %w", req.Cmd[0], killErr)
+		if cause != nil {
+			killErr = fmt.Errorf("%w; %w", cause, killErr)
+		}
+		return res, killErr
+	}
+	return res, cause
+}
