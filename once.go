@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/sandbox-agent/sandbox-agent/internal/bounded"
+	"github.com/sandbox-agent/sandbox-agent/internal/guest"
 	"github.com/sandbox-agent/sandbox-agent/telemetry"
 )
 
@@ -33,7 +35,8 @@ func CanRunOnce(ctx context.Context, rt Runtime, opts SandboxOptions) bool {
 }
 
 // RunOnce runs one command in a throw-away sandbox of its own, as the
-// container's main process (under its init), and removes the sandbox: one
+// container's main process (under its init, bounded by the sandbox's
+// lifetime even if the host dies), and removes the sandbox: one
 // engine round trip fewer than NewSandbox then Run, what `sandbox-agent
 // exec` does when it copies nothing in or out. The sandbox is made and
 // checked as NewSandbox's (hardening, limits, labels for gc); the result
@@ -80,8 +83,10 @@ func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecReque
 	if err != nil {
 		return ExecResult{}, err
 	}
-	// The command is the container's: its user, folder and environment.
-	spec.Cmd = req.Cmd
+	// The command is the container's (under the lifetime's watchdog):
+	// its user, folder and environment.
+	life, _ := strconv.ParseInt(spec.Labels[LabelMaxLifetime], 10, 64)
+	spec.Cmd = guest.OnceCmd(life, req.Cmd)
 	spec.AutoRemove = false // its state (OOM kill, size) is read after the exit
 	if req.User != "" {
 		spec.User = req.User

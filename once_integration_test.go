@@ -74,6 +74,19 @@ func TestIntegrationRunOnce(t *testing.T) {
 		}
 		gone(t, o.Name)
 	})
+	t.Run("the lifetime bounds it without the host", func(t *testing.T) {
+		// The host's timeout (a minute) is not what ends it: the watchdog
+		// in the sandbox kills the tree at the lifetime (SIGKILL: 137).
+		o := opts("lifetime")
+		o.MaxLifetime = 2 * time.Second
+		res, err := sandboxagent.RunOnce(ctx, rt, o, sandboxagent.ExecRequest{
+			Cmd: []string{"sh", "-c", "sleep 600 & sleep 600"}, Timeout: time.Minute,
+		})
+		if err != nil || res.TimedOut || res.ExitCode != 137 {
+			t.Fatalf("got %+v, %v; want exit 137 from the lifetime's watchdog, not the host's timeout", res, err)
+		}
+		gone(t, o.Name)
+	})
 	t.Run("a cancelled context kills it and says so", func(t *testing.T) {
 		o := opts("cancel")
 		cctx, cancel := context.WithCancel(ctx)

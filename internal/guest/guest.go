@@ -24,6 +24,13 @@ var Launcher string
 //go:embed scripts/keepalive.sh
 var Keepalive string
 
+// Once is a one-shot sandbox's main command, run by /bin/sh: it bounds
+// the command (after $1) to the lifetime $1 (seconds, 0: none), then
+// becomes it.
+//
+//go:embed scripts/once.sh
+var Once string
+
 // ExecKill terminates every process of one exec ($1: the value of the
 // exec's tag variable, or of the variable $3), SIGTERM then, after $2
 // hundredths of a second, SIGKILL.

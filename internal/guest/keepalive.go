@@ -18,3 +18,9 @@ func KeepaliveCmd(keepalive, lifetime time.Duration) (cmd []string, idle, life i
 	return []string{"/bin/sh", "-c", Launcher, "sandbox-agent-keepalive", Keepalive,
 		strconv.FormatInt(idle, 10), strconv.FormatInt(interval, 10), strconv.FormatInt(life, 10)}, idle, life
 }
+
+// OnceCmd is a one-shot sandbox's main command: Once running cmd, bounded
+// to lifeSecs seconds (0: none; the sandbox's LabelMaxLifetime).
+func OnceCmd(lifeSecs int64, cmd []string) []string {
+	return append([]string{"/bin/sh", "-c", Once, "sandbox-agent-once", strconv.FormatInt(max(lifeSecs, 0), 10)}, cmd...)
+}

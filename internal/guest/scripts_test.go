@@ -23,6 +23,7 @@ func TestScripts(t *testing.T) {
 		"kill-group.bash":     KillGroup,
 		"user-ids.sh":         UserIDs,
 		"adopt-settle.sh":     AdoptSettle,
+		"once.sh":             Once,
 	}
 	files, err := filepath.Glob("scripts/*")
 	if err != nil {
