@@ -108,14 +108,6 @@ func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecReque
 			err = cerr
 		}
 	}()
-	st, err := rt.Inspect(startCtx, id)
-	if err != nil {
-		return ExecResult{}, startErr(startCtx, err)
-	}
-	if err := checkHardening(spec, st); err != nil {
-		return ExecResult{}, err
-	}
-
 	timeout := req.Timeout
 	if timeout <= 0 {
 		timeout = cfg.Timeouts.Exec
@@ -130,12 +122,36 @@ func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecReque
 	// is killed first and its last output collected after.
 	waitCtx, detach := context.WithCancel(context.WithoutCancel(ctx))
 	defer detach()
-	wait, err := at.Attach(waitCtx, id,
-		&bounded.Tee{Capture: stdout, Live: req.Stdout},
-		&bounded.Tee{Capture: stderr, Live: req.Stderr})
+	// The attach starts nothing: it goes beside the hardening check,
+	// which must pass before the start.
+	type attached struct {
+		wait func() (int, error)
+		err  error
+	}
+	attachC := make(chan attached, 1)
+	go func() {
+		wait, err := at.Attach(waitCtx, id,
+			&bounded.Tee{Capture: stdout, Live: req.Stdout},
+			&bounded.Tee{Capture: stderr, Live: req.Stderr})
+		attachC <- attached{wait, err}
+	}()
+	st, err := rt.Inspect(startCtx, id)
+	var a attached
+	select {
+	case a = <-attachC:
+	case <-startCtx.Done(): // an engine that never answers the attach
+		a.err = fmt.Errorf("attach container: %w", startCtx.Err())
+	}
 	if err != nil {
 		return ExecResult{}, startErr(startCtx, err)
 	}
+	if err := checkHardening(spec, st); err != nil {
+		return ExecResult{}, err
+	}
+	if a.err != nil {
+		return ExecResult{}, startErr(startCtx, a.err)
+	}
+	wait := a.wait
 	type outcome struct {
 		code int
 		err  error

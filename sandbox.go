@@ -300,7 +300,14 @@ func sandboxSpec(ctx context.Context, rt Runtime, opts SandboxOptions, cfg Confi
 	if opts.DiskBytes == 0 && cfg.DiskBytes == 0 {
 		// The default limit, where the engine enforces one; elsewhere
 		// none (docs/security.md): a default cannot fail every start.
-		if dq, ok := rt.(diskQuotas); ok && dq.DiskQuotas(ctx) == nil {
+		var quotas error = errors.New("no disk quotas")
+		switch dq := rt.(type) {
+		case imageDiskQuotas:
+			quotas = dq.DiskQuotasOf(ctx, spec.Image)
+		case diskQuotas:
+			quotas = dq.DiskQuotas(ctx)
+		}
+		if quotas == nil {
 			spec.DiskBytes = hardening.DefaultDiskBytes
 		}
 	}
@@ -560,6 +567,12 @@ func containerSpec(opts SandboxOptions, cfg Config) (ContainerSpec, error) {
 // ContainerSpec.DiskBytes: nil when it does, else why not.
 type diskQuotas interface {
 	DiskQuotas(ctx context.Context) error
+}
+
+// imageDiskQuotas is a diskQuotas that can answer from an image's
+// record, more cheaply than from the engine's description.
+type imageDiskQuotas interface {
+	DiskQuotasOf(ctx context.Context, image string) error
 }
 
 // checkHardening compares what the engine recorded with what was asked

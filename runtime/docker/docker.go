@@ -568,6 +568,37 @@ func (r *Runtime) DiskQuotas(ctx context.Context) error {
 	return err
 }
 
+// DiskQuotasOf is DiskQuotas answered, where it can be, from image's
+// record (an image inspect, about a millisecond where /info takes tens):
+// the image's storage driver is the engine's, and one other than btrfs
+// or zfs enforces no limit whatever the image store. Those two need /info
+// (the containerd image store drops the limit); so does a missing image.
+func (r *Runtime) DiskQuotasOf(ctx context.Context, image string) error {
+	if _, ok := r.podman(); ok {
+		return errors.New("disk limits are not offered on Podman")
+	}
+	r.diskMu.Lock()
+	known, err := r.diskKnown, r.diskErr
+	r.diskMu.Unlock()
+	if known {
+		return err
+	}
+	ins, ierr := r.cli.ImageInspect(ctx, image)
+	if _, ok := r.podman(); ok { // the inspect was the first answer seen
+		return errors.New("disk limits are not offered on Podman")
+	}
+	if ierr == nil && ins.GraphDriver != nil && ins.GraphDriver.Name != "" {
+		if d := ins.GraphDriver.Name; d != "btrfs" && d != "zfs" {
+			r.diskMu.Lock()
+			defer r.diskMu.Unlock()
+			r.diskKnown, r.diskDriver = true, d
+			r.diskErr = fmt.Errorf("the engine's storage driver %s enforces no disk limit by itself", d)
+			return r.diskErr
+		}
+	}
+	return r.DiskQuotas(ctx)
+}
+
 // storage is the engine's storage driver and whether it enforces disk
 // limits (DiskQuotas).
 func (r *Runtime) storage(ctx context.Context) (string, error) {

@@ -82,13 +82,22 @@ type attacher interface {
 	RecordsOOMKills(ctx context.Context) bool
 }
 
-// DiskQuotas and DiskUsage pass the wrapped runtime's on (the disk limit's
+// DiskQuotas, DiskQuotasOf and DiskUsage pass the wrapped runtime's on (the disk limit's
 // default and its measure), or say there are none.
 func (l *limited) DiskQuotas(ctx context.Context) error {
 	if d, ok := l.Runtime.(interface{ DiskQuotas(context.Context) error }); ok {
 		return d.DiskQuotas(ctx)
 	}
 	return errors.New("the engine enforces no disk limit")
+}
+
+func (l *limited) DiskQuotasOf(ctx context.Context, image string) error {
+	if d, ok := l.Runtime.(interface {
+		DiskQuotasOf(context.Context, string) error
+	}); ok {
+		return d.DiskQuotasOf(ctx, image)
+	}
+	return l.DiskQuotas(ctx)
 }
 
 func (l *limited) DiskUsage(ctx context.Context, id string) (int64, error) {
