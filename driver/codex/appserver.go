@@ -183,11 +183,6 @@ type (
 		ExitCode         *int            `json:"exitCode"`
 		Status           string          `json:"status"`
 		Changes          []asChange      `json:"changes"`
-		Server           string          `json:"server"`
-		Tool             string          `json:"tool"`
-		Arguments        json.RawMessage `json:"arguments"`
-		Result           json.RawMessage `json:"result"`
-		Error            *asError        `json:"error"`
 		Query            string          `json:"query"`
 	}
 	asChange struct {
@@ -329,11 +324,7 @@ func (p *serveParser) item(done bool, rawItem json.RawMessage) ([]sandboxagent.E
 		}
 		return p.fileChange(done, it.ID, changes, it.Status, rawItem), true
 	case "mcpToolCall":
-		m := mcpCall{ID: it.ID, Server: it.Server, Tool: it.Tool, Status: it.Status, Arguments: it.Arguments, Result: it.Result, Raw: rawItem}
-		if it.Error != nil {
-			m.Error = it.Error.Message
-		}
-		return p.mcpCall(done, m), true
+		return p.mcpCall(done, rawItem)
 	case "webSearch":
 		return p.webSearch(done, it.ID, it.Query), true
 	}

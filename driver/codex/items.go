@@ -111,17 +111,28 @@ func (s *turnState) fileChange(done bool, id string, changes []change, status st
 	return evs
 }
 
-// mcpCall is an MCP tool call item's fields.
-type mcpCall struct {
-	ID, Server, Tool, Status string
-	Arguments, Result        json.RawMessage
-	Error                    string
-	Raw                      json.RawMessage
+// mcpItem is an MCP tool call item: both vocabularies name its fields
+// alike, so one decoding serves both.
+type mcpItem struct {
+	ID        string          `json:"id"`
+	Server    string          `json:"server"`
+	Tool      string          `json:"tool"`
+	Status    string          `json:"status"`
+	Arguments json.RawMessage `json:"arguments"`
+	Result    json.RawMessage `json:"result"`
+	Error     *struct {
+		Message string `json:"message"`
+	} `json:"error"`
 }
 
-// mcpCall maps an MCP tool call: tool "SERVER.TOOL", the tool_call once
-// per id, and its result when done.
-func (s *turnState) mcpCall(done bool, m mcpCall) []sandboxagent.Event {
+// mcpCall maps an MCP tool call item raw: tool "SERVER.TOOL", the
+// tool_call once per id, and its result when done; ok is false when it
+// is not one.
+func (s *turnState) mcpCall(done bool, raw json.RawMessage) ([]sandboxagent.Event, bool) {
+	var m mcpItem
+	if json.Unmarshal(raw, &m) != nil {
+		return nil, false
+	}
 	name := m.Tool
 	if m.Server != "" {
 		name = m.Server + "." + m.Tool
@@ -131,21 +142,21 @@ func (s *turnState) mcpCall(done bool, m mcpCall) []sandboxagent.Event {
 		s.calls[m.ID] = true
 		in := compact(m.Arguments)
 		if in == nil {
-			in = compact(m.Raw)
+			in = compact(raw)
 		}
 		evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{Tool: name, CallID: m.ID, Input: in}})
 	}
 	if done {
 		res := sandboxagent.Payload{Tool: name, CallID: m.ID, Output: mcpText(m.Result), IsError: failedStatus(m.Status)}
-		if m.Error != "" {
+		if m.Error != nil && m.Error.Message != "" {
 			res.IsError = true
 			if res.Output == "" {
-				res.Output = m.Error
+				res.Output = m.Error.Message
 			}
 		}
 		evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolResult, Payload: res})
 	}
-	return evs
+	return evs, true
 }
 
 // webSearch maps a web search item: tool "web_search".

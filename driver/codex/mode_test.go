@@ -1,6 +1,7 @@
 package codex
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -235,5 +236,71 @@ func TestParserExecThreadID(t *testing.T) {
 		if evs := p.Parse([]byte(l)); len(evs) != 1 || evs[0].Kind != sandboxagent.KindSession || evs[0].SessionID != forgedID {
 			t.Errorf("thread.started %d (the same id): %+v", i+1, evs)
 		}
+	}
+}
+
+// TestParserModesMapAlike: an item both vocabularies describe gives the
+// same events in both modes (the one mapping of items.go), but for a
+// command's or patch's input, which is the item as the CLI printed it.
+func TestParserModesMapAlike(t *testing.T) {
+	pairs := []struct{ name, exec, serve string }{
+		{"command",
+			`{"type":"item.completed","item":{"id":"c0","type":"command_execution","command":"echo hi","aggregated_output":"hi\n","exit_code":0,"status":"completed"}}`,
+			`{"method":"item/completed","params":{"item":{"type":"commandExecution","id":"c0","command":"echo hi","status":"completed","aggregatedOutput":"hi\n","exitCode":0}}}`},
+		{"command failed",
+			`{"type":"item.completed","item":{"id":"c1","type":"command_execution","command":"false","aggregated_output":"","exit_code":1,"status":"failed"}}`,
+			`{"method":"item/completed","params":{"item":{"type":"commandExecution","id":"c1","command":"false","status":"failed","aggregatedOutput":"","exitCode":1}}}`},
+		{"command declined", // an approval refused: an error in both
+			`{"type":"item.completed","item":{"id":"c3","type":"command_execution","command":"rm x","aggregated_output":"","exit_code":null,"status":"declined"}}`,
+			`{"method":"item/completed","params":{"item":{"type":"commandExecution","id":"c3","command":"rm x","status":"declined","aggregatedOutput":null,"exitCode":null}}}`},
+		{"command started",
+			`{"type":"item.started","item":{"id":"c2","type":"command_execution","command":"ls","aggregated_output":"","exit_code":null,"status":"in_progress"}}`,
+			`{"method":"item/started","params":{"item":{"type":"commandExecution","id":"c2","command":"ls","status":"inProgress","aggregatedOutput":null,"exitCode":null}}}`},
+		{"file change",
+			`{"type":"item.completed","item":{"id":"f1","type":"file_change","changes":[{"path":"/w/a","kind":"add"},{"path":"/w/b","kind":"delete"}],"status":"completed"}}`,
+			`{"method":"item/completed","params":{"item":{"type":"fileChange","id":"f1","changes":[{"path":"/w/a","kind":{"type":"add"}},{"path":"/w/b","kind":{"type":"delete"}}],"status":"completed"}}}`},
+		{"mcp",
+			`{"type":"item.completed","item":{"id":"m0","type":"mcp_tool_call","server":"s","tool":"t","arguments":{},"result":{"content":[{"type":"text","text":"found"}]},"status":"completed"}}`,
+			`{"method":"item/completed","params":{"item":{"type":"mcpToolCall","id":"m0","server":"s","tool":"t","arguments":{},"result":{"content":[{"type":"text","text":"found"}]},"status":"completed"}}}`},
+		{"mcp error",
+			`{"type":"item.completed","item":{"id":"m1","type":"mcp_tool_call","server":"s","tool":"t","arguments":{"a":1},"result":null,"error":{"message":"boom"},"status":"failed"}}`,
+			`{"method":"item/completed","params":{"item":{"type":"mcpToolCall","id":"m1","server":"s","tool":"t","arguments":{"a":1},"result":null,"error":{"message":"boom"},"status":"failed"}}}`},
+		{"web search",
+			`{"type":"item.completed","item":{"id":"w1","type":"web_search","query":"go"}}`,
+			`{"method":"item/completed","params":{"item":{"type":"webSearch","id":"w1","query":"go"}}}`},
+		{"reasoning",
+			`{"type":"item.completed","item":{"id":"r1","type":"reasoning","text":"think"}}`,
+			`{"method":"item/completed","params":{"item":{"type":"reasoning","id":"r1","summary":["think"],"content":[]}}}`},
+		{"agent message",
+			`{"type":"item.completed","item":{"id":"a1","type":"agent_message","text":"hi"}}`,
+			`{"method":"item/completed","params":{"item":{"type":"agentMessage","id":"a1","text":"hi"}}}`},
+	}
+	norm := func(evs []sandboxagent.Event) string {
+		var b strings.Builder
+		for _, ev := range evs {
+			if ev.Kind == sandboxagent.KindToolCall && (ev.Payload.Tool == "command_execution" || ev.Payload.Tool == "file_change") {
+				ev.Payload.Input = nil // the item as printed
+			}
+			p, _ := json.Marshal(ev.Payload)
+			fmt.Fprintf(&b, "%s %s\n", ev.Kind, p)
+		}
+		return b.String()
+	}
+	for _, c := range pairs {
+		t.Run(c.name, func(t *testing.T) {
+			pe, ps := parserOf(false, sandboxagent.Turn{}), parserOf(true, sandboxagent.Turn{})
+			e, s := pe.Parse([]byte(c.exec)), ps.Parse([]byte(c.serve))
+			if len(e) == 0 || e[0].Kind == sandboxagent.KindRaw {
+				t.Fatalf("exec: %+v", e)
+			}
+			if norm(e) != norm(s) {
+				t.Errorf("exec's events\n%s app-server's\n%s", norm(e), norm(s))
+			}
+			oe, _ := pe.Finish(0, nil)
+			os, _ := ps.Finish(0, nil)
+			if oe.Reply != os.Reply {
+				t.Errorf("replies %q and %q", oe.Reply, os.Reply)
+			}
+		})
 	}
 }

@@ -45,14 +45,7 @@ type item struct {
 	ExitCode         *int            `json:"exit_code"`
 	Status           string          `json:"status"`
 	Changes          json.RawMessage `json:"changes"`
-	Server           string          `json:"server"`
-	Tool             string          `json:"tool"`
-	Arguments        json.RawMessage `json:"arguments"`
-	Result           json.RawMessage `json:"result"`
-	Error            *struct {
-		Message string `json:"message"`
-	} `json:"error"`
-	Query string `json:"query"`
+	Query            string          `json:"query"`
 }
 
 // execParser turns one `codex exec --json` turn's output into events.
@@ -131,11 +124,7 @@ func (p *execParser) item(done bool, rawItem json.RawMessage) ([]sandboxagent.Ev
 		_ = json.Unmarshal(it.Changes, &changes) // none when malformed
 		return p.fileChange(done, it.ID, changes, it.Status, rawItem), true
 	case "mcp_tool_call":
-		m := mcpCall{ID: it.ID, Server: it.Server, Tool: it.Tool, Status: it.Status, Arguments: it.Arguments, Result: it.Result, Raw: rawItem}
-		if it.Error != nil {
-			m.Error = it.Error.Message
-		}
-		return p.mcpCall(done, m), true
+		return p.mcpCall(done, rawItem)
 	case "web_search":
 		return p.webSearch(done, it.ID, it.Query), true
 	}
