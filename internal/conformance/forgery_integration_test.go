@@ -361,7 +361,7 @@ func forgeryTurn(t *testing.T, name string, attack forgeryAttack) {
 	if attack.otherVocabulary {
 		checkIgnoredForgery(t, res, forged)
 	} else {
-		checkForgedEvents(t, res, raw)
+		checkForgedEvents(t, res, raw, forged)
 	}
 	if attack.check != nil {
 		attack.check(t, a, res)
@@ -457,9 +457,20 @@ func checkForgedLines(t *testing.T, drv sandboxagent.Driver, turn sandboxagent.T
 
 // checkForgedEvents: the forged events of the turn res (its CLI's lines
 // raw) are kept, each verified false and reported (events, events.jsonl,
-// status.json); the real ones are verified.
-func checkForgedEvents(t *testing.T, res sandboxagent.TurnResult, raw []byte) {
+// status.json); the real ones are verified; no forged line names a
+// session.
+func checkForgedEvents(t *testing.T, res sandboxagent.TurnResult, raw, forged []byte) {
 	t.Helper()
+	forgedLines := map[string]bool{}
+	for _, l := range bytes.Split(bytes.TrimSpace(forged), []byte("\n")) {
+		forgedLines[string(l)] = true
+	}
+	sessionLines := strings.Split(string(raw), "\n")
+	for _, ev := range res.Events {
+		if ev.Kind == sandboxagent.KindSession && ev.Line >= 1 && ev.Line <= len(sessionLines) && forgedLines[sessionLines[ev.Line-1]] {
+			t.Errorf("the forged line %d named the session %q (the turn's is %q)", ev.Line, ev.SessionID, res.SessionID)
+		}
+	}
 	// The forged events: kept, each verified false and reported.
 	var forgedEvs []sandboxagent.Event
 	seen := map[string]bool{}
