@@ -142,6 +142,11 @@ type Turn struct {
 	// WorkDir is where the CLI runs (the sandbox's working directory when
 	// empty).
 	WorkDir string
+	// LongLived is set by the agent when the turn runs on a LongLived
+	// driver's long-lived process (not Command): a driver whose CLI prints
+	// another vocabulary there picks its parser by it, so that a line of
+	// the other mode's vocabulary is not believed.
+	LongLived bool
 }
 
 // Invocation is the process the agent runs for one turn.

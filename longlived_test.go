@@ -425,3 +425,38 @@ func TestLocalModelBounds(t *testing.T) {
 		t.Errorf("served %d, want %d", served, maxLocalRequests-2)
 	}
 }
+
+// modeDriver is llDriver recording the mode each turn's parser is made
+// for (Turn.LongLived), which a driver printing another vocabulary in
+// each mode picks its parser by.
+type modeDriver struct {
+	llDriver
+	longLived []bool
+}
+
+func (d *modeDriver) NewParser(t Turn) Parser {
+	d.longLived = append(d.longLived, t.LongLived)
+	return d.llDriver.NewParser(t)
+}
+
+func TestTurnLongLivedNamesTheMode(t *testing.T) {
+	for _, perTurn := range []bool{false, true} {
+		var rt Runtime = cliRuntime(func(prompt string) (string, string, int) { return `{"text":"per turn ` + prompt + `"}` + "\n", "", 0 })
+		if !perTurn {
+			rt, _ = llRuntime(t)
+		}
+		d := &modeDriver{llDriver: llDriver{fakeDriver: fakeDriver{key: "k"}}}
+		a, _ := startFake(t, rt, d, func(c *Config) { c.PerTurn = perTurn })
+		for _, p := range []string{"one", "two"} {
+			if _, err := a.Ask(context.Background(), p); err != nil {
+				t.Fatalf("per_turn %v: %v", perTurn, err)
+			}
+		}
+		if want := []bool{!perTurn, !perTurn}; !slices.Equal(d.longLived, want) {
+			t.Errorf("per_turn %v: the parsers' Turn.LongLived %v, want %v", perTurn, d.longLived, want)
+		}
+		if perTurn && (len(d.turns) != 2 || slices.ContainsFunc(d.turns, func(t Turn) bool { return t.LongLived })) {
+			t.Errorf("per_turn: Command's turns %+v, want two with LongLived false", d.turns)
+		}
+	}
+}

@@ -83,6 +83,7 @@ func (t *turn) run(ctx context.Context) (TurnResult, error) {
 		defer a.rec.Store(nil)
 	}
 	ll, longLived := a.longLived()
+	t.spec.LongLived = longLived // the parser of the mode's vocabulary
 	var inv Invocation
 	var err error
 	if !longLived {

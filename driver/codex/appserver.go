@@ -81,10 +81,66 @@ func (d *Driver) WarmSteps(t sandboxagent.Turn) []sandboxagent.WarmStep {
 // turn/interrupt; app-server ends the turn ("interrupted") and lives on.
 func (d *Driver) AbortInput() []byte { return []byte(`{"type":"abort"}` + "\n") }
 
+// serveParser turns one long-lived turn's lines (app-server's
+// notifications and the bridge's own) into events. It takes only that
+// vocabulary: a line of `codex exec --json`'s (the per-turn mode's,
+// parser.go) is a line it does not know, a raw event, so a forged
+// thread.started cannot name the session nor a forged turn.completed
+// complete the turn.
+type serveParser struct {
+	turnState
+	ended       bool     // the bridge's turn_end line
+	interrupted bool     // turn/completed said interrupted
+	announced   bool     // the session event was sent
+	total       *asUsage // the thread's last token count
+}
+
+func newServeParser(t sandboxagent.Turn) *serveParser {
+	return &serveParser{turnState: newTurnState(t)}
+}
+
 // Ended implements sandboxagent.TurnEnder: the bridge's turn_end line,
 // which it prints after app-server's turn/completed of the turn it
 // started (or after it could not start one).
-func (p *parser) Ended() (bool, time.Duration) { return p.ended, 0 }
+func (p *serveParser) Ended() (bool, time.Duration) { return p.ended, 0 }
+
+// bridgeLine is a line of the bridge's own ({"type":"turn_end"}) or an
+// app-server notification ({"method":...,"params":...}).
+type bridgeLine struct {
+	Type   string          `json:"type"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// Parse implements sandboxagent.Parser.
+func (p *serveParser) Parse(b []byte) []sandboxagent.Event {
+	var l bridgeLine
+	if kit.Blank(b) {
+		return nil
+	}
+	if !kit.Decode(b, &l) {
+		return kit.Raw(b)
+	}
+	switch {
+	case l.Type == "turn_end" && l.Method == "":
+		p.ended = true
+		return nil
+	case l.Type == "" && l.Method != "":
+		return p.notification(b, l.Method, l.Params)
+	}
+	return kit.Raw(b)
+}
+
+// Finish implements sandboxagent.Parser.
+func (p *serveParser) Finish(exitCode int, stderr []byte) (sandboxagent.TurnOutcome, error) {
+	out := sandboxagent.TurnOutcome{Reply: p.reply, SessionID: p.session}
+	if out.SessionID == "" && p.ended && p.failed == "" {
+		// A turn on a thread the process already ran: app-server does
+		// not name it again.
+		out.SessionID = p.turn.SessionID
+	}
+	return p.finish(out, exitCode, stderr, p.interrupted)
+}
 
 // The app-server notifications the parser reads (v2 protocol, camelCase).
 type (
@@ -127,11 +183,6 @@ type (
 		ExitCode         *int            `json:"exitCode"`
 		Status           string          `json:"status"`
 		Changes          []asChange      `json:"changes"`
-		Server           string          `json:"server"`
-		Tool             string          `json:"tool"`
-		Arguments        json.RawMessage `json:"arguments"`
-		Result           json.RawMessage `json:"result"`
-		Error            *asError        `json:"error"`
 		Query            string          `json:"query"`
 	}
 	asChange struct {
@@ -152,8 +203,9 @@ var quiet = map[string]bool{
 	"thread/goal/updated": true, "thread/goal/cleared": true, "thread/tokenUsage/updated": true,
 }
 
-// notification maps one app-server notification (or a bridge line) b.
-func (p *parser) notification(b []byte, method string, raw json.RawMessage) []sandboxagent.Event {
+// notification maps one app-server notification (or the bridge's error
+// line) b.
+func (p *serveParser) notification(b []byte, method string, raw json.RawMessage) []sandboxagent.Event {
 	var pr asParams
 	if len(raw) > 0 && json.Unmarshal(raw, &pr) != nil {
 		return kit.Raw(b)
@@ -181,8 +233,7 @@ func (p *parser) notification(b []byte, method string, raw json.RawMessage) []sa
 		if msg == "" {
 			msg = "the codex bridge failed"
 		}
-		p.failed = msg
-		return []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: msg, IsError: true}}}
+		return p.turnFailed(msg)
 	case "thread/tokenUsage/updated":
 		if pr.TokenUsage != nil && pr.TokenUsage.Total != nil {
 			p.total = pr.TokenUsage.Total
@@ -199,30 +250,21 @@ func (p *parser) notification(b []byte, method string, raw json.RawMessage) []sa
 		case "interrupted":
 			p.interrupted = true
 		default:
-			msg := "turn failed"
-			if pr.Turn.Error != nil && pr.Turn.Error.Message != "" {
+			msg := ""
+			if pr.Turn.Error != nil {
 				msg = pr.Turn.Error.Message
 			}
-			p.failed = msg
-			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: msg, IsError: true}})
+			evs = append(evs, p.turnFailed(msg)...)
 		}
-		if u := p.total; u != nil {
-			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindUsage, Payload: sandboxagent.Payload{
-				InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-				CacheReadTokens: u.CachedInputTokens, CacheWriteTokens: u.CacheWriteInputTokens,
-				ReasoningTokens: u.ReasoningOutputTokens, Cumulative: true,
-			}})
+		if p.total != nil {
+			evs = append(evs, usageEvent(tokens(*p.total))...)
 		}
 		return evs
 	case "error":
 		if pr.Error == nil {
 			return kit.Raw(b)
 		}
-		// A retry is reported but not fatal by itself.
-		if !pr.WillRetry {
-			p.lastError = pr.Error.Message
-		}
-		return []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: pr.Error.Message, IsError: !pr.WillRetry}}}
+		return p.reportError(pr.Error.Message, pr.WillRetry)
 	case "warning", "configWarning", "deprecationNotice", "guardianWarning":
 		msg := pr.Message
 		if msg == "" {
@@ -231,9 +273,9 @@ func (p *parser) notification(b []byte, method string, raw json.RawMessage) []sa
 		if msg == "" {
 			return kit.Raw(b)
 		}
-		return []sandboxagent.Event{{Kind: sandboxagent.KindError, Payload: sandboxagent.Payload{Text: msg}}}
+		return warning(msg)
 	case "item/started", "item/completed":
-		if evs, ok := p.asItem(method == "item/completed", pr.Item); ok {
+		if evs, ok := p.item(method == "item/completed", pr.Item); ok {
 			return append(p.announce(), evs...)
 		}
 	}
@@ -245,7 +287,7 @@ func (p *parser) notification(b []byte, method string, raw json.RawMessage) []sa
 
 // announce is the session event, once per turn, when the session is
 // known: a resumed thread's app-server does not name it again.
-func (p *parser) announce() []sandboxagent.Event {
+func (p *serveParser) announce() []sandboxagent.Event {
 	if p.announced {
 		return nil
 	}
@@ -259,9 +301,9 @@ func (p *parser) announce() []sandboxagent.Event {
 	return []sandboxagent.Event{{Kind: sandboxagent.KindSession, SessionID: p.session}}
 }
 
-// asItem maps an app-server thread item as item maps an exec one; ok is
-// false for what it does not understand.
-func (p *parser) asItem(done bool, rawItem json.RawMessage) ([]sandboxagent.Event, bool) {
+// item maps an app-server thread item through the mapping exec's share
+// (items.go); ok is false for what it does not understand.
+func (p *serveParser) item(done bool, rawItem json.RawMessage) ([]sandboxagent.Event, bool) {
 	var it asItem
 	if len(rawItem) == 0 || json.Unmarshal(rawItem, &it) != nil {
 		return nil, false
@@ -270,67 +312,21 @@ func (p *parser) asItem(done bool, rawItem json.RawMessage) ([]sandboxagent.Even
 	case "userMessage", "plan", "contextCompaction", "hookPrompt":
 		return nil, true // the prompt itself, or nothing exec reports
 	case "agentMessage":
-		if !done {
-			return nil, true
-		}
-		p.reply = it.Text
-		if it.Text == "" {
-			return nil, true
-		}
-		return []sandboxagent.Event{{Kind: sandboxagent.KindText, Payload: sandboxagent.Payload{Text: it.Text}}}, true
+		return p.agentMessage(done, it.Text), true
 	case "reasoning":
-		text := strings.Join(append(stringList(it.Summary), stringList(it.Content)...), "\n")
-		if !done || text == "" {
-			return nil, true
-		}
-		return []sandboxagent.Event{{Kind: sandboxagent.KindThinking, Payload: sandboxagent.Payload{Text: text}}}, true
+		return p.reasoning(done, strings.Join(append(stringList(it.Summary), stringList(it.Content)...), "\n")), true
 	case "commandExecution":
-		var evs []sandboxagent.Event
-		if !p.calls[it.ID] {
-			p.calls[it.ID] = true
-			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{
-				Tool: "command_execution", CallID: it.ID, Command: it.Command, Input: compact(rawItem),
-			}})
-		}
-		if done {
-			failed := it.Status == "failed" || it.Status == "declined" || (it.ExitCode != nil && *it.ExitCode != 0)
-			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolResult, Payload: sandboxagent.Payload{
-				Tool: "command_execution", CallID: it.ID, Command: it.Command,
-				Output: it.AggregatedOutput, ExitCode: it.ExitCode, IsError: failed,
-			}})
-		}
-		return evs, true
+		return p.command(done, command{ID: it.ID, Command: it.Command, Output: it.AggregatedOutput, Status: it.Status, ExitCode: it.ExitCode, Raw: rawItem}), true
 	case "fileChange":
-		path := ""
-		if len(it.Changes) > 0 {
-			path = it.Changes[0].Path
+		changes := make([]change, len(it.Changes))
+		for i, c := range it.Changes {
+			changes[i] = change{Path: c.Path, Kind: c.Kind.Type}
 		}
-		var evs []sandboxagent.Event
-		if !p.calls[it.ID] {
-			p.calls[it.ID] = true
-			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolCall, Payload: sandboxagent.Payload{
-				Tool: "file_change", CallID: it.ID, Path: path, Input: compact(rawItem),
-			}})
-		}
-		if done {
-			var out []string
-			for _, c := range it.Changes {
-				out = append(out, c.Kind.Type+" "+c.Path)
-			}
-			evs = append(evs, sandboxagent.Event{Kind: sandboxagent.KindToolResult, Payload: sandboxagent.Payload{
-				Tool: "file_change", CallID: it.ID, Path: path, Output: strings.Join(out, "\n"),
-				IsError: it.Status == "failed" || it.Status == "declined",
-			}})
-		}
-		return evs, true
+		return p.fileChange(done, it.ID, changes, it.Status, rawItem), true
 	case "mcpToolCall":
-		msg := ""
-		if it.Error != nil {
-			msg = it.Error.Message
-		}
-		return p.mcpCall(it.ID, it.Server, it.Tool, it.Arguments, it.Result, msg, it.Status, rawItem, done), true
+		return p.mcpCall(done, rawItem)
 	case "webSearch":
-		return p.webSearch(it.ID, it.Query, done), true
+		return p.webSearch(done, it.ID, it.Query), true
 	}
 	return nil, false
 }

@@ -46,14 +46,23 @@ func serveCases(t *testing.T) []drivertest.ParserCase {
 	}
 }
 
+// serving is the driver as the agent runs it long-lived: its turns'
+// parsers are the long-lived mode's.
+type serving struct{ *Driver }
+
+func (s serving) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
+	t.LongLived = true
+	return s.Driver.NewParser(t)
+}
+
 func TestParserServeGolden(t *testing.T) {
-	drivertest.CheckGolden(t, New(Options{}), serveCases(t))
+	drivertest.CheckGolden(t, serving{New(Options{})}, serveCases(t))
 }
 
 // TestParserServeSemantics states what the golden files hold, so a
 // careless -update cannot hide a regression.
 func TestParserServeSemantics(t *testing.T) {
-	d := New(Options{})
+	d := serving{New(Options{})}
 	cases := map[string]struct {
 		reply, session, kinds, err string
 		status                     int
@@ -100,7 +109,7 @@ func TestParserServeSemantics(t *testing.T) {
 // line; app-server's turn/completed, the same words inside a message or
 // a tool's output, or another thread's lines do not.
 func TestParserServeEnded(t *testing.T) {
-	d := New(Options{})
+	d := serving{New(Options{})}
 	for _, name := range []string{"serve-text", "serve-shell-done", "serve-401", "serve-interrupt", "serve-resume-unknown"} {
 		p := d.NewParser(sandboxagent.Turn{Prompt: "p"})
 		lines := bytes.Split(bytes.TrimSuffix(drivertest.Testdata(t, name+".jsonl"), []byte("\n")), []byte("\n"))

@@ -235,7 +235,12 @@ func (d *Driver) Command(t sandboxagent.Turn) (sandboxagent.Invocation, error) {
 	return inv, nil
 }
 
-// NewParser implements sandboxagent.Driver.
+// NewParser implements sandboxagent.Driver: the parser of the turn's
+// mode, which takes that mode's vocabulary only (app-server's on the
+// long-lived process, `codex exec --json`'s per turn).
 func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
-	return newParser(t)
+	if t.LongLived {
+		return newServeParser(t)
+	}
+	return newExecParser(t)
 }

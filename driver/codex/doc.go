@@ -62,7 +62,9 @@
 // → error; turn.completed → usage with cumulative=true (codex reports the
 // thread's running totals, carried over by resume and fork); turn.failed →
 // error and a *sandboxagent.DriverError from Finish. todo_list items and
-// any line the parser does not know are kept verbatim as raw events.
+// any line the parser does not know are kept verbatim as raw events; so
+// is a line of app-server's vocabulary (the long-lived mode's), and a
+// thread.started naming another thread than the first one.
 //
 // # Long-lived mode (ServeCommand, TurnInput, AbortInput)
 //
@@ -96,7 +98,12 @@
 // to 3 s). The bridge exits when stdin closes (closing app-server's stdin,
 // on which it exits) or when app-server exits, with its status.
 //
-// The parser takes both formats (a line with "method" is app-server's):
+// NewParser picks the parser by the turn's mode (Turn.LongLived): this
+// mode's takes only app-server's notifications and the bridge's lines, a
+// line of `codex exec --json`'s vocabulary is a raw event (so a forged
+// thread.started or turn.completed names no session and completes no
+// turn), as exec's parser takes an app-server line for unknown. Both map
+// a thread item through one function per item kind (items.go):
 // item/completed agentMessage → text, reasoning (summary and content) →
 // thinking, commandExecution/fileChange/mcpToolCall/webSearch → tool_call
 // and tool_result as for exec (their ids are the model's call ids here),

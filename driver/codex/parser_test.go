@@ -119,7 +119,7 @@ func TestParserSemantics(t *testing.T) {
 	}
 
 	// `codex exec fork ID` without a prompt: only the new thread id.
-	g = drivertest.Parse(t, newParser(sandboxagent.Turn{}), drivertest.Testdata(t, "fake-fork.jsonl"), 0, drivertest.Testdata(t, "fake-fork.stderr"))
+	g = drivertest.Parse(t, newExecParser(sandboxagent.Turn{}), drivertest.Testdata(t, "fake-fork.jsonl"), 0, drivertest.Testdata(t, "fake-fork.stderr"))
 	if len(g.Events) != 1 || g.Events[0].SessionID != "01a226c8-9e43-7590-8437-61d2114ad44a" {
 		t.Errorf("fork output events %+v", g.Events)
 	}
@@ -132,7 +132,7 @@ func TestParserSemantics(t *testing.T) {
 }
 
 func TestParserEdgeCases(t *testing.T) {
-	p := newParser(sandboxagent.Turn{Prompt: "p"})
+	p := newExecParser(sandboxagent.Turn{Prompt: "p"})
 	check := func(line string, kind sandboxagent.EventKind, n int) []sandboxagent.Event {
 		t.Helper()
 		evs := p.Parse([]byte(line))
@@ -168,7 +168,7 @@ func TestParserEdgeCases(t *testing.T) {
 	}
 
 	// A resume that started another thread is an error.
-	p = newParser(sandboxagent.Turn{Prompt: "p", SessionID: "01a226c8-667d-7f42-ab84-674eb9e97950"})
+	p = newExecParser(sandboxagent.Turn{Prompt: "p", SessionID: "01a226c8-667d-7f42-ab84-674eb9e97950"})
 	p.Parse([]byte(`{"type":"thread.started","thread_id":"01a226c1-d5e3-7d71-a6ee-d20a7417ddc5"}`))
 	p.Parse([]byte(`{"type":"turn.completed","usage":{"input_tokens":1}}`))
 	if _, err := p.Finish(0, nil); err == nil || !strings.Contains(err.Error(), "new session") {
@@ -176,7 +176,7 @@ func TestParserEdgeCases(t *testing.T) {
 	}
 
 	// A crash: non-zero exit, stderr only.
-	p = newParser(sandboxagent.Turn{Prompt: "p"})
+	p = newExecParser(sandboxagent.Turn{Prompt: "p"})
 	_, err := p.Finish(101, []byte("thread 'main' panicked at x.rs:1\nnote: run with RUST_BACKTRACE=1\n"))
 	var de *sandboxagent.DriverError
 	if !errors.As(err, &de) || de.ExitCode != 101 || de.Message != "note: run with RUST_BACKTRACE=1" {

@@ -110,7 +110,7 @@ func (d *Driver) Fork(ctx context.Context, c sandboxagent.ContainerOps, sessionI
 	if err != nil {
 		return "", fmt.Errorf("codex: fork: %w", err)
 	}
-	p := newParser(sandboxagent.Turn{})
+	p := newExecParser(sandboxagent.Turn{})
 	for _, l := range bytes.Split(res.Stdout, []byte("\n")) {
 		p.Parse(l)
 	}

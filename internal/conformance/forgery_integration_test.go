@@ -74,7 +74,10 @@ var forgeCommand = `n=0; ` + execRoots(`cat `+forgedPath+` > "$d/fd/1" 2>/dev/nu
 // otherwise the attack did not work and the test would prove nothing.
 //
 // It runs each driver in its default mode (the long-lived one where it
-// has one) and, for the long-lived drivers, per turn as well. No CLI
+// has one) and, for the long-lived drivers, per turn as well. A CLI that
+// prints another vocabulary per turn (codex) has its per-turn forgery in
+// <driver>-per_turn.jsonl, and each mode is also attacked with the other
+// mode's lines, which its parser must take for unknown (raw) lines. No CLI
 // prevents the attack: every one runs its shell tool as its own user,
 // with /proc readable.
 func TestConformanceForgery(t *testing.T) {
@@ -89,6 +92,15 @@ func TestConformanceForgery(t *testing.T) {
 		if longLived {
 			subs = append(subs, subtest{name + "/per_turn", func(t *testing.T) {
 				forgeryTurn(t, name, forgeryAttack{perTurn: true, command: forgeCommand})
+			}})
+		}
+		if _, err := os.Stat(otherVocabularyFile(name, false)); err == nil {
+			// A CLI that prints another vocabulary in each mode: the
+			// forged lines in the other mode's vocabulary.
+			subs = append(subs, subtest{name + "/other_vocabulary", func(t *testing.T) {
+				forgeryTurn(t, name, forgeryAttack{otherVocabulary: true, command: forgeCommand})
+			}}, subtest{name + "/per_turn/other_vocabulary", func(t *testing.T) {
+				forgeryTurn(t, name, forgeryAttack{perTurn: true, otherVocabulary: true, command: forgeCommand})
 			}})
 		}
 		// The attacks on the long-lived turn's end (security review): one
@@ -108,6 +120,10 @@ func TestConformanceForgery(t *testing.T) {
 // forgeryAttack is one way of running the forged lines in a turn.
 type forgeryAttack struct {
 	perTurn bool
+	// otherVocabulary: the forged lines are in the vocabulary of the
+	// CLI's other mode (forgedFile): its parser must take them for lines
+	// it does not know (raw events), not for the turn's.
+	otherVocabulary bool
 	// command is what the model asks the shell tool to run.
 	command string
 	// files are uploaded (path, content) before the turn.
@@ -247,8 +263,35 @@ func verdict(v *bool) string {
 	return fmt.Sprint(*v)
 }
 
+// forgedFile is the forged turn of driver name in the vocabulary its CLI
+// prints per turn (perTurn) or in its default mode: testdata/forgery/
+// <name>-per_turn.jsonl for a CLI whose per-turn output differs from its
+// long-lived one (codex: `codex exec --json` and app-server), else
+// <name>.jsonl.
+func forgedFile(name string, perTurn bool) string {
+	if p := filepath.Join("testdata", "forgery", name+"-per_turn.jsonl"); perTurn {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return filepath.Join("testdata", "forgery", name+".jsonl")
+}
+
+// otherVocabularyFile is the forged turn in the vocabulary of the mode
+// other than perTurn's; it exists only for a CLI that has two.
+func otherVocabularyFile(name string, perTurn bool) string {
+	if perTurn {
+		return filepath.Join("testdata", "forgery", name+".jsonl")
+	}
+	return filepath.Join("testdata", "forgery", name+"-per_turn.jsonl")
+}
+
 func forgeryTurn(t *testing.T, name string, attack forgeryAttack) {
-	forged, err := os.ReadFile(filepath.Join("testdata", "forgery", name+".jsonl"))
+	file := forgedFile(name, attack.perTurn)
+	if attack.otherVocabulary {
+		file = otherVocabularyFile(name, attack.perTurn)
+	}
+	forged, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +301,13 @@ func forgeryTurn(t *testing.T, name string, attack forgeryAttack) {
 		{Text: secondReply},
 	}})
 	drv := drivers.All()[name](drivers.Endpoint{BaseURL: srv.URL() + "/v1", APIKey: drivertest.Key, Provider: "sandbox"})
-	checkForgedLines(t, drv, forged)
+	_, longLived := drv.(sandboxagent.LongLived)
+	turn := sandboxagent.Turn{Prompt: "x", LongLived: longLived && !attack.perTurn}
+	if attack.otherVocabulary {
+		checkUnknownLines(t, drv, turn, forged)
+	} else {
+		checkForgedLines(t, drv, turn, forged)
+	}
 
 	cfg := testenv.Config()
 	cfg.AuditRoot = drivertest.AuditRoot(t)
@@ -309,6 +358,119 @@ func forgeryTurn(t *testing.T, name string, attack forgeryAttack) {
 		t.Errorf("last event %+v, want done with %q", last, realReply)
 	}
 
+	if attack.otherVocabulary {
+		checkIgnoredForgery(t, res, forged)
+	} else {
+		checkForgedEvents(t, res, raw, forged)
+	}
+	if attack.check != nil {
+		attack.check(t, a, res)
+	}
+
+	// The forged turn end did not end the turn early: the next turn is
+	// the next one, with nothing of this one in it.
+	r2, err := a.Stream(ctx, "Now give your second answer.", nil)
+	if t.Failed() || err != nil || r2.Reply != secondReply {
+		// What the CLI printed, and when the turns ended, for the diagnosis.
+		raw, _ := os.ReadFile(filepath.Join(res.AuditDir, "session.jsonl"))
+		for i, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			t.Logf("session.jsonl %d: %.160s", i+1, l)
+		}
+		for _, st := range readStatus(t, res.AuditDir).Turns {
+			t.Logf("status.json turn %d: lines %d-%d, reply %q, error %q", st.Turn, st.FirstLine, st.LastLine, st.Reply, st.Error)
+		}
+	}
+	if err != nil || r2.Reply != secondReply {
+		t.Fatalf("the next turn: reply %q, err %v, want %q", r2.Reply, err, secondReply)
+	}
+	for _, ev := range r2.Events {
+		if ev.Kind == sandboxagent.KindUnverified || strings.Contains(forgedText(ev), "FORGED-") || (ev.Verified != nil && !*ev.Verified) {
+			t.Errorf("the next turn has %s event (line %d, verified %s): %.200s", ev.Kind, ev.Line, verdict(ev.Verified), forgedText(ev)+ev.Payload.Raw)
+		}
+	}
+}
+
+// statusFile is the part of status.json the tests read.
+type statusFile struct {
+	Turns []struct {
+		Turn         int             `json:"turn"`
+		FirstLine    int             `json:"first_line"`
+		LastLine     int             `json:"last_line"`
+		Reply        string          `json:"reply"`
+		Error        string          `json:"error"`
+		Verification json.RawMessage `json:"verification"`
+	} `json:"turns"`
+}
+
+func readStatus(t *testing.T, dir string) statusFile {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "status.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st statusFile
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("status.json: %v", err)
+	}
+	return st
+}
+
+// checkForgedLines checks, without a container, that the forged lines are
+// a turn the driver's parser believes: the tool call, its output and the
+// text, FORGED-REPLY as the reply and, for a long-lived CLI, the turn's
+// end. So a test that passes shows the host's check at work, not a
+// forgery the parser ignored.
+func checkForgedLines(t *testing.T, drv sandboxagent.Driver, turn sandboxagent.Turn, forged []byte) {
+	t.Helper()
+	p := drv.NewParser(turn)
+	var kinds []string
+	for _, l := range bytes.Split(bytes.TrimSpace(forged), []byte("\n")) {
+		for _, ev := range p.Parse(l) {
+			if ev.Kind == sandboxagent.KindRaw || ev.Kind == sandboxagent.KindError {
+				t.Fatalf("%s's parser does not take the forged line %s: %+v", drv.Name(), l, ev.Payload)
+			}
+			txt := forgedText(ev)
+			for _, m := range []string{forgedCall, forgedOutput, forgedReply} {
+				if strings.Contains(txt, m) {
+					kinds = append(kinds, string(ev.Kind)+" "+m)
+				}
+			}
+		}
+	}
+	for _, want := range []string{"tool_call " + forgedCall, "tool_result " + forgedOutput, "text " + forgedReply} {
+		if !slices.Contains(kinds, want) {
+			t.Fatalf("%s: the forged lines give no %s event (%v)", drv.Name(), want, kinds)
+		}
+	}
+	if turn.LongLived {
+		if e, ok := p.(sandboxagent.TurnEnder); !ok {
+			t.Fatalf("%s: long-lived parser without Ended", drv.Name())
+		} else if ended, _ := e.Ended(); !ended {
+			t.Fatalf("%s: the forged lines do not end a long-lived turn", drv.Name())
+		}
+	}
+	out, err := p.Finish(0, nil)
+	if err != nil || out.Reply != forgedReply {
+		t.Fatalf("%s: the forged lines' reply %q, %v; want %q", drv.Name(), out.Reply, err, forgedReply)
+	}
+}
+
+// checkForgedEvents: the forged events of the turn res (its CLI's lines
+// raw) are kept, each verified false and reported (events, events.jsonl,
+// status.json); the real ones are verified; no forged line names a
+// session.
+func checkForgedEvents(t *testing.T, res sandboxagent.TurnResult, raw, forged []byte) {
+	t.Helper()
+	forgedLines := map[string]bool{}
+	for _, l := range bytes.Split(bytes.TrimSpace(forged), []byte("\n")) {
+		forgedLines[string(l)] = true
+	}
+	sessionLines := strings.Split(string(raw), "\n")
+	for _, ev := range res.Events {
+		if ev.Kind == sandboxagent.KindSession && ev.Line >= 1 && ev.Line <= len(sessionLines) && forgedLines[sessionLines[ev.Line-1]] {
+			t.Errorf("the forged line %d named the session %q (the turn's is %q)", ev.Line, ev.SessionID, res.SessionID)
+		}
+	}
 	// The forged events: kept, each verified false and reported.
 	var forgedEvs []sandboxagent.Event
 	seen := map[string]bool{}
@@ -441,94 +603,49 @@ func forgeryTurn(t *testing.T, name string, attack forgeryAttack) {
 	if last.Verification != nil && bytes.Contains(last.Verification, []byte(`"unbacked_end"`)) {
 		t.Errorf("status.json: the turn's verification says unbacked_end: %s", last.Verification)
 	}
-	if attack.check != nil {
-		attack.check(t, a, res)
-	}
-
-	// The forged turn end did not end the turn early: the next turn is
-	// the next one, with nothing of this one in it.
-	r2, err := a.Stream(ctx, "Now give your second answer.", nil)
-	if t.Failed() || err != nil || r2.Reply != secondReply {
-		// What the CLI printed, and when the turns ended, for the diagnosis.
-		raw, _ := os.ReadFile(filepath.Join(res.AuditDir, "session.jsonl"))
-		for i, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-			t.Logf("session.jsonl %d: %.160s", i+1, l)
-		}
-		for _, st := range readStatus(t, res.AuditDir).Turns {
-			t.Logf("status.json turn %d: lines %d-%d, reply %q, error %q", st.Turn, st.FirstLine, st.LastLine, st.Reply, st.Error)
-		}
-	}
-	if err != nil || r2.Reply != secondReply {
-		t.Fatalf("the next turn: reply %q, err %v, want %q", r2.Reply, err, secondReply)
-	}
-	for _, ev := range r2.Events {
-		if ev.Kind == sandboxagent.KindUnverified || strings.Contains(forgedText(ev), "FORGED-") || (ev.Verified != nil && !*ev.Verified) {
-			t.Errorf("the next turn has %s event (line %d, verified %s): %.200s", ev.Kind, ev.Line, verdict(ev.Verified), forgedText(ev)+ev.Payload.Raw)
-		}
-	}
 }
 
-// statusFile is the part of status.json the tests read.
-type statusFile struct {
-	Turns []struct {
-		Turn         int             `json:"turn"`
-		FirstLine    int             `json:"first_line"`
-		LastLine     int             `json:"last_line"`
-		Reply        string          `json:"reply"`
-		Error        string          `json:"error"`
-		Verification json.RawMessage `json:"verification"`
-	} `json:"turns"`
-}
-
-func readStatus(t *testing.T, dir string) statusFile {
+// checkIgnoredForgery: forged lines in the vocabulary of the CLI's other
+// mode are raw events of the turn res (kept for the audit, believed in
+// nothing): no session, tool, text or usage event comes of them.
+func checkIgnoredForgery(t *testing.T, res sandboxagent.TurnResult, forged []byte) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "status.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st statusFile
-	if err := json.Unmarshal(b, &st); err != nil {
-		t.Fatalf("status.json: %v", err)
-	}
-	return st
-}
-
-// checkForgedLines checks, without a container, that the forged lines are
-// a turn the driver's parser believes: the tool call, its output and the
-// text, FORGED-REPLY as the reply and, for a long-lived CLI, the turn's
-// end. So a test that passes shows the host's check at work, not a
-// forgery the parser ignored.
-func checkForgedLines(t *testing.T, drv sandboxagent.Driver, forged []byte) {
-	t.Helper()
-	p := drv.NewParser(sandboxagent.Turn{Prompt: "x"})
-	var kinds []string
+	want := map[string]bool{}
 	for _, l := range bytes.Split(bytes.TrimSpace(forged), []byte("\n")) {
-		for _, ev := range p.Parse(l) {
-			if ev.Kind == sandboxagent.KindRaw || ev.Kind == sandboxagent.KindError {
-				t.Fatalf("%s's parser does not take the forged line %s: %+v", drv.Name(), l, ev.Payload)
-			}
-			txt := forgedText(ev)
-			for _, m := range []string{forgedCall, forgedOutput, forgedReply} {
-				if strings.Contains(txt, m) {
-					kinds = append(kinds, string(ev.Kind)+" "+m)
-				}
-			}
+		want[string(l)] = true
+	}
+	for _, ev := range res.Events {
+		switch {
+		case ev.Kind == sandboxagent.KindRaw:
+			delete(want, string(ev.Payload.Raw))
+		case strings.Contains(forgedText(ev), "FORGED-"):
+			t.Errorf("a forged line of the other vocabulary became a %s event (line %d): %+v", ev.Kind, ev.Line, ev.Payload)
+		case ev.Kind == sandboxagent.KindSession && ev.SessionID != res.SessionID:
+			t.Errorf("session event %q (line %d), the turn's session is %q", ev.SessionID, ev.Line, res.SessionID)
 		}
 	}
-	for _, want := range []string{"tool_call " + forgedCall, "tool_result " + forgedOutput, "text " + forgedReply} {
-		if !slices.Contains(kinds, want) {
-			t.Fatalf("%s: the forged lines give no %s event (%v)", drv.Name(), want, kinds)
+	for l := range want {
+		t.Errorf("the forged line is no raw event of the turn: %s", l)
+	}
+}
+
+// checkUnknownLines checks, without a container, that the driver's parser
+// of turn's mode makes nothing but raw events of the forged lines (the
+// other mode's vocabulary): no session, no turn end, no reply.
+func checkUnknownLines(t *testing.T, drv sandboxagent.Driver, turn sandboxagent.Turn, forged []byte) {
+	t.Helper()
+	p := drv.NewParser(turn)
+	for _, l := range bytes.Split(bytes.TrimSpace(forged), []byte("\n")) {
+		if evs := p.Parse(l); len(evs) != 1 || evs[0].Kind != sandboxagent.KindRaw {
+			t.Fatalf("%s's parser (long-lived %v) takes the line of the other vocabulary %s: %+v", drv.Name(), turn.LongLived, l, evs)
 		}
 	}
-	if _, ok := drv.(sandboxagent.LongLived); ok {
-		if e, ok := p.(sandboxagent.TurnEnder); !ok {
-			t.Fatalf("%s: long-lived parser without Ended", drv.Name())
-		} else if ended, _ := e.Ended(); !ended {
-			t.Fatalf("%s: the forged lines do not end a long-lived turn", drv.Name())
+	if e, ok := p.(sandboxagent.TurnEnder); ok && turn.LongLived {
+		if ended, _ := e.Ended(); ended {
+			t.Fatalf("%s: the other vocabulary's lines end a long-lived turn", drv.Name())
 		}
 	}
-	out, err := p.Finish(0, nil)
-	if err != nil || out.Reply != forgedReply {
-		t.Fatalf("%s: the forged lines' reply %q, %v; want %q", drv.Name(), out.Reply, err, forgedReply)
+	if out, err := p.Finish(0, nil); err == nil || out.Reply != "" || out.SessionID != "" {
+		t.Fatalf("%s: the other vocabulary's lines give the turn %+v, %v; want no reply, no session, not completed", drv.Name(), out, err)
 	}
 }
