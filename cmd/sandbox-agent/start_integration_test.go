@@ -58,8 +58,11 @@ func BenchmarkProcessStart(b *testing.B) {
 	dir := b.TempDir()
 	slim, k8s := filepath.Join(dir, "sandbox-agent"), filepath.Join(dir, "sandbox-agent-kubernetes")
 	for bin, tags := range map[string]string{slim: "", k8s: "kubernetes"} {
-		// As the release builds them (.ci/release.sh), without debug info.
-		if out, err := exec.Command("go", "build", "-tags", tags, "-trimpath", "-ldflags", "-s -w", "-o", bin, ".").CombinedOutput(); err != nil {
+		// As the release builds them (.ci/release.sh): static, without
+		// debug info.
+		build := exec.Command("go", "build", "-tags", tags, "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
 			b.Fatalf("go build -tags %q: %v\n%s", tags, err, out)
 		}
 	}
