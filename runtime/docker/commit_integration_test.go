@@ -170,9 +170,21 @@ func commitEngine(t *testing.T) (*docker.Runtime, context.Context) {
 // the checkpoint, which use it).
 func buildBase(t *testing.T, rt *docker.Runtime, ctx context.Context, ref string) {
 	t.Helper()
-	df := "FROM " + testenv.Image() + "\n" +
-		`ENV LANG=C.UTF-8 ODD="a \"b\" \$c \\d,e"` + "\n" +
-		"LABEL org.example.base=kept\n"
+	buildImage(t, rt, ctx, ref, "FROM "+testenv.Image()+"\n"+
+		`ENV LANG=C.UTF-8 ODD="a \"b\" \$c \\d,e"`+"\n"+
+		"LABEL org.example.base=kept\n")
+	img, err := rt.Client().ImageInspect(ctx, ref)
+	if err != nil {
+		t.Fatalf("inspect %s: %v", ref, err)
+	}
+	if !slices.Contains(img.Config.Env, "ODD="+baseODD) {
+		t.Fatalf("the base image's env is %q, want ODD=%s", img.Config.Env, baseODD)
+	}
+}
+
+// buildImage builds ref from the Dockerfile df and removes it at cleanup.
+func buildImage(t *testing.T, rt *docker.Runtime, ctx context.Context, ref, df string) {
+	t.Helper()
 	var ctxTar bytes.Buffer
 	tw := tar.NewWriter(&ctxTar)
 	if err := tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(df))}); err != nil {
@@ -202,13 +214,6 @@ func buildBase(t *testing.T, rt *docker.Runtime, ctx context.Context, ref string
 		}
 	}
 	removeImageAtCleanup(t, rt, ref)
-	img, err := rt.Client().ImageInspect(ctx, ref)
-	if err != nil {
-		t.Fatalf("inspect %s: %v", ref, err)
-	}
-	if !slices.Contains(img.Config.Env, "ODD="+baseODD) {
-		t.Fatalf("the base image's env is %q, want ODD=%s", img.Config.Env, baseODD)
-	}
 }
 
 // randSuffix is 8 random hex digits, for names of our own.

@@ -240,7 +240,12 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 	res, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: spec.Name,
 		Config: &container.Config{
-			Image:      spec.Image,
+			Image: spec.Image,
+			// The sandbox's command is the whole command: an image's
+			// ENTRYPOINT would take it as its arguments. [""] clears the
+			// image's on Docker and Podman alike (Podman's compatible API
+			// ignores an empty list), as `--entrypoint ""` does.
+			Entrypoint: []string{""},
 			Cmd:        spec.Cmd,
 			Env:        spec.Env,
 			User:       spec.User,
