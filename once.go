@@ -3,6 +3,7 @@ package sandboxagent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -14,19 +15,28 @@ import (
 )
 
 // attacher is a Runtime that can run a created container's main process
-// with its output attached (runtime/docker's Attach): RunOnce's way.
-// RecordsOOMKills says whether the engine's state tells an OOM kill, the
-// one limit RunOnce can report once the container's cgroup is gone.
+// with its output attached (runtime/docker's Attach): RunOnce's way. wait
+// gives the exit code and whether the OOM killer struck; RecordsOOMKills
+// says whether the engine tells that, the one limit RunOnce can report
+// once the container (and its cgroup) is gone.
 type attacher interface {
-	Attach(ctx context.Context, id string, stdout, stderr io.Writer) (wait func() (int, error), err error)
+	Attach(ctx context.Context, id string, stdout, stderr io.Writer) (wait func() (code int, oomKilled bool, err error), err error)
 	RecordsOOMKills(ctx context.Context) bool
 }
 
+// ErrLeftBehind: RunOnce's command ran (its result is whole) but its
+// sandbox could not be removed; gc removes it.
+var ErrLeftBehind = errors.New("sandbox left behind")
+
 // CanRunOnce says whether RunOnce can run a command with opts on rt: the
 // runtime attaches to a container's main process and records OOM kills,
-// and the sandbox needs no host proxy (an allow-list's egress proxy is
-// reached through an exec, which a one-shot container has no time for).
+// the sandbox needs no host proxy (an allow-list's egress proxy is
+// reached through an exec, which a one-shot container has no time for),
+// and it has an init (the lifetime's watchdog cannot kill pid 1).
 func CanRunOnce(ctx context.Context, rt Runtime, opts SandboxOptions) bool {
+	if opts.NoInit {
+		return false
+	}
 	if at, ok := rt.(attacher); !ok || !at.RecordsOOMKills(ctx) {
 		return false
 	}
@@ -41,12 +51,15 @@ func CanRunOnce(ctx context.Context, rt Runtime, opts SandboxOptions) bool {
 // exec` does when it copies nothing in or out. The sandbox is made and
 // checked as NewSandbox's (hardening, limits, labels for gc); the result
 // is Run's (the timeout, or ctx, kills the command: its whole container,
-// at once, with no SIGTERM first), and so are the errors, except that a
-// pids limit hit is not told apart (the counters go with the container):
-// an OOM kill is a *ResourceError from the engine's record, a full disk
-// one from the container's measured size. req.Stdin must be nil. A
-// runtime or options RunOnce cannot serve (CanRunOnce false) give
-// ErrUnsupportedByRuntime before anything is made.
+// at once, with no SIGTERM first), and so are the errors, except that
+// only an OOM kill is told apart (a *ResourceError from the engine's
+// event): the pids counters and the disk's size go with the container,
+// which the engine removes as the command exits (nothing is left behind
+// by a host that dies). A command that is not found exits 127, as in a
+// shell. req.Stdin must be nil. A runtime or options RunOnce cannot serve
+// (CanRunOnce false) give ErrUnsupportedByRuntime before anything is
+// made; a sandbox that could not be removed after the command ran, an
+// error wrapping ErrLeftBehind beside the whole result.
 func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecRequest) (res ExecResult, err error) {
 	if rt == nil {
 		return ExecResult{}, fmt.Errorf("%w: nil Runtime", ErrInvalidArgument)
@@ -87,7 +100,6 @@ func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecReque
 	// its user, folder and environment.
 	life, _ := strconv.ParseInt(spec.Labels[LabelMaxLifetime], 10, 64)
 	spec.Cmd = guest.OnceCmd(life, req.Cmd)
-	spec.AutoRemove = false // its state (OOM kill, size) is read after the exit
 	if req.User != "" {
 		spec.User = req.User
 	}
@@ -105,7 +117,7 @@ func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecReque
 	s := newSandbox(rt, id, spec, opts, cfg, nil)
 	defer func() {
 		if cerr := s.Close(); cerr != nil && err == nil {
-			err = cerr
+			err = fmt.Errorf("%w: %w", ErrLeftBehind, cerr)
 		}
 	}()
 	timeout := req.Timeout
@@ -125,7 +137,7 @@ func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecReque
 	// The attach starts nothing: it goes beside the hardening check,
 	// which must pass before the start.
 	type attached struct {
-		wait func() (int, error)
+		wait func() (int, bool, error)
 		err  error
 	}
 	attachC := make(chan attached, 1)
@@ -145,7 +157,7 @@ func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecReque
 	if err != nil {
 		return ExecResult{}, startErr(startCtx, err)
 	}
-	if err := checkHardening(spec, st); err != nil {
+	if err := errors.Join(checkHardening(spec, st), checkLogs(st)); err != nil {
 		return ExecResult{}, err
 	}
 	if a.err != nil {
@@ -154,12 +166,13 @@ func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecReque
 	wait := a.wait
 	type outcome struct {
 		code int
+		oom  bool
 		err  error
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		code, err := wait()
-		done <- outcome{code, err}
+		code, oom, err := wait()
+		done <- outcome{code, oom, err}
 	}()
 	start := time.Now()
 	if err := rt.Start(startCtx, id); err != nil {
@@ -181,12 +194,10 @@ func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecReque
 			return result(-1), fmt.Errorf("exec %q: %w", req.Cmd[0], o.err)
 		}
 		res := result(o.code)
-		if res.ExitCode != 0 {
-			if st, err := rt.Inspect(ctx, id); err == nil && st.OOMKilled {
-				return res, &ResourceError{Resource: resourceMemory, Limit: spec.MemoryBytes, Events: 1, Cmd: req.Cmd[0]}
-			}
+		if o.oom {
+			return res, &ResourceError{Resource: resourceMemory, Limit: spec.MemoryBytes, Events: 1, Cmd: req.Cmd[0]}
 		}
-		return res, s.checkDisk(ctx, req.Cmd[0], res)
+		return res, nil
 	case <-timer.C:
 	case <-ctx.Done():
 		cause = ctx.Err()

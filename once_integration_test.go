@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -27,11 +28,15 @@ func TestIntegrationRunOnce(t *testing.T) {
 	opts := func(name string) sandboxagent.SandboxOptions {
 		return sandboxagent.SandboxOptions{Image: testenv.Image(), Config: testenv.Config(), Name: "sandbox-agent-once-" + name + "-" + strconv.Itoa(os.Getpid())}
 	}
+	// The engine removes the container as the command exits (its
+	// auto-remove), a moment after RunOnce may return.
 	gone := func(t *testing.T, name string) {
 		t.Helper()
-		if _, err := rt.Inspect(context.Background(), name); !errors.Is(err, sandboxagent.ErrContainerNotFound) {
-			t.Errorf("container %s left behind: %v", name, err)
-		}
+		waitGone(t, rt, name, 30*time.Second)
+	}
+	// No sandbox's output is logged by the engine (to the host's disk).
+	if st, err := testenv.Sandbox(t, rt, opts("logs")).Inspect(ctx); err != nil || st.LogDriver != "none" {
+		t.Fatalf("a sandbox's log driver: %q, %v; want none", st.LogDriver, err)
 	}
 	if testenv.Engine(t).Name == "podman" {
 		if sandboxagent.CanRunOnce(ctx, rt, opts("podman")) {
@@ -90,8 +95,12 @@ func TestIntegrationRunOnce(t *testing.T) {
 	t.Run("a cancelled context kills it and says so", func(t *testing.T) {
 		o := opts("cancel")
 		cctx, cancel := context.WithCancel(ctx)
-		time.AfterFunc(2*time.Second, cancel)
-		res, err := sandboxagent.RunOnce(cctx, rt, o, sandboxagent.ExecRequest{Cmd: []string{"sleep", "600"}})
+		defer cancel()
+		// Cancelled once the command runs (its first output), not after
+		// a time a loaded machine may not have started it in.
+		res, err := sandboxagent.RunOnce(cctx, rt, o, sandboxagent.ExecRequest{
+			Cmd: []string{"sh", "-c", "echo up; exec sleep 600"}, Stdout: cancelOnWrite(cancel),
+		})
 		if !errors.Is(err, context.Canceled) || !res.TimedOut || res.ExitCode != 124 {
 			t.Fatalf("got %+v, %v; want TimedOut and context.Canceled", res, err)
 		}
@@ -104,6 +113,14 @@ func TestIntegrationRunOnce(t *testing.T) {
 		var rerr *sandboxagent.ResourceError
 		if !errors.As(err, &rerr) || !errors.Is(err, sandboxagent.ErrOutOfMemory) || res.ExitCode != 137 || rerr.Limit != 64<<20 {
 			t.Fatalf("got %+v, %v; want exit 137 and an out-of-memory ResourceError", res, err)
+		}
+		gone(t, o.Name)
+	})
+	t.Run("a command not found exits 127, as in a shell", func(t *testing.T) {
+		o := opts("notfound")
+		res, err := sandboxagent.RunOnce(ctx, rt, o, sandboxagent.ExecRequest{Cmd: []string{"no-such-command"}})
+		if err != nil || res.ExitCode != 127 || !strings.Contains(string(res.Stderr), "no-such-command") || strings.Contains(string(res.Stderr), "sandbox-agent") {
+			t.Fatalf("got %+v stderr %q, %v; want exit 127 and the shell's words", res, res.Stderr, err)
 		}
 		gone(t, o.Name)
 	})
@@ -125,9 +142,23 @@ func TestIntegrationRunOnce(t *testing.T) {
 			t.Errorf("allow-list: %v, want ErrUnsupportedByRuntime", err)
 		}
 		o = opts("refused")
+		o.NoInit = true
+		if sandboxagent.CanRunOnce(ctx, rt, o) {
+			t.Error("CanRunOnce without an init (the watchdog cannot kill pid 1)")
+		}
+		o = opts("refused")
 		if _, err := sandboxagent.RunOnce(ctx, rt, o, sandboxagent.ExecRequest{Cmd: []string{"cat"}, Stdin: strings.NewReader("x")}); !errors.Is(err, sandboxagent.ErrInvalidArgument) {
 			t.Errorf("stdin: %v, want ErrInvalidArgument", err)
 		}
 		gone(t, o.Name)
 	})
 }
+
+// cancelOnWrite is a writer that calls cancel at its first write.
+func cancelOnWrite(cancel context.CancelFunc) io.Writer {
+	return writerFunc(func(p []byte) (int, error) { cancel(); return len(p), nil })
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

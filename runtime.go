@@ -147,6 +147,10 @@ type ContainerState struct {
 	NetworkMode string
 	User        string
 	Mounts      []Mount // bind mounts as the engine recorded them
+	// LogDriver is the engine's log driver of the main process's output:
+	// "none" for a sandbox ("" where the runtime has none to choose:
+	// Kubernetes' kubelet keeps bounded logs).
+	LogDriver string
 }
 
 // RuntimeExec is one command for Runtime.Exec.

@@ -265,7 +265,7 @@ func NewSandbox(ctx context.Context, rt Runtime, opts SandboxOptions) (*Sandbox,
 	if err != nil {
 		return fail(err)
 	}
-	if err := checkHardening(spec, st); err != nil {
+	if err := errors.Join(checkHardening(spec, st), checkLogs(st)); err != nil {
 		return fail(err)
 	}
 	s.pidsLimit = st.PidsLimit // the one enforced (a node's may be stricter)
@@ -573,6 +573,16 @@ type diskQuotas interface {
 // record, more cheaply than from the engine's description.
 type imageDiskQuotas interface {
 	DiskQuotasOf(ctx context.Context, image string) error
+}
+
+// checkLogs refuses a new sandbox whose main process's output the engine
+// logs to the host (an engine that ignored the log driver asked). Not a
+// hardening setting adoption checks: older sandboxes had engine logs.
+func checkLogs(got ContainerState) error {
+	if got.LogDriver != "" && got.LogDriver != "none" {
+		return &HardeningError{Setting: "log driver", Want: "none", Got: got.LogDriver}
+	}
+	return nil
 }
 
 // checkHardening compares what the engine recorded with what was asked

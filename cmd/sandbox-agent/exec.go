@@ -205,6 +205,12 @@ func runExec(ctx context.Context, a *app, args []string) int {
 		// Nothing to copy: the command is the container's own process.
 		res, err := sandboxagent.RunOnce(ctx, rt, opts, req)
 		flush()
+		if errors.Is(err, sandboxagent.ErrLeftBehind) {
+			// The command ran: its exit code stands, as after a failed
+			// Close below.
+			fmt.Fprintf(a.stderr, "sandbox-agent: %s\n", errText(err))
+			err = nil
+		}
 		code, _ := a.execResult(ctx, res, err)
 		return code
 	}

@@ -22,5 +22,5 @@ func KeepaliveCmd(keepalive, lifetime time.Duration) (cmd []string, idle, life i
 // OnceCmd is a one-shot sandbox's main command: Once running cmd, bounded
 // to lifeSecs seconds (0: none; the sandbox's LabelMaxLifetime).
 func OnceCmd(lifeSecs int64, cmd []string) []string {
-	return append([]string{"/bin/sh", "-c", Once, "sandbox-agent-once", strconv.FormatInt(max(lifeSecs, 0), 10)}, cmd...)
+	return append([]string{"/bin/sh", "-c", Once, "sh", strconv.FormatInt(max(lifeSecs, 0), 10)}, cmd...)
 }

@@ -210,7 +210,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandboxagent.ContainerSpec) (
 		secOpt = append(securityOpt(spec.NoNewPrivileges, nil), "seccomp="+file)
 	}
 	hc := &container.HostConfig{
-		AutoRemove:     spec.AutoRemove,
+		AutoRemove: spec.AutoRemove,
+		// No engine log of the main process's output: what a sandbox
+		// prints reaches the host through its bounded streams only (a
+		// log grows on the host's disk unbounded, outside --disk).
+		LogConfig:      container.LogConfig{Type: "none"},
 		Privileged:     spec.Privileged,
 		CapDrop:        capDrop,
 		CapAdd:         capAdd,
@@ -335,6 +339,7 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (sandboxagent.Containe
 		st.MemorySwap = h.MemorySwap
 		st.NanoCPUs = h.NanoCPUs
 		st.NetworkMode = string(h.NetworkMode)
+		st.LogDriver = h.LogConfig.Type
 	}
 	for _, m := range c.Mounts {
 		if m.Type == mount.TypeBind {

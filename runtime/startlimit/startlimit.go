@@ -64,7 +64,7 @@ func (l *limited) Features() sandboxagent.RuntimeFeatures { return sandboxagent.
 // Attach and RecordsOOMKills pass the wrapped runtime's on
 // (sandboxagent.RunOnce: the container's start takes its slot as any), or
 // say there are none.
-func (l *limited) Attach(ctx context.Context, id string, stdout, stderr io.Writer) (func() (int, error), error) {
+func (l *limited) Attach(ctx context.Context, id string, stdout, stderr io.Writer) (func() (int, bool, error), error) {
 	if a, ok := l.Runtime.(attacher); ok {
 		return a.Attach(ctx, id, stdout, stderr)
 	}
@@ -78,7 +78,7 @@ func (l *limited) RecordsOOMKills(ctx context.Context) bool {
 
 // attacher is what RunOnce needs of a runtime beyond sandboxagent.Runtime.
 type attacher interface {
-	Attach(ctx context.Context, id string, stdout, stderr io.Writer) (func() (int, error), error)
+	Attach(ctx context.Context, id string, stdout, stderr io.Writer) (func() (int, bool, error), error)
 	RecordsOOMKills(ctx context.Context) bool
 }
 

@@ -4,10 +4,12 @@
 # seconds (0: none); the rest: the command. A watchdog bounds the command
 # without the host (one that died leaves nothing running past the
 # lifetime): it kills every process it may signal once the lifetime is up.
-# Then the shell becomes the command (exec): its pid, signals and exit
-# status are the command's own.
+# It is forked twice, so that init adopts it: not a child the command
+# sees. Then the shell becomes the command (exec): its pid, signals and
+# exit status are the command's own ($0 is "sh": a command not found is
+# told as a shell tells it, exit 127).
 life=$1; shift
 if [ "$life" -gt 0 ]; then
-  (sleep "$life"; kill -KILL -1) </dev/null >/dev/null 2>&1 &
+  ( (sleep "$life"; kill -KILL -1) </dev/null >/dev/null 2>&1 & )
 fi
 exec "$@"
