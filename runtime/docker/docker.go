@@ -52,7 +52,7 @@ type Options struct {
 	// ExecStartHold bounds how long an exec keeps its ExecGate slot after
 	// the engine answered the attach, while the engine starts the process:
 	// the slot goes back at the first output byte, the stream's end, or
-	// after this (0: DefaultExecStartHold; negative: at the attach answer).
+	// after this (0: DefaultExecStartHold, 250 ms; negative: at the attach answer).
 	ExecStartHold time.Duration
 }
 

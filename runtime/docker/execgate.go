@@ -18,9 +18,11 @@ type ExecGate interface {
 
 // DefaultExecStartHold is Options.ExecStartHold's default: the longest an
 // exec keeps its slot after the engine answered the attach, waiting for a
-// sign that the process runs (its first output, its stream's end). Chosen
-// from BenchmarkExecWidth (NOTES: hold points at 50 sandboxes).
-const DefaultExecStartHold = time.Second
+// sign that the process runs (its first output, its stream's end). With
+// 50 sandboxes looping on `true` (BenchmarkExecWidth, two sweeps), holds
+// of 250 ms and 1 s gave the throughput of no gate at all (0.98-1.27x),
+// a hold to the stream's end (10 s) 0.86x at width 16.
+const DefaultExecStartHold = 250 * time.Millisecond
 
 // admit takes an exec slot, its wait reported to ctx's queue-wait total.
 // Without a gate it returns a no-op.
