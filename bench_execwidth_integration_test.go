@@ -20,26 +20,45 @@ import (
 	"github.com/sandbox-agent/sandbox-agent/runtime/startlimit"
 )
 
-// swapGate is an exec gate whose queue a benchmark changes between
-// rounds (nil: no queue), so one set of sandboxes serves every width.
-type swapGate struct {
-	q atomic.Pointer[execlimit.Queue]
+// swapExec sends every exec to the runtime of the current round (its own
+// queue and hold, or none at all: a runtime without a gate, the true
+// baseline), so one set of sandboxes serves every round.
+type swapExec struct {
+	sandboxagent.Runtime
+	cur atomic.Pointer[docker.Runtime]
 }
 
-func (g *swapGate) Acquire(ctx context.Context) (func(), error) {
-	if q := g.q.Load(); q != nil {
-		return q.Acquire(ctx)
+func (s *swapExec) Exec(ctx context.Context, id string, req sandboxagent.RuntimeExec) (int, error) {
+	return s.cur.Load().Exec(ctx, id, req)
+}
+
+// execRound is one row of BenchmarkExecWidth: a queue width (0: no gate)
+// and the start hold (0: docker.DefaultExecStartHold).
+type execRound struct {
+	width int
+	hold  time.Duration
+}
+
+func (r execRound) String() string {
+	if r.width == 0 {
+		return "none"
 	}
-	return func() {}, nil
+	if r.hold == 0 {
+		return strconv.Itoa(r.width)
+	}
+	return fmt.Sprintf("%d/%s", r.width, r.hold)
 }
 
 // BenchmarkExecWidth measures exec throughput and latency against the
 // exec queue's width (max_concurrent_execs), the figures its default is
 // chosen from: N sandboxes (SANDBOX_AGENT_SCALE_N, default 50) on the
 // test image loop on execs of `true` together (scaleExecs each), once per
-// width of SANDBOX_AGENT_EXEC_WIDTHS (default 0,1,2,4,8,16,0; 0: no
-// queue, the baseline, measured first and again last to show drift).
-// Ratios are against the first round without a queue, in the same run:
+// round of SANDBOX_AGENT_EXEC_WIDTHS (default 0,4,8,16,32,0): a width, 0
+// for a runtime without any gate (the baseline, measured first and again
+// last to show drift), optionally with the start hold after a slash
+// (docker.Options.ExecStartHold, e.g. 32/250ms, 32/-1ns: release at the
+// attach answer). Ratios are against the first round without a queue, in
+// the same run:
 //
 //	go test -tags integration -run '^$' -bench '^BenchmarkExecWidth$' -benchtime 1x -timeout 30m .
 func BenchmarkExecWidth(b *testing.B) {
@@ -50,25 +69,42 @@ func BenchmarkExecWidth(b *testing.B) {
 			b.Fatalf("SANDBOX_AGENT_SCALE_N=%q: want a positive integer", v)
 		}
 	}
-	widths := []int{0, 1, 2, 4, 8, 16, 0}
+	spec := "0,4,8,16,32,0"
 	if v := os.Getenv("SANDBOX_AGENT_EXEC_WIDTHS"); v != "" {
-		widths = nil
-		for _, f := range strings.Split(v, ",") {
-			w, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || w < 0 {
-				b.Fatalf("SANDBOX_AGENT_EXEC_WIDTHS=%q: want widths (0: no queue) separated by commas", v)
-			}
-			widths = append(widths, w)
+		spec = v
+	}
+	var rounds []execRound
+	for _, f := range strings.Split(spec, ",") {
+		w, h, _ := strings.Cut(strings.TrimSpace(f), "/")
+		var r execRound
+		var err error
+		if r.width, err = strconv.Atoi(w); err != nil || r.width < 0 {
+			b.Fatalf("SANDBOX_AGENT_EXEC_WIDTHS=%q: want widths (0: no queue) separated by commas, each maybe with /hold", spec)
 		}
+		if h != "" {
+			if r.hold, err = time.ParseDuration(h); err != nil {
+				b.Fatalf("SANDBOX_AGENT_EXEC_WIDTHS=%q: hold %q: %v", spec, h, err)
+			}
+		}
+		rounds = append(rounds, r)
 	}
 	testenv.Runtime(b) // the engine answers, or the benchmark fails under CI
-	gate := &swapGate{}
-	rt, err := docker.New(context.Background(), docker.Options{ExecGate: gate})
-	if err != nil {
-		b.Fatal(err)
+	runtimeFor := func(r execRound) *docker.Runtime {
+		opts := docker.Options{ExecStartHold: r.hold}
+		if r.width > 0 {
+			opts.ExecGate = execlimit.New(r.width)
+		}
+		rt, err := docker.New(context.Background(), opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { rt.Close() })
+		return rt
 	}
-	defer rt.Close()
-	starts := startlimit.Wrap(rt, startlimit.DefaultWidth)
+	base0 := runtimeFor(execRound{})
+	sw := &swapExec{Runtime: base0}
+	sw.cur.Store(base0)
+	starts := startlimit.Wrap(sw, startlimit.DefaultWidth)
 
 	run := randHex(6)
 	sbs := make([]*sandboxagent.Sandbox, n)
@@ -103,15 +139,11 @@ func BenchmarkExecWidth(b *testing.B) {
 
 	b.ResetTimer()
 	var tbl strings.Builder
-	fmt.Fprintf(&tbl, "exec width: %d sandboxes looping on %d execs of `true` each, together; ratios against the first round without a queue\n", n, scaleExecs)
-	fmt.Fprintf(&tbl, "%-9s %8s %7s %9s %9s %8s %11s %11s  %s\n", "width", "execs/s", "ratio", "p50 ms", "p99 ms", "p99/p50", "queue p50", "queue p99", "load average")
+	fmt.Fprintf(&tbl, "exec width: %d sandboxes looping on %d execs of `true` each, together; width/start hold (none: no gate); ratios against the first round without a gate\n", n, scaleExecs)
+	fmt.Fprintf(&tbl, "%-11s %8s %7s %9s %9s %8s %11s %11s  %s\n", "width", "execs/s", "ratio", "p50 ms", "p99 ms", "p99/p50", "queue p50", "queue p99", "load average")
 	var base float64
-	for _, w := range widths {
-		if w > 0 {
-			gate.q.Store(execlimit.New(w))
-		} else {
-			gate.q.Store(nil)
-		}
+	for _, round := range rounds {
+		sw.cur.Store(runtimeFor(round))
 		lat := make([][]time.Duration, n)
 		waits := make([][]time.Duration, n)
 		var failed atomic.Int32
@@ -124,7 +156,7 @@ func BenchmarkExecWidth(b *testing.B) {
 					t := time.Now()
 					res, err := sb.Exec(context.Background(), []string{"true"})
 					if err != nil || res.ExitCode != 0 {
-						b.Errorf("width %d: exec true: %+v, %v", w, res, err)
+						b.Errorf("round %s: exec true: %+v, %v", round, res, err)
 						failed.Add(1)
 						return
 					}
@@ -136,7 +168,7 @@ func BenchmarkExecWidth(b *testing.B) {
 		wg.Wait()
 		wall := time.Since(t0)
 		if failed.Load() > 0 {
-			b.Fatalf("width %d: %d sandboxes failed", w, failed.Load())
+			b.Fatalf("round %s: %d sandboxes failed", round, failed.Load())
 		}
 		var all, qs []time.Duration
 		for i := range lat {
@@ -147,14 +179,11 @@ func BenchmarkExecWidth(b *testing.B) {
 		if base == 0 {
 			base = tput
 		}
-		label := strconv.Itoa(w)
-		if w == 0 {
-			label = "no queue"
-		}
+		label := round.String()
 		p50, p99 := pct(all, 50), pct(all, 99)
-		fmt.Fprintf(&tbl, "%-9s %8.1f %7.2f %9.1f %9.1f %8.1f %11.1f %11.1f  %s\n", label, tput, tput/base,
+		fmt.Fprintf(&tbl, "%-11s %8.1f %7.2f %9.1f %9.1f %8.1f %11.1f %11.1f  %s\n", label, tput, tput/base,
 			float64(p50)/1e6, float64(p99)/1e6, float64(p99)/float64(p50), float64(pct(qs, 50))/1e6, float64(pct(qs, 99))/1e6, loadAvg())
-		b.ReportMetric(tput, "execs/s-w"+strconv.Itoa(w))
+		b.ReportMetric(tput, "execs/s-"+strings.ReplaceAll(label, "/", "-"))
 	}
 	fmt.Print(tbl.String())
 }

@@ -43,7 +43,7 @@ type settings struct {
 	// maxConcurrentStarts bounds how many sandboxes start at once (smoke).
 	maxConcurrentStarts int
 	// maxConcurrentExecs is the width of the engine's exec admission
-	// queue (0: execlimit.DefaultWidth).
+	// queue (0: none, the default).
 	maxConcurrentExecs int
 	// serve's limits: agents it owns, turns running at once, bytes of a
 	// request body.

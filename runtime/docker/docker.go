@@ -45,11 +45,15 @@ type Options struct {
 	// reach the engine itself (Host then only names it). Tests use it with
 	// a fake RoundTripper.
 	HTTPClient *http.Client
-	// ExecGate, when set, admits each exec's engine work (create, start
-	// until the process runs, the exit-code inspect), never a command's
-	// whole life: runtime/execlimit's Queue, shared by the runtimes of
+	// ExecGate, when set, admits each exec's engine work (create, attach,
+	// the process's start), never a command's whole life: runtime/execlimit's Queue, shared by the runtimes of
 	// one engine, keeps execs fair when the engine is saturated.
 	ExecGate ExecGate
+	// ExecStartHold bounds how long an exec keeps its ExecGate slot after
+	// the engine answered the attach, while the engine starts the process:
+	// the slot goes back at the first output byte, the stream's end, or
+	// after this (0: DefaultExecStartHold, 250 ms; negative: at the attach answer).
+	ExecStartHold time.Duration
 }
 
 // Runtime talks to one engine. It is safe for concurrent use.
@@ -76,6 +80,7 @@ type Runtime struct {
 	diskDriver string
 	diskErr    error // nil: the driver enforces StorageOpt size by itself
 	execGate   ExecGate
+	startHold  time.Duration
 }
 
 var _ sandboxagent.Runtime = (*Runtime)(nil)
@@ -84,7 +89,10 @@ var _ sandboxagent.Runtime = (*Runtime)(nil)
 // itself does not fail on a dead engine (Info does, with
 // ErrEngineUnavailable).
 func New(ctx context.Context, opts Options) (*Runtime, error) {
-	r := &Runtime{execGate: opts.ExecGate}
+	r := &Runtime{execGate: opts.ExecGate, startHold: opts.ExecStartHold}
+	if r.startHold == 0 {
+		r.startHold = DefaultExecStartHold
+	}
 	copts := []client.Opt{client.FromEnv}
 	if opts.Host != "" {
 		copts = append(copts, client.WithHost(opts.Host))
@@ -365,15 +373,14 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (sandboxagent.Containe
 // code comes from ExecInspect after the stream ends (the stream may end a
 // moment before the engine records the exit). With an ExecGate, the slot
 // covers the create, the attach and the engine's start of the process
-// (holdUntilStarted), and the exit-code inspect: a short command keeps it
-// throughout, a long one gives it back while it runs and queues again for
-// its exit code.
+// (holdUntilStarted: until the first output, the stream's end or
+// ExecStartHold), never the command's run nor the exit-code inspect.
 func (r *Runtime) Exec(ctx context.Context, id string, req sandboxagent.RuntimeExec) (int, error) {
 	release, err := r.admit(ctx)
 	if err != nil {
 		return -1, err
 	}
-	defer func() { release() }()
+	defer release()
 	cr, err := r.cli.ExecCreate(ctx, id, client.ExecCreateOptions{
 		User:         req.User,
 		AttachStdin:  req.Stdin != nil,
@@ -420,11 +427,14 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandboxagent.RuntimeE
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	stopHold := r.holdUntilStarted(ctx, cr.ID, release)
+	src, stopHold := r.holdUntilStarted(att.Reader, release)
 	// Demultiplex by our own choice (no TTY), never by Content-Type: API
 	// 1.41 engines label multiplexed streams as raw.
-	_, copyErr := stdcopy.StdCopy(stdout, stderr, att.Reader)
-	released := stopHold()
+	_, copyErr := stdcopy.StdCopy(stdout, stderr, src)
+	stopHold()
+	// The stream ended: the process ran. The exit-code inspect reads the
+	// engine's record of the exec, no start work: it is not queued.
+	release()
 	if ctx.Err() != nil {
 		return -1, ctx.Err()
 	}
@@ -433,11 +443,6 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandboxagent.RuntimeE
 	}
 	if copyErr != nil && !errors.Is(copyErr, io.EOF) {
 		return -1, fmt.Errorf("exec stream: %w", copyErr)
-	}
-	if released { // a long command: its exit-code inspect queues again
-		if release, err = r.admit(ctx); err != nil {
-			return -1, err
-		}
 	}
 	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
 		ins, err := r.cli.ExecInspect(ctx, cr.ID, client.ExecInspectOptions{})

@@ -48,7 +48,7 @@ func TestIntegrationExecGateLongExecHoldsNoSlot(t *testing.T) {
 		_, err := rt.Exec(sleepCtx, sb.ID(), sandboxagent.RuntimeExec{Cmd: []string{"sleep", "30"}})
 		sleeping <- err
 	}()
-	// The slot comes back once the engine reports the sleep running.
+	// The slot comes back at the start hold's end (the sleep prints nothing).
 	for {
 		if held, _ := q.Stats(); held == 0 {
 			break
@@ -81,6 +81,68 @@ func TestIntegrationExecGateLongExecHoldsNoSlot(t *testing.T) {
 	}
 	if held, _ := q.Stats(); held != 0 {
 		t.Errorf("%d slots held after the sleep detached", held)
+	}
+}
+
+// seenWriter reports each write's bytes and the queue's held count at
+// that moment (the slot's state once the output came out of the stream).
+type seenWriter struct {
+	q    *execlimit.Queue
+	seen chan int
+}
+
+func (w seenWriter) Write(p []byte) (int, error) {
+	held, _ := w.q.Stats()
+	select {
+	case w.seen <- held:
+	default:
+	}
+	return len(p), nil
+}
+
+// The slot goes back when the process shows it runs (its first output),
+// not at the stream's end: with a start hold far longer than the test, an
+// exec that prints then sleeps holds no slot once its output arrives.
+func TestIntegrationExecGateReleasedAtStart(t *testing.T) {
+	testenv.Runtime(t)
+	q := execlimit.New(1)
+	rt, err := docker.New(context.Background(), docker.Options{ExecGate: q, ExecStartHold: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	sb := testenv.Sandbox(t, testenv.Runtime(t), sandboxagent.SandboxOptions{})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := seenWriter{q: q, seen: make(chan int, 1)}
+	ended := make(chan error, 1)
+	go func() {
+		_, err := rt.Exec(ctx, sb.ID(), sandboxagent.RuntimeExec{Cmd: []string{"sh", "-c", "echo started; exec sleep 60"}, Stdout: w})
+		ended <- err
+	}()
+	select {
+	case held := <-w.seen:
+		if held != 0 {
+			t.Fatalf("%d slots held once the command printed: the slot waits for the stream's end", held)
+		}
+	case err := <-ended:
+		t.Fatalf("the exec ended before printing: %v", err)
+	}
+	// The slot is free for another exec while the first still runs.
+	var out bytes.Buffer
+	if code, err := rt.Exec(ctx, sb.ID(), sandboxagent.RuntimeExec{Cmd: []string{"echo", "hi"}, Stdout: &out}); err != nil || code != 0 || out.String() != "hi\n" {
+		t.Fatalf("exec beside the running one: exit %d, %q, %v", code, out.String(), err)
+	}
+	select {
+	case err := <-ended:
+		t.Fatalf("the sleep ended early (%v): the test proves nothing", err)
+	default:
+	}
+	cancel()
+	<-ended
+	if held, waiting := q.Stats(); held != 0 || waiting != 0 {
+		t.Errorf("after both execs: %d held, %d waiting", held, waiting)
 	}
 }
 

@@ -13,12 +13,12 @@ import (
 	"sync"
 )
 
-// DefaultWidth is New's width when given none (the command line's
-// max_concurrent_execs default): with 50 sandboxes looping on execs on
-// the reference machine (2 cores, Docker 20.10; BenchmarkExecWidth, widths
-// interleaved with rounds without a queue) it gave the most execs per
-// second and the lowest p99 (1.1-1.2x no queue; 16: 1.0x, 8 and less:
-// fewer: the engine overlaps that many execs' work).
+// DefaultWidth is New's width when given none: with 50 sandboxes looping
+// on execs on the reference machine (2 cores, Docker 20.10;
+// BenchmarkExecWidth against a runtime without a gate, Docker's start hold
+// 250 ms) widths 4 to 32 all ran within the noise of no queue, 32 the
+// fastest of them; the command line's max_concurrent_execs is 0 (no
+// queue) unless set.
 const DefaultWidth = 32
 
 // Queue admits at most its width of holders at once; the others wait in
