@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -182,6 +183,16 @@ func TestIntegrationPoolWarm(t *testing.T) {
 			}
 			if got := completions(srv.Requests()); len(got) != 0 {
 				t.Fatalf("the warm-up reached the model: %d requests, first %s", len(got), got[0].Body)
+			}
+			if name == "claude" {
+				// claude's warm-up asks the model nothing, not even a
+				// token count (get_context_usage "summary" counts
+				// locally); a HEAD probe of the endpoint may come.
+				for _, r := range srv.Requests() {
+					if r.Method != http.MethodHead {
+						t.Fatalf("claude's warm-up reached the model: %s %s", r.Method, r.Path)
+					}
+				}
 			}
 			if b, _ := os.ReadFile(filepath.Join(a.NetworkAuditDir(), "model.jsonl")); len(b) != 0 {
 				t.Fatalf("the warm-up is in the model audit: %s", b)

@@ -231,20 +231,42 @@ func (d *Driver) NewParser(t sandboxagent.Turn) sandboxagent.Parser {
 }
 
 // WarmSteps: the SDK's initialize control request, which the CLI answers
-// once it is loaded and reading. No warm-up turn: one claude process
-// serves one session, and /clear would leave its traces in the next
-// session's context.
+// once it is loaded and reading, then get_context_usage with detail
+// "summary": the CLI assembles what a first prompt sends (system prompt,
+// tools, skills, memory files) and counts it locally, which takes about a
+// third of the first turn's CPU off it. It asks the model nothing (detail
+// "full" would ask its token-count API) and leaves nothing in the
+// session. A CLI that refuses it is only not warmed as far.
+//
+// No warm-up turn: one claude process serves one session, and /clear
+// would leave its traces in the next session's context.
 func (d *Driver) WarmSteps(sandboxagent.Turn) []sandboxagent.WarmStep {
-	return []sandboxagent.WarmStep{{
-		Input: []byte(`{"type":"control_request","request_id":"sandbox-agent-warm","request":{"subtype":"initialize"}}` + "\n"),
-		Done: func(line []byte) (bool, error) {
-			var r struct {
-				Type     string `json:"type"`
-				Response struct {
-					RequestID string `json:"request_id"`
-				} `json:"response"`
-			}
-			return json.Unmarshal(line, &r) == nil && r.Type == "control_response" && r.Response.RequestID == "sandbox-agent-warm", nil
-		},
-	}}
+	return []sandboxagent.WarmStep{
+		{Input: controlRequest(warmInitID, `{"subtype":"initialize"}`), Done: controlAnswered(warmInitID)},
+		{Input: controlRequest(warmContextID, `{"subtype":"get_context_usage","detail":"summary"}`), Done: controlAnswered(warmContextID)},
+	}
+}
+
+const (
+	warmInitID    = "sandbox-agent-warm"
+	warmContextID = "sandbox-agent-warm-context"
+)
+
+// controlRequest is one control request line.
+func controlRequest(id, request string) []byte {
+	return []byte(`{"type":"control_request","request_id":"` + id + `","request":` + request + "}\n")
+}
+
+// controlAnswered recognises the control_response to request id, success
+// or error alike.
+func controlAnswered(id string) func(line []byte) (bool, error) {
+	return func(line []byte) (bool, error) {
+		var r struct {
+			Type     string `json:"type"`
+			Response struct {
+				RequestID string `json:"request_id"`
+			} `json:"response"`
+		}
+		return json.Unmarshal(line, &r) == nil && r.Type == "control_response" && r.Response.RequestID == id, nil
+	}
 }

@@ -421,3 +421,55 @@ func TestExitRecordsOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmSteps: each step is one control request line, and its Done
+// recognises the CLI's answer to it (testdata/serve/warm.jsonl, real
+// 2.1.332 output: initialize, then get_context_usage refused and
+// answered), success or refusal, and nothing else.
+func TestWarmSteps(t *testing.T) {
+	steps := New(Options{}).WarmSteps(sandboxagent.Turn{})
+	if len(steps) != 2 {
+		t.Fatalf("%d steps", len(steps))
+	}
+	for i, st := range steps {
+		var req struct {
+			Type      string         `json:"type"`
+			RequestID string         `json:"request_id"`
+			Request   map[string]any `json:"request"`
+		}
+		if st.Turn || !strings.HasSuffix(string(st.Input), "}\n") || strings.Count(string(st.Input), "\n") != 1 ||
+			json.Unmarshal(st.Input, &req) != nil || req.Type != "control_request" || req.RequestID == "" {
+			t.Errorf("step %d: %q", i+1, st.Input)
+		}
+	}
+	if !strings.Contains(string(steps[1].Input), `"detail":"summary"`) {
+		// "full" asks the model's token-count API.
+		t.Errorf("step 2 may reach the model: %s", steps[1].Input)
+	}
+	b, err := os.ReadFile(filepath.Join("testdata", "serve", "warm.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	cases := []struct {
+		name string
+		line string
+		done []bool // per step
+	}{
+		{"initialize answered", lines[0], []bool{true, false}},
+		{"context usage refused", lines[1], []bool{false, true}},
+		{"context usage answered", lines[2], []bool{false, true}},
+		{"interrupt answered", `{"type":"control_response","response":{"subtype":"success","request_id":"sandbox-agent-interrupt"}}`, []bool{false, false}},
+		{"a request of the CLI's", `{"type":"control_request","request_id":"sandbox-agent-warm","request":{"subtype":"can_use_tool"}}`, []bool{false, false}},
+		{"init line", `{"type":"system","subtype":"init","session_id":"x"}`, []bool{false, false}},
+		{"not JSON", `sandbox-agent-warm-context`, []bool{false, false}},
+	}
+	for _, c := range cases {
+		for i, st := range steps {
+			done, err := st.Done([]byte(c.line))
+			if err != nil || done != c.done[i] {
+				t.Errorf("%s: step %d: done %v %v, want %v", c.name, i+1, done, err, c.done[i])
+			}
+		}
+	}
+}

@@ -63,6 +63,18 @@
 // on; for an unknown --resume session the CLI prints the result line at
 // once, before reading any input, and exits 1.
 //
+// WarmSteps (sandboxagent.Warmer) are two control requests a warmed
+// process answers before its first prompt: initialize, then
+// get_context_usage with detail "summary", for which the CLI assembles
+// the system prompt, tools, skills and memory files its first request
+// will carry and counts them locally (no request to the model, nothing
+// in the session). That takes about a quarter of the first turn's CPU
+// off it. What a first turn still costs beyond a follow-up (the query
+// loop, the streaming request and the transcript run for the first time
+// in the process) only a turn exercises, and a warm-up turn cannot be
+// taken back: one process serves one session, and /clear leaves its
+// command in the next request's context.
+//
 // AbortInput is the interrupt control request
 //
 //	{"type":"control_request","request_id":"sandbox-agent-interrupt","request":{"subtype":"interrupt"}}
