@@ -101,14 +101,10 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (res ExecResult, err
 		res.QueueWait = queueWait()
 		hookDone(telemetry.ExecDone{ExitCode: res.ExitCode, Err: err, QueueWait: res.QueueWait})
 	}()
-	timeout := req.Timeout
-	if timeout <= 0 {
-		timeout = s.cfg.Timeouts.Exec
+	if err := checkEnvNames(req.Env); err != nil {
+		return ExecResult{}, err
 	}
-	maxOut := req.MaxOutputBytes
-	if maxOut <= 0 {
-		maxOut = s.cfg.MaxOutputBytes
-	}
+	timeout := req.timeout(s.cfg)
 	tag := newTag()
 	env := make([]string, 0, len(req.Env)+len(s.env)+1)
 	for k, v := range s.env {
@@ -117,9 +113,6 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (res ExecResult, err
 		}
 	}
 	for k, v := range req.Env {
-		if k == "" || k == execTagVar || k == turnTagVar || bytes.ContainsAny([]byte(k), "=\x00") {
-			return ExecResult{}, fmt.Errorf("%w: environment variable name %q", ErrInvalidArgument, k)
-		}
 		env = append(env, k+"="+v)
 	}
 	env = append(env, execTagVar+"="+tag)
@@ -130,8 +123,7 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (res ExecResult, err
 	if user == "" {
 		user = s.user
 	}
-	stdout := &bounded.Buffer{Max: maxOut}
-	stderr := &bounded.Buffer{Max: maxOut}
+	out := newOutput(req, s.cfg)
 
 	// The exec itself runs detached from ctx: on timeout we must kill the
 	// tree first and then collect what it printed, not just hang up.
@@ -142,21 +134,15 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (res ExecResult, err
 		err  error
 	}
 	done := make(chan outcome, 1)
-	start := time.Now()
+	out.start = time.Now()
 	go func() {
 		code, err := s.rt.Exec(execCtx, s.id, RuntimeExec{
 			Cmd: req.Cmd, Env: env, User: user, WorkDir: req.WorkDir, Stdin: req.Stdin,
-			Stdout: &bounded.Tee{Capture: stdout, Live: req.Stdout},
-			Stderr: &bounded.Tee{Capture: stderr, Live: req.Stderr},
+			Stdout: out.stdoutTee(), Stderr: out.stderrTee(),
 		})
 		done <- outcome{code, err}
 	}()
-	result := func(code int) ExecResult {
-		return ExecResult{
-			ExitCode: code, Stdout: stdout.Bytes(), Stderr: stderr.Bytes(),
-			Truncated: stdout.Truncated() || stderr.Truncated(), Duration: time.Since(start),
-		}
-	}
+	result := out.result
 
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -193,14 +179,7 @@ func (s *Sandbox) Run(ctx context.Context, req ExecRequest) (res ExecResult, err
 			bombTried = true
 		}
 	}
-	// The stream ends once every holder of its pipes is dead; give it a
-	// moment to deliver the last output, then hang up regardless.
-	select {
-	case <-done:
-	case <-time.After(2 * time.Second):
-		detach()
-		<-done
-	}
+	awaitKilled(done, detach)
 	res = result(exitCodeTimeout)
 	res.TimedOut = true
 	if killErr != nil {
@@ -267,4 +246,62 @@ func killGraceTicks() string { return strconv.Itoa(int(killGrace / (10 * time.Mi
 // captured).
 func (s *Sandbox) Exec(ctx context.Context, argv []string) (ExecResult, error) {
 	return s.Run(ctx, ExecRequest{Cmd: argv})
+}
+
+// checkEnvNames refuses names a command's environment cannot take, and
+// the tags of ours a command must not set.
+func checkEnvNames(env map[string]string) error {
+	for k := range env {
+		if k == "" || k == execTagVar || k == turnTagVar || bytes.ContainsAny([]byte(k), "=\x00") {
+			return fmt.Errorf("%w: environment variable name %q", ErrInvalidArgument, k)
+		}
+	}
+	return nil
+}
+
+// timeout is the request's, else the exec timeout category's.
+func (req ExecRequest) timeout(cfg Config) time.Duration {
+	if req.Timeout > 0 {
+		return req.Timeout
+	}
+	return cfg.Timeouts.Exec
+}
+
+// output is one command's captured stdout and stderr, each bounded
+// (MaxOutputBytes), beside the request's live writers, and its result.
+type output struct {
+	req            ExecRequest
+	stdout, stderr bounded.Buffer
+	start          time.Time
+}
+
+func newOutput(req ExecRequest, cfg Config) *output {
+	limit := req.MaxOutputBytes
+	if limit <= 0 {
+		limit = cfg.MaxOutputBytes
+	}
+	return &output{req: req, stdout: bounded.Buffer{Max: limit}, stderr: bounded.Buffer{Max: limit}}
+}
+
+func (o *output) stdoutTee() io.Writer { return &bounded.Tee{Capture: &o.stdout, Live: o.req.Stdout} }
+func (o *output) stderrTee() io.Writer { return &bounded.Tee{Capture: &o.stderr, Live: o.req.Stderr} }
+
+// result is the command's result with exit code, as captured so far.
+func (o *output) result(code int) ExecResult {
+	return ExecResult{
+		ExitCode: code, Stdout: o.stdout.Bytes(), Stderr: o.stderr.Bytes(),
+		Truncated: o.stdout.Truncated() || o.stderr.Truncated(), Duration: time.Since(o.start),
+	}
+}
+
+// awaitKilled waits for a killed command's end (done): its stream ends
+// once every holder of its pipes is dead; it gets a moment to deliver the
+// last output, then detach hangs up regardless.
+func awaitKilled[T any](done <-chan T, detach func()) {
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		detach()
+		<-done
+	}
 }

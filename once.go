@@ -1,7 +1,6 @@
 package sandboxagent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sandbox-agent/sandbox-agent/internal/bounded"
 	"github.com/sandbox-agent/sandbox-agent/internal/guest"
 	"github.com/sandbox-agent/sandbox-agent/telemetry"
 )
@@ -77,10 +75,8 @@ func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecReque
 	if !ok || !CanRunOnce(ctx, rt, opts) {
 		return ExecResult{}, fmt.Errorf("run once: %w: the runtime cannot attach to a container or tell an OOM kill, or the sandbox needs a host proxy", ErrUnsupportedByRuntime)
 	}
-	for k := range req.Env {
-		if k == "" || k == execTagVar || k == turnTagVar || bytes.ContainsAny([]byte(k), "=\x00") {
-			return ExecResult{}, fmt.Errorf("%w: environment variable name %q", ErrInvalidArgument, k)
-		}
+	if err := checkEnvNames(req.Env); err != nil {
+		return ExecResult{}, err
 	}
 	cfg := opts.Config.withDefaults()
 	opts = opts.withConfigDefaults(cfg)
@@ -120,16 +116,7 @@ func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecReque
 			err = fmt.Errorf("%w: %w", ErrLeftBehind, cerr)
 		}
 	}()
-	timeout := req.Timeout
-	if timeout <= 0 {
-		timeout = cfg.Timeouts.Exec
-	}
-	maxOut := req.MaxOutputBytes
-	if maxOut <= 0 {
-		maxOut = cfg.MaxOutputBytes
-	}
-	stdout := &bounded.Buffer{Max: maxOut}
-	stderr := &bounded.Buffer{Max: maxOut}
+	out := newOutput(req, cfg)
 	// As in Run, the wait is detached from ctx: on timeout the command
 	// is killed first and its last output collected after.
 	waitCtx, detach := context.WithCancel(context.WithoutCancel(ctx))
@@ -142,9 +129,7 @@ func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecReque
 	}
 	attachC := make(chan attached, 1)
 	go func() {
-		wait, err := at.Attach(waitCtx, id,
-			&bounded.Tee{Capture: stdout, Live: req.Stdout},
-			&bounded.Tee{Capture: stderr, Live: req.Stderr})
+		wait, err := at.Attach(waitCtx, id, out.stdoutTee(), out.stderrTee())
 		attachC <- attached{wait, err}
 	}()
 	st, err := rt.Inspect(startCtx, id)
@@ -174,18 +159,21 @@ func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecReque
 		code, oom, err := wait()
 		done <- outcome{code, oom, err}
 	}()
-	start := time.Now()
-	if err := rt.Start(startCtx, id); err != nil {
-		return ExecResult{}, startErr(startCtx, err)
+	if err := ctx.Err(); err != nil {
+		return ExecResult{}, err // nothing ran
 	}
-	result := func(code int) ExecResult {
-		return ExecResult{
-			ExitCode: code, Stdout: stdout.Bytes(), Stderr: stderr.Bytes(),
-			Truncated: stdout.Truncated() || stderr.Truncated(), Duration: time.Since(start),
-		}
+	// The start is not cut by ctx: the command may print (and ctx be
+	// cancelled on it) before the engine answers the start; a cancel
+	// from here on kills the running command, as below.
+	runCtx, cancelRun := context.WithTimeout(context.WithoutCancel(ctx), cfg.Timeouts.Start)
+	defer cancelRun()
+	out.start = time.Now()
+	if err := rt.Start(runCtx, id); err != nil {
+		return ExecResult{}, startErr(runCtx, err)
 	}
+	result := out.result
 
-	timer := time.NewTimer(timeout)
+	timer := time.NewTimer(req.timeout(cfg))
 	defer timer.Stop()
 	var cause error
 	select {
@@ -207,12 +195,7 @@ func RunOnce(ctx context.Context, rt Runtime, opts SandboxOptions, req ExecReque
 	kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer kcancel()
 	killErr := rt.Kill(kctx, id)
-	select {
-	case <-done:
-	case <-time.After(2 * time.Second):
-		detach()
-		<-done
-	}
+	awaitKilled(done, detach)
 	res = result(exitCodeTimeout)
 	res.TimedOut = true
 	if killErr != nil {
