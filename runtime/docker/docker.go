@@ -79,8 +79,11 @@ type Runtime struct {
 	diskKnown  bool
 	diskDriver string
 	diskErr    error // nil: the driver enforces StorageOpt size by itself
-	execGate   ExecGate
-	startHold  time.Duration
+	// podmanDefaults holds the Podman service's default capability set per
+	// libpod version (version -> []string): /libpod/info takes seconds.
+	podmanDefaults sync.Map
+	execGate       ExecGate
+	startHold      time.Duration
 }
 
 var _ sandboxagent.Runtime = (*Runtime)(nil)
@@ -420,13 +423,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, req sandboxagent.RuntimeE
 			_ = att.CloseWrite()
 		}()
 	}
-	stdout, stderr := req.Stdout, req.Stderr
-	if stdout == nil {
-		stdout = io.Discard
-	}
-	if stderr == nil {
-		stderr = io.Discard
-	}
+	stdout, stderr := orDiscard(req.Stdout), orDiscard(req.Stderr)
 	src, stopHold := r.holdUntilStarted(att.Reader, release)
 	// Demultiplex by our own choice (no TTY), never by Content-Type: API
 	// 1.41 engines label multiplexed streams as raw.
@@ -589,29 +586,25 @@ func (r *Runtime) DiskQuotas(ctx context.Context) error {
 // or zfs enforces no limit whatever the image store. Those two need /info
 // (the containerd image store drops the limit); so does a missing image.
 func (r *Runtime) DiskQuotasOf(ctx context.Context, image string) error {
-	if _, ok := r.podman(); ok {
-		return errors.New("disk limits are not offered on Podman")
-	}
 	r.diskMu.Lock()
-	known, err := r.diskKnown, r.diskErr
+	known := r.diskKnown
 	r.diskMu.Unlock()
-	if known {
-		return err
-	}
-	ins, ierr := r.cli.ImageInspect(ctx, image)
-	if _, ok := r.podman(); ok { // the inspect was the first answer seen
-		return errors.New("disk limits are not offered on Podman")
-	}
-	if ierr == nil && ins.GraphDriver != nil && ins.GraphDriver.Name != "" {
-		if d := ins.GraphDriver.Name; d != "btrfs" && d != "zfs" {
-			r.diskMu.Lock()
-			defer r.diskMu.Unlock()
-			r.diskKnown, r.diskDriver = true, d
-			r.diskErr = fmt.Errorf("the engine's storage driver %s enforces no disk limit by itself", d)
-			return r.diskErr
+	if _, pod := r.podman(); !known && !pod {
+		ins, err := r.cli.ImageInspect(ctx, image)
+		if err == nil && ins.GraphDriver != nil {
+			if d := ins.GraphDriver.Name; d != "" && d != "btrfs" && d != "zfs" {
+				r.diskMu.Lock()
+				r.diskKnown, r.diskDriver, r.diskErr = true, d, errNoQuota(d)
+				r.diskMu.Unlock()
+			}
 		}
 	}
-	return r.DiskQuotas(ctx)
+	return r.DiskQuotas(ctx) // what was learnt, or /info (and Podman's answer)
+}
+
+// errNoQuota: storage driver d enforces no disk limit by itself.
+func errNoQuota(d string) error {
+	return fmt.Errorf("the engine's storage driver %s enforces no disk limit by itself", d)
 }
 
 // storage is the engine's storage driver and whether it enforces disk
@@ -636,7 +629,7 @@ func (r *Runtime) storage(ctx context.Context) (string, error) {
 		}
 	}
 	if r.diskErr == nil && si.Info.Driver != "btrfs" && si.Info.Driver != "zfs" {
-		r.diskErr = fmt.Errorf("the engine's storage driver %s enforces no disk limit by itself", si.Info.Driver)
+		r.diskErr = errNoQuota(si.Info.Driver)
 	}
 	return r.diskDriver, r.diskErr
 }

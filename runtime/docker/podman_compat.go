@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/moby/moby/client"
 
@@ -176,15 +175,10 @@ func normCaps(in []string) []string {
 // Podman's default set), the bounding set is the same and a non-root user
 // gets no capabilities, as on Docker.
 
-// podmanCapsCache holds each Podman service's default capability set
-// (host + libpod version -> []string): /libpod/info takes seconds.
-var podmanCapsCache sync.Map
-
 // podmanDefaultCaps returns the default capability set of the Podman
 // service (upper case, without CAP_).
 func (r *Runtime) podmanDefaultCaps(ctx context.Context, version string) ([]string, error) {
-	key := r.cli.DaemonHost() + "|" + version
-	if v, ok := podmanCapsCache.Load(key); ok {
+	if v, ok := r.podmanDefaults.Load(version); ok {
 		return v.([]string), nil
 	}
 	var body struct {
@@ -207,7 +201,7 @@ func (r *Runtime) podmanDefaultCaps(ctx context.Context, version string) ([]stri
 		return nil, errors.New("libpod info reports no default capabilities")
 	}
 	caps = normCaps(caps)
-	podmanCapsCache.Store(key, caps)
+	r.podmanDefaults.Store(version, caps)
 	return caps, nil
 }
 
